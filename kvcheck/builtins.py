@@ -1,0 +1,93 @@
+"""Built-in resolvers, written for kvcheck from the semantics (not copied from SGLang).
+
+All three use SGLang's resolver signature `(self, result, batch) -> list[list[int]]` and the
+0.5.11 attribute spelling (`spec_accepted_drafts`, `update_spec_acceptance_histogram`,
+`result.num_accepted_drafts`), with the pre-claim convention: the decode launch already bumped
+`kv_committed_len` by one, so a live row adds `accept_len - 1`.
+
+- `seed-prefix`: the resolver before the stale-row fix. Every row, stale or not, gets its KV and
+  statistics updated; the stride comes from the draft worker (the scheduler's current stride).
+- `seed-fixed`: the fix from the seed write-up. Retracted rows are skipped, finished rows only
+  give back the pre-claimed slot, statistics are updated for live rows only. It still reads the
+  stride from the worker and still counts every row in the batch-global counter.
+- `reference`: kvcheck's correct resolver: stride recorded at launch (from the result), stale
+  rows excluded from the global counter too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+Resolver = Callable[[Any, Any, Any], list[list[int]]]
+
+
+def _padded_runs(next_token_ids: list[int], accept_lens: list[int], stride: int) -> list[list[int]]:
+    """Row i's accepted run is its first accept_len tokens in a row of width `stride`."""
+    return [
+        next_token_ids[row * stride : row * stride + accepted]
+        for row, accepted in enumerate(accept_lens)
+    ]
+
+
+def seed_prefix(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    next_token_ids = result.next_token_ids.tolist()
+    accept_lens = result.accept_lens.tolist()
+    result.num_accepted_drafts = sum(accept_lens) - len(batch.reqs)
+    result.num_accepted_drafts_per_req_cpu = [a - 1 for a in accept_lens]
+    stride = self.draft_worker.speculative_num_draft_tokens
+    for req, accepted in zip(batch.reqs, accept_lens, strict=True):
+        req.kv_committed_len += accepted - 1
+        req.spec_verify_ct += 1
+        req.spec_accepted_drafts += accepted - 1
+        req.update_spec_acceptance_histogram(accepted - 1)
+    return _padded_runs(next_token_ids, accept_lens, stride)
+
+
+def seed_fixed(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    next_token_ids = result.next_token_ids.tolist()
+    accept_lens = result.accept_lens.tolist()
+    result.num_accepted_drafts = sum(accept_lens) - len(batch.reqs)
+    result.num_accepted_drafts_per_req_cpu = [a - 1 for a in accept_lens]
+    stride = self.draft_worker.speculative_num_draft_tokens
+    for req, accepted in zip(batch.reqs, accept_lens, strict=True):
+        if req.is_retracted:
+            continue  # reset_for_retract already zeroed its KV
+        if req.finished():
+            req.kv_committed_len -= 1  # give back the slot the launch pre-claimed
+            continue
+        req.kv_committed_len += accepted - 1
+        req.spec_verify_ct += 1
+        req.spec_accepted_drafts += accepted - 1
+        req.update_spec_acceptance_histogram(accepted - 1)
+    return _padded_runs(next_token_ids, accept_lens, stride)
+
+
+def reference(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    next_token_ids = result.next_token_ids.tolist()
+    accept_lens = result.accept_lens.tolist()
+    stride = result.speculative_num_draft_tokens  # the stride this batch was launched with
+    per_request: list[int] = []
+    live_drafts = 0
+    for req, accepted in zip(batch.reqs, accept_lens, strict=True):
+        per_request.append(accepted - 1)
+        if req.is_retracted:
+            continue
+        if req.finished():
+            req.kv_committed_len -= 1
+            continue
+        req.kv_committed_len += accepted - 1
+        req.spec_verify_ct += 1
+        req.spec_accepted_drafts += accepted - 1
+        req.update_spec_acceptance_histogram(accepted - 1)
+        live_drafts += accepted - 1
+    result.num_accepted_drafts = live_drafts
+    result.num_accepted_drafts_per_req_cpu = per_request
+    return _padded_runs(next_token_ids, accept_lens, stride)
+
+
+BUILTINS: Final[dict[str, Resolver]] = {
+    "seed-prefix": seed_prefix,
+    "seed-fixed": seed_fixed,
+    "reference": reference,
+}

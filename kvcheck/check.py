@@ -1,0 +1,247 @@
+"""`kvcheck.check`: search for a scenario on which a target breaks an invariant.
+
+Hypothesis draws scenarios (`kvcheck.strategies`), each is replayed by `kvcheck.run`, and the
+first violation is shrunk to a minimal scenario. The counterexample is re-run deterministically
+without Hypothesis, so what is reported is exactly what `replay` reproduces.
+
+Convention `auto` judges the target under the convention it most plausibly follows first (a
+probe of how it treats a live row), then under the other one if that fails; it passes when either
+gives no violation and says which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Final, Literal
+
+import attrs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.database import ExampleDatabase
+
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.invariants import Violation
+from kvcheck.run import RunResult, run_scenario
+from kvcheck.scenario import (
+    CONVENTIONS,
+    GLOBAL_COUNTER_MODES,
+    Admit,
+    Config,
+    Convention,
+    GlobalCounterMode,
+    Scenario,
+    Step,
+)
+from kvcheck.strategies import label_run, scenarios
+from kvcheck.targets import Target, load_target
+
+ConventionChoice = Literal["auto", "preclaim", "honest"]
+DEFAULT_MAX_EXAMPLES: Final = 300
+
+
+@attrs.frozen
+class SearchOutcome:
+    convention: Convention
+    examples: int
+    examples_to_failure: int | None
+    failure: RunResult | None
+    reached: frozenset[str]
+    seconds: float
+
+
+@attrs.frozen
+class Verdict:
+    target: str
+    description: str
+    passed: bool
+    convention: Convention
+    convention_reason: str
+    global_counters: GlobalCounterMode
+    adaptive: bool
+    examples: int
+    seconds: float
+    # The search that produced the verdict (the failing one when failed); others tried before.
+    outcome: SearchOutcome
+    other_outcomes: tuple[SearchOutcome, ...] = ()
+
+    @property
+    def violation(self) -> Violation | None:
+        return self.outcome.failure.violation if self.outcome.failure else None
+
+    @property
+    def counterexample(self) -> Scenario | None:
+        return self.outcome.failure.scenario if self.outcome.failure else None
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.passed else "fail"
+
+
+class _ViolationFound(Exception):
+    """Raised inside the property so Hypothesis shrinks; one type keeps it 'one bug'."""
+
+
+def search(
+    target: Target,
+    *,
+    convention: Convention,
+    global_counters: GlobalCounterMode = "ideal",
+    adaptive: bool = False,
+    max_examples: int = DEFAULT_MAX_EXAMPLES,
+    seed: int | None = None,
+    database: ExampleDatabase | None = None,
+) -> SearchOutcome:
+    """One Hypothesis search under one convention. Raises `UnsupportedTargetError`."""
+    failures: list[RunResult] = []
+    reached: set[str] = set()
+    unsupported: list[Exception] = []
+    counter = {"examples": 0, "to_failure": 0}
+
+    @settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=database,
+        derandomize=False,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
+    @given(scenarios(convention=convention, global_counters=global_counters, adaptive=adaptive))
+    def property_holds(scenario: Scenario) -> None:
+        if unsupported:
+            return
+        counter["examples"] += 1
+        try:
+            result = run_scenario(scenario, target)
+        except KvcheckUsageError as exc:
+            unsupported.append(exc)
+            return
+        reached.update(label_run(scenario, result.reached))
+        if result.violation is not None:
+            if not failures:
+                counter["to_failure"] = counter["examples"]
+            failures.append(result)
+            raise _ViolationFound(result.violation.invariant)
+
+    if seed is not None:
+        property_holds = hypothesis_seed(seed)(property_holds)
+    started = time.perf_counter()
+    with contextlib.suppress(_ViolationFound):
+        property_holds()
+    elapsed = time.perf_counter() - started
+    if unsupported:
+        raise unsupported[0]
+    final: RunResult | None = None
+    if failures:
+        # Hypothesis replays the shrunk example last; re-run it to get a clean, recorded trace.
+        final = run_scenario(failures[-1].scenario, target, record=True)
+    return SearchOutcome(
+        convention=convention,
+        examples=counter["examples"],
+        examples_to_failure=counter["to_failure"] if failures else None,
+        failure=final,
+        reached=frozenset(reached),
+        seconds=elapsed,
+    )
+
+
+# A live request through three decode rows with accept length 3: a resolver that follows one
+# convention keeps committed-live under that convention and breaks it under the other.
+_PROBE_EVENTS: Final = (
+    Admit("r0", prompt_len=10, max_new_tokens=100),
+    Step(),
+    Step((3,)),
+    Step((3,)),
+    Step((3,)),
+)
+
+
+def detect_convention(target: Target) -> tuple[Convention, str]:
+    """Which convention the target follows, judged on live rows only, and why."""
+    clean: list[Convention] = []
+    for convention in CONVENTIONS:
+        config = Config(convention=convention, global_counters="off")
+        result = run_scenario(Scenario(config, _PROBE_EVENTS), target)
+        if result.violation is None or result.violation.invariant != "committed-live":
+            clean.append(convention)
+    if len(clean) == 1:
+        how = "adds accept_len - 1" if clean[0] == "preclaim" else "adds accept_len"
+        return clean[0], f"auto: on a live row the target {how} to the committed length"
+    return (
+        "preclaim",
+        "auto: a live-row probe was inconclusive, so pre-claim (SGLang 0.5.11-0.5.14)",
+    )
+
+
+def check(
+    target: str | Target,
+    *,
+    convention: ConventionChoice = "auto",
+    global_counters: GlobalCounterMode = "ideal",
+    adaptive: bool = False,
+    max_examples: int = DEFAULT_MAX_EXAMPLES,
+    seed: int | None = None,
+    database: ExampleDatabase | None = None,
+) -> Verdict:
+    """Search for a violation by `target` (a spec string or a loaded `Target`).
+
+    Raises `KvcheckUsageError` (exit 2 material) for bad options or an unloadable or unsupported
+    target; never reports such a target as a violation.
+    """
+    if convention not in ("auto", *CONVENTIONS):
+        raise KvcheckUsageError(
+            f"unknown convention {convention!r}; choose auto, preclaim or honest"
+        )
+    if global_counters not in GLOBAL_COUNTER_MODES:
+        raise KvcheckUsageError(
+            f"unknown global-counter mode {global_counters!r}; choose ideal, sglang or off"
+        )
+    if max_examples < 1:
+        raise KvcheckUsageError(f"max-examples must be at least 1, got {max_examples}")
+    loaded = load_target(target) if isinstance(target, str) else target
+    options: dict[str, Any] = {
+        "global_counters": global_counters,
+        "adaptive": adaptive,
+        "max_examples": max_examples,
+        "seed": seed,
+        "database": database,
+    }
+    if convention != "auto":
+        outcome = search(loaded, convention=convention, **options)
+        return _verdict(loaded, outcome, (), f"convention {convention} (given)", options)
+
+    first, reason = detect_convention(loaded)
+    outcome = search(loaded, convention=first, **options)
+    if outcome.failure is None:
+        return _verdict(loaded, outcome, (), reason, options)
+    second: Convention = "honest" if first == "preclaim" else "preclaim"
+    other = search(loaded, convention=second, **options)
+    if other.failure is None:
+        why = f"{reason}, but it fails under {first}; it passes under {second}"
+        return _verdict(loaded, other, (outcome,), why, options)
+    why = f"{reason}; it also fails under {second}"
+    return _verdict(loaded, outcome, (other,), why, options)
+
+
+def _verdict(
+    target: Target,
+    outcome: SearchOutcome,
+    others: tuple[SearchOutcome, ...],
+    reason: str,
+    options: dict[str, Any],
+) -> Verdict:
+    everything = (outcome, *others)
+    return Verdict(
+        target=target.spec,
+        description=target.description,
+        passed=outcome.failure is None,
+        convention=outcome.convention,
+        convention_reason=reason,
+        global_counters=options["global_counters"],
+        adaptive=options["adaptive"],
+        examples=sum(o.examples for o in everything),
+        seconds=sum(o.seconds for o in everything),
+        outcome=outcome,
+        other_outcomes=others,
+    )

@@ -1,0 +1,135 @@
+"""The `kvcheck` command line: a thin front door over the public API.
+
+Exit codes (DESIGN.md §6): 0 no violation found, 1 violation found, 2 usage or load error. User
+errors are one clear line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from kvcheck.check import DEFAULT_MAX_EXAMPLES, Verdict, check
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.report import format_verdict, verdict_to_json
+from kvcheck.scenario import GLOBAL_COUNTER_MODES
+from kvcheck.targets import DEFAULT_TARGETS
+
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage block: the contract is "one clear line".
+        self.exit(EXIT_USAGE, f"kvcheck: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="kvcheck",
+        description=(
+            "Property-based checks of a speculative-decoding resolver's KV accounting under "
+            "overlap scheduling. Without a command, checks the built-in seed resolvers and "
+            "prints what it found."
+        ),
+    )
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
+    check_parser = commands.add_parser(
+        "check",
+        help="search for a scenario on which TARGET breaks an invariant",
+        description=(
+            "TARGET is builtin:NAME, package.module:Qualname or path/to/file.py::Qualname. "
+            "Exit 0: no violation found; 1: violation found; 2: usage or load error."
+        ),
+    )
+    check_parser.add_argument("target")
+    check_parser.add_argument(
+        "--convention",
+        choices=("auto", "preclaim", "honest"),
+        default="auto",
+        help="committed-length convention to judge by (default: auto, detected from the target)",
+    )
+    check_parser.add_argument(
+        "--global-counters",
+        choices=GLOBAL_COUNTER_MODES,
+        default="ideal",
+        help="ideal: stale rows excluded (default); sglang: counted as SGLang does; off",
+    )
+    check_parser.add_argument(
+        "--adaptive", action="store_true", help="switch strides between launch and delivery"
+    )
+    check_parser.add_argument(
+        "--max-examples", type=_positive_int, default=DEFAULT_MAX_EXAMPLES, metavar="N"
+    )
+    check_parser.add_argument("--seed", type=_seed, default=None, metavar="N")
+    check_parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    return parser
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    verdict = check(
+        args.target,
+        convention=args.convention,
+        global_counters=args.global_counters,
+        adaptive=args.adaptive,
+        max_examples=args.max_examples,
+        seed=args.seed,
+    )
+    if args.json:
+        print(json.dumps(verdict_to_json(verdict), indent=2, default=repr))
+    else:
+        print(format_verdict(verdict))
+    return EXIT_OK if verdict.passed else EXIT_VIOLATION
+
+
+def _run_default_job() -> int:
+    """The main job on the built-in default: what kvcheck finds in the seed resolvers."""
+    print("kvcheck: checking the built-in seed resolvers (kvcheck check TARGET for your own)\n")
+    verdicts: list[Verdict] = []
+    for spec in DEFAULT_TARGETS:
+        verdict = check(spec, seed=0)
+        verdicts.append(verdict)
+        print(format_verdict(verdict))
+        print()
+    found = sum(not v.passed for v in verdicts)
+    print(
+        f"summary: {found} of {len(verdicts)} built-in targets break an invariant; "
+        "rerun one with `kvcheck check builtin:NAME`"
+    )
+    # The demo ran as intended whatever it found; `kvcheck check` carries the verdict exit codes.
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return _run_check(args)
+        return _run_default_job()
+    except KvcheckUsageError as exc:
+        print(f"kvcheck: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""The engine: replays a scenario the way SGLang's overlap loop would, around the target resolver.
+
+Per `Step` (semantics.md §2.1, DESIGN.md §4): build the next batch (merge the last prefill batch,
+drop finished requests, prefill every waiting request if there is one, else apply pending
+retractions and prepare a decode batch), launch it (a snapshot of the row order and the launch
+stride), then deliver the previous launch. A decode delivery builds the CPU tensors, calls the
+target with (scheduler, result, batch), and then does what the scheduler does with the runs it
+returns: skip stale rows, extend outputs of live rows, check finish, release. Without overlap the
+launch is delivered in the same step, so stale rows never arise.
+
+The engine knows nothing of the reference model: what it observes comes from the fakes, which the
+target mutated. Its state is plain objects, so `clone()` is a deep copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import torch
+
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.fakes import (
+    FakeBatch,
+    FakeReq,
+    FakeResult,
+    FakeScheduler,
+    UnmodeledAttributeError,
+)
+from kvcheck.scenario import (
+    Abort,
+    Admit,
+    Config,
+    Event,
+    Retract,
+    Step,
+    SwitchStride,
+    accept_for_row,
+    token_id,
+)
+
+Resolver = Callable[[Any, Any, Any], Any]
+
+
+class UnsupportedTargetError(KvcheckUsageError):
+    """The target touched something kvcheck does not model: it cannot be judged (exit 2)."""
+
+
+@attrs.frozen
+class ObservedRequest:
+    rid: str
+    committed: Any
+    verify_ct: Any
+    drafts: Any
+    histogram: tuple[tuple[int, int], ...]
+    outputs: int
+    finished: bool
+    retracted: bool
+
+
+@attrs.frozen
+class ObservedDelivery:
+    launch_number: int
+    rids: tuple[str, ...]
+    stale: tuple[bool, ...]
+    # The runs the target returned, normalised to tuples of ints; None if not a list of runs.
+    runs: tuple[tuple[int, ...], ...] | None
+    runs_repr: str
+    global_drafts: Any
+
+
+@attrs.frozen
+class Observation:
+    requests: tuple[ObservedRequest, ...]
+    delivery: ObservedDelivery | None
+    target_error: str | None = None
+
+
+@attrs.define
+class _EngineLaunch:
+    number: int
+    kind: str
+    batch: FakeBatch
+    stride: int
+    accepts: tuple[int, ...]
+
+
+class Engine:
+    def __init__(
+        self,
+        config: Config,
+        resolver: Resolver,
+        self_methods: Mapping[str, Callable[..., Any]] | None = None,
+    ) -> None:
+        self.config = config
+        self.resolver = resolver
+        self.scheduler = FakeScheduler(config.stride, config.overlap)
+        if self_methods:
+            self.scheduler.bind_methods(dict(self_methods))
+        self.reqs: dict[str, FakeReq] = {}
+        self.eos_at: dict[str, int | None] = {}
+        self.waiting: list[FakeReq] = []
+        self.running: list[FakeReq] = []
+        self.last_prefill: list[FakeReq] = []
+        self.pending: _EngineLaunch | None = None
+        self.retract_requested: set[str] = set()
+        self.launch_count = 0
+
+    def clone(self) -> Engine:
+        # The resolver and bound methods are shared; fakes and queues are copied.
+        memo: dict[int, Any] = {id(self.resolver): self.resolver}
+        return copy.deepcopy(self, memo)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> Observation:
+        delivery: ObservedDelivery | None = None
+        target_error: str | None = None
+        match event:
+            case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e):
+                if rid not in self.reqs:
+                    admitted = FakeReq(rid, p, m)
+                    self.reqs[rid] = admitted
+                    self.eos_at[rid] = e
+                    self.waiting.append(admitted)
+            case Step():
+                delivery, target_error = self._step(event)
+            case Retract(rid=rid):
+                req = self.reqs.get(rid)
+                if (
+                    req is not None
+                    and not req.finished()
+                    and (req in self.running or req in self.last_prefill)
+                ):
+                    self.retract_requested.add(rid)
+            case Abort(rid=rid):
+                self._abort(rid)
+            case SwitchStride(stride=stride):
+                if self.config.adaptive:
+                    self.scheduler.draft_worker.speculative_num_draft_tokens = stride
+        return Observation(self.observe_requests(), delivery, target_error)
+
+    def observe_requests(self) -> tuple[ObservedRequest, ...]:
+        return tuple(
+            ObservedRequest(
+                rid=req.rid,
+                committed=req.kv_committed_len,
+                verify_ct=req.spec_verify_ct,
+                drafts=req._spec_drafts,
+                histogram=req.histogram(),
+                outputs=len(req.output_ids),
+                finished=req.finished(),
+                retracted=req.is_retracted,
+            )
+            for req in self.reqs.values()
+        )
+
+    def _abort(self, rid: str) -> None:
+        req = self.reqs.get(rid)
+        if req is None or req.finished():
+            return
+        if req in self.waiting:
+            self.waiting.remove(req)
+            req.finished_reason = "abort"
+            req.finished_len = len(req.output_ids)
+        else:
+            req.to_finish = "abort"
+
+    def _step(self, step: Step) -> tuple[ObservedDelivery | None, str | None]:
+        previous = self.pending if self.config.overlap else None
+        self.pending = None
+        launched = self._build_and_launch(step)
+        to_deliver = previous if self.config.overlap else launched
+        if self.config.overlap:
+            self.pending = launched
+        if to_deliver is None:
+            return None, None
+        return self._deliver(to_deliver)
+
+    # -- build and launch ---------------------------------------------------------------------
+
+    def _build_and_launch(self, step: Step) -> _EngineLaunch | None:
+        self.running.extend(self.last_prefill)
+        self.last_prefill = []
+        self.running = [req for req in self.running if not req.finished()]
+        if self.waiting:
+            return self._prefill()
+        for req in [r for r in self.running if r.rid in self.retract_requested]:
+            self._reset_for_retract(req)
+        if not self.running:
+            return None
+        return self._prepare_for_decode(step)
+
+    def _prefill(self) -> _EngineLaunch:
+        batch = list(self.waiting)
+        self.waiting = []
+        for req in batch:
+            req.is_retracted = False
+            req.kv_committed_len = len(req.origin_input_ids) + len(req.output_ids)
+            req.kv_allocated_len = req.kv_committed_len
+        self.last_prefill = list(batch)
+        self.launch_count += 1
+        stride = self.scheduler.draft_worker.speculative_num_draft_tokens
+        return _EngineLaunch(self.launch_count, "prefill", FakeBatch(batch), stride, ())
+
+    def _reset_for_retract(self, req: FakeReq) -> None:
+        self.retract_requested.discard(req.rid)
+        self.running.remove(req)
+        req.retraction_count += 1
+        req.is_retracted = True
+        req.kv_committed_len = 0
+        req.kv_allocated_len = 0
+        self.waiting.append(req)
+
+    def _prepare_for_decode(self, step: Step) -> _EngineLaunch:
+        stride = self.scheduler.draft_worker.speculative_num_draft_tokens
+        reqs = list(self.running)
+        if self.config.convention == "preclaim":
+            for req in reqs:
+                req.kv_committed_len += 1
+        accepts = tuple(accept_for_row(step, row, stride) for row in range(len(reqs)))
+        self.launch_count += 1
+        batch = FakeBatch(reqs)  # a fresh list: the snapshot's row order is fixed at launch
+        batch.enable_overlap = self.config.overlap
+        return _EngineLaunch(self.launch_count, "decode", batch, stride, accepts)
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    def _deliver(self, launch: _EngineLaunch) -> tuple[ObservedDelivery | None, str | None]:
+        if launch.kind == "prefill":
+            for row, req in enumerate(launch.batch.reqs):
+                if req.is_retracted or req.finished():
+                    continue
+                req.output_ids.append(token_id(launch.number, row, 0))
+                self._update_finish_state(req)
+            return None, None
+
+        result = self._make_result(launch)
+        target_error: str | None = None
+        returned: Any = None
+        try:
+            returned = self.resolver(self.scheduler, result, launch.batch)
+        except UnmodeledAttributeError as exc:
+            raise UnsupportedTargetError(str(exc)) from None
+        except Exception as exc:
+            target_error = f"{type(exc).__name__}: {exc}"
+        runs = _normalise_runs(returned)
+        stale = tuple(req.is_retracted or req.finished() for req in launch.batch.reqs)
+        # The scheduler's per-row loop (semantics.md §2.4 step 3) with the target's runs.
+        for row, req in enumerate(launch.batch.reqs):
+            if stale[row]:
+                continue
+            if runs is not None and row < len(runs):
+                req.output_ids.extend(runs[row])
+            self._update_finish_state(req)
+        observed = ObservedDelivery(
+            launch_number=launch.number,
+            rids=tuple(req.rid for req in launch.batch.reqs),
+            stale=stale,
+            runs=runs,
+            runs_repr=_short_repr(returned),
+            global_drafts=result._draft_total,
+        )
+        return observed, target_error
+
+    def _make_result(self, launch: _EngineLaunch) -> FakeResult:
+        rows, stride = len(launch.batch.reqs), launch.stride
+        next_token_ids = torch.tensor(
+            [token_id(launch.number, row, col) for row in range(rows) for col in range(stride)],
+            dtype=torch.int64,
+        )
+        accept_lens = torch.tensor(launch.accepts, dtype=torch.int32)
+        return FakeResult(next_token_ids, accept_lens, stride)
+
+    def _update_finish_state(self, req: FakeReq) -> None:
+        if req.to_finish is not None:
+            req.finished_reason, req.to_finish = req.to_finish, None
+            req.finished_len = len(req.output_ids)
+            return
+        emitted = len(req.output_ids)
+        max_new = req.sampling_params.max_new_tokens
+        eos_at = self.eos_at[req.rid]
+        if eos_at is not None and eos_at <= min(emitted, max_new):
+            req.finished_reason, req.finished_len = "eos", eos_at
+        elif emitted >= max_new:
+            req.finished_reason, req.finished_len = "length", max_new
+
+
+def _normalise_runs(returned: Any) -> tuple[tuple[int, ...], ...] | None:
+    """The target's return value as tuples of ints, or None when it is not a list of runs."""
+    if not isinstance(returned, list | tuple):
+        return None
+    try:
+        runs = tuple(
+            tuple(int(tok) for tok in (run.tolist() if hasattr(run, "tolist") else run))
+            for run in returned
+        )
+    except (TypeError, ValueError):
+        return None
+    return runs
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,332 @@
+"""The reference model: what a correct scheduler + resolver must leave behind after each event.
+
+A pure ledger written from the semantics (semantics.md §2), independent of any resolver and of
+the engine's fakes: it never calls the target, never touches torch, and the engine never asks it
+what to do. The invariant checkers are the only place where the two meet.
+
+Per request it keeps the prompt length P, the output length L, the lifecycle phase, the committed
+KV length C, and the speculative statistics (verify count, accepted drafts, histogram). Per
+delivered decode result it predicts the runs the resolver must return (row i's first a_i tokens
+under the stride recorded at launch) and the batch-global accepted-draft counter.
+
+Conventions (semantics.md §1.2): with `preclaim` (H=1) each decode launch bumps C by one, a live
+row then adds a-1 and a finished row gives the one back; with `honest` (H=0) nothing happens at
+launch and a live row adds a. Either way a live request satisfies
+C == P + L - 1 + n_prefill_in_flight + H * n_decode_in_flight (§2.9 invariant 1).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Literal, TypeAlias
+
+import attrs
+
+from kvcheck.scenario import (
+    Abort,
+    Admit,
+    Config,
+    Event,
+    Retract,
+    Step,
+    SwitchStride,
+    accept_for_row,
+    token_id,
+)
+
+Phase: TypeAlias = Literal["waiting", "running", "finished", "retracted"]
+LaunchKind: TypeAlias = Literal["prefill", "decode"]
+
+
+@attrs.define
+class RequestLedger:
+    rid: str
+    prompt_len: int
+    max_new_tokens: int
+    eos_at: int | None
+    phase: Phase = "waiting"
+    outputs: int = 0
+    committed: int = 0
+    verify_ct: int = 0
+    drafts: int = 0
+    histogram: dict[int, int] = attrs.field(factory=dict)
+    abort_pending: bool = False
+    retract_pending: bool = False
+    admissions: int = 0
+    retractions: int = 0
+    decode_in_flight: int = 0
+    finished_len: int | None = None
+    finish_reason: str | None = None
+    # Where the request's KV is: admitted requests that are not retracted hold a row.
+    holds_kv: bool = False
+
+    @property
+    def stale(self) -> bool:
+        """A row of this request delivered now is stale (semantics.md notation)."""
+        return self.phase in ("finished", "retracted")
+
+
+@attrs.frozen
+class Launch:
+    number: int
+    kind: LaunchKind
+    rids: tuple[str, ...]
+    stride: int
+    accepts: tuple[int, ...]
+
+
+@attrs.frozen
+class ExpectedDelivery:
+    """What the resolver must produce for one delivered decode result."""
+
+    launch: Launch
+    stale: tuple[bool, ...]
+    runs: tuple[tuple[int, ...], ...]
+    # The batch-global accepted-draft counter the resolver writes, or None when not judged.
+    global_drafts: int | None
+
+
+@attrs.frozen
+class RequestExpectation:
+    rid: str
+    phase: Phase
+    committed: int
+    verify_ct: int
+    drafts: int
+    histogram: tuple[tuple[int, int], ...]
+    outputs: int
+    decode_in_flight: int
+
+
+@attrs.frozen
+class Expectation:
+    """The model's view after one event: every known request, plus the delivery if any."""
+
+    requests: tuple[RequestExpectation, ...]
+    delivery: ExpectedDelivery | None
+    in_flight: tuple[Launch, ...]
+
+
+class ReferenceModel:
+    """Applies events one at a time; `apply` returns the expected state after the event."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.requests: dict[str, RequestLedger] = {}
+        self.waiting: list[str] = []
+        self.running: list[str] = []
+        self.merge_next: list[str] = []  # last prefill batch, merged into running at next build
+        self.in_flight: list[Launch] = []
+        self.worker_stride = config.stride
+        self.launches = 0
+        # Labels of situations reached, for coverage reporting (Hypothesis `event()`).
+        self.reached: set[str] = set()
+
+    # -- public -------------------------------------------------------------------------------
+
+    def clone(self) -> ReferenceModel:
+        return copy.deepcopy(self)
+
+    def apply(self, event: Event) -> Expectation:
+        delivery: ExpectedDelivery | None = None
+        match event:
+            case Admit():
+                self._admit(event)
+            case Step():
+                delivery = self._step(event)
+            case Retract(rid=rid):
+                req = self.requests.get(rid)
+                if req is not None and req.phase == "running":
+                    req.retract_pending = True
+            case Abort(rid=rid):
+                self._abort(rid)
+            case SwitchStride(stride=stride):
+                if self.config.adaptive and stride != self.worker_stride:
+                    self.worker_stride = stride
+                    if self.in_flight:
+                        self.reached.add("stride switch with a launch in flight")
+        return self.expectation(delivery)
+
+    def expectation(self, delivery: ExpectedDelivery | None = None) -> Expectation:
+        return Expectation(
+            requests=tuple(
+                RequestExpectation(
+                    rid=r.rid,
+                    phase=r.phase,
+                    committed=r.committed,
+                    verify_ct=r.verify_ct,
+                    drafts=r.drafts,
+                    histogram=tuple(sorted(r.histogram.items())),
+                    outputs=r.outputs,
+                    decode_in_flight=r.decode_in_flight,
+                )
+                for r in self.requests.values()
+            ),
+            delivery=delivery,
+            in_flight=tuple(self.in_flight),
+        )
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _admit(self, event: Admit) -> None:
+        if event.rid in self.requests:
+            return
+        self.requests[event.rid] = RequestLedger(
+            rid=event.rid,
+            prompt_len=event.prompt_len,
+            max_new_tokens=event.max_new_tokens,
+            eos_at=event.eos_at,
+        )
+        self.waiting.append(event.rid)
+
+    def _abort(self, rid: str) -> None:
+        req = self.requests.get(rid)
+        if req is None or req.phase == "finished":
+            return
+        self.reached.add("abort")
+        if req.phase in ("waiting", "retracted"):
+            # Leaves the queue at once; it holds no KV (never admitted, or reset by retraction).
+            self.waiting.remove(rid)
+            self._finish(req, "abort", req.outputs)
+        else:
+            req.abort_pending = True
+
+    def _step(self, step: Step) -> ExpectedDelivery | None:
+        previous = self.in_flight.pop(0) if self.config.overlap and self.in_flight else None
+        launched = self._build_and_launch(step)
+        if not self.config.overlap:
+            return self._deliver(launched) if launched is not None else None
+        if launched is not None:
+            self.in_flight.append(launched)
+        return self._deliver(previous) if previous is not None else None
+
+    def _build_and_launch(self, step: Step) -> Launch | None:
+        # Merge the last prefill batch, then drop finished requests (SGLang's filter_batch).
+        self.running.extend(self.merge_next)
+        self.merge_next = []
+        self.running = [rid for rid in self.running if self.requests[rid].phase == "running"]
+        if self.waiting:
+            return self._launch_prefill()
+        for rid in [r for r in self.running if self.requests[r].retract_pending]:
+            self._retract(self.requests[rid])
+        if not self.running:
+            return None
+        return self._launch_decode(step)
+
+    def _launch_prefill(self) -> Launch:
+        rids = tuple(self.waiting)
+        self.waiting = []
+        for rid in rids:
+            req = self.requests[rid]
+            if req.admissions:
+                self.reached.add("re-admission")
+            req.admissions += 1
+            req.phase = "running"
+            req.holds_kv = True
+            # Prefill assigns (never adds) the whole fill: prompt plus outputs so far.
+            req.committed = req.prompt_len + req.outputs
+        self.merge_next = list(rids)
+        self.launches += 1
+        return Launch(self.launches, "prefill", rids, self.worker_stride, ())
+
+    def _launch_decode(self, step: Step) -> Launch:
+        stride = self.worker_stride
+        rids = tuple(self.running)
+        accepts = tuple(accept_for_row(step, row, stride) for row in range(len(rids)))
+        for rid in rids:
+            req = self.requests[rid]
+            req.decode_in_flight += 1
+            if self.config.convention == "preclaim":
+                req.committed += 1
+        self.launches += 1
+        self.reached.add(f"stride {stride}")
+        return Launch(self.launches, "decode", rids, stride, accepts)
+
+    def _retract(self, req: RequestLedger) -> None:
+        if req.decode_in_flight:
+            self.reached.add("retract with its launch in flight")
+        if req.retractions:
+            self.reached.add("second retraction of a request")
+        req.retractions += 1
+        req.retract_pending = False
+        req.phase = "retracted"
+        req.holds_kv = False
+        req.committed = 0  # outputs and statistics are kept
+        self.running.remove(req.rid)
+        self.waiting.append(req.rid)
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    def _deliver(self, launch: Launch) -> ExpectedDelivery | None:
+        if launch.kind == "prefill":
+            for rid in launch.rids:
+                req = self.requests[rid]
+                if req.stale:
+                    continue
+                req.outputs += 1
+                if self._check_finish(req):
+                    self.reached.add("finish on the prefill result")
+            return None
+        stale = tuple(self.requests[rid].stale for rid in launch.rids)
+        live_rows = stale.count(False)
+        if live_rows >= 4:
+            self.reached.add("batch with 4+ live rows")
+        runs = tuple(
+            tuple(token_id(launch.number, row, col) for col in range(launch.accepts[row]))
+            for row in range(len(launch.rids))
+        )
+        global_drafts = self._expected_global_drafts(launch, stale)
+        for row, rid in enumerate(launch.rids):
+            req = self.requests[rid]
+            accept = launch.accepts[row]
+            req.decode_in_flight -= 1
+            self._label_accept(accept, launch.stride, stale[row])
+            if stale[row]:
+                self.reached.add(f"stale row of a {req.phase} request")
+                if req.phase == "finished" and self.config.convention == "preclaim":
+                    req.committed -= 1  # give back the launch's pre-claimed slot
+                continue
+            req.committed += accept - 1 if self.config.convention == "preclaim" else accept
+            req.verify_ct += 1
+            req.drafts += accept - 1
+            req.histogram[accept - 1] = req.histogram.get(accept - 1, 0) + 1
+            req.outputs += accept
+            self._check_finish(req)
+        return ExpectedDelivery(launch, stale, runs, global_drafts)
+
+    def _expected_global_drafts(self, launch: Launch, stale: Iterable[bool]) -> int | None:
+        mode = self.config.global_counters
+        if mode == "off":
+            return None
+        rows = zip(launch.accepts, stale, strict=True)
+        return sum(a - 1 for a, is_stale in rows if mode == "sglang" or not is_stale)
+
+    def _label_accept(self, accept: int, stride: int, stale: bool) -> None:
+        kind = "stale" if stale else "live"
+        if accept == 1:
+            self.reached.add(f"accept 1 on a {kind} row")
+        if accept == stride:
+            self.reached.add(f"full acceptance on a {kind} row")
+
+    def _check_finish(self, req: RequestLedger) -> bool:
+        """The scheduler's finish check after a run was appended to the request's output."""
+        if req.abort_pending:
+            self._finish(req, "abort", req.outputs)
+            return True
+        # The earliest stop position inside what has been emitted wins; the rest is over-shoot.
+        if req.eos_at is not None and req.eos_at <= min(req.outputs, req.max_new_tokens):
+            self._finish(req, "eos", req.eos_at)
+            return True
+        if req.outputs >= req.max_new_tokens:
+            self._finish(req, "length", req.max_new_tokens)
+            return True
+        return False
+
+    def _finish(self, req: RequestLedger, reason: str, finished_len: int) -> None:
+        self.reached.add(f"{reason} finish")
+        req.phase = "finished"
+        req.finish_reason = reason
+        req.finished_len = finished_len
+        req.holds_kv = False
+        req.abort_pending = False

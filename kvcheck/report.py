@@ -1,0 +1,84 @@
+"""Turning verdicts into text people read and JSON machines read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcheck.check import Verdict
+from kvcheck.scenario import Scenario, config_to_dict, describe_event, event_to_dict
+
+
+def describe_config(scenario: Scenario) -> str:
+    config = scenario.config
+    parts = [
+        f"{config.convention} convention",
+        f"overlap {'on' if config.overlap else 'off'}",
+        f"stride {config.stride}",
+    ]
+    if config.adaptive:
+        parts.append("adaptive stride")
+    parts.append(f"global counters {config.global_counters}")
+    return ", ".join(parts)
+
+
+def format_events(scenario: Scenario, mark: int | None = None) -> list[str]:
+    width = len(str(max(len(scenario.events) - 1, 0)))
+    lines = []
+    for index, event in enumerate(scenario.events):
+        arrow = "   <- violation" if index == mark else ""
+        lines.append(f"  {index:>{width}}  {describe_event(event)}{arrow}")
+    return lines
+
+
+def format_verdict(verdict: Verdict) -> str:
+    lines = [
+        f"target      {verdict.target}  ({verdict.description})",
+        f"convention  {verdict.convention}  ({verdict.convention_reason})",
+        f"options     global counters {verdict.global_counters}, "
+        f"adaptive {'on' if verdict.adaptive else 'off'}",
+    ]
+    violation, scenario = verdict.violation, verdict.counterexample
+    if violation is None or scenario is None:
+        lines.append(
+            f"PASS        no violation in {verdict.examples} scenarios ({verdict.seconds:.2f} s)"
+        )
+        return "\n".join(lines)
+    where = f" ({violation.rid})" if violation.rid else ""
+    lines += [
+        f"FAIL        {violation.invariant} at event {violation.event_index}{where}: "
+        f"expected {violation.expected!r}, observed {violation.observed!r}",
+        f"            {violation.message}",
+        f"counterexample: {len(scenario.events)} events; {describe_config(scenario)}",
+        *format_events(scenario, violation.event_index),
+        f"found after {verdict.outcome.examples_to_failure} scenarios; "
+        f"{verdict.examples} run in {verdict.seconds:.2f} s including shrinking",
+    ]
+    return "\n".join(lines)
+
+
+def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "verdict": verdict.verdict,
+        "target": verdict.target,
+        "convention": verdict.convention,
+        "convention_reason": verdict.convention_reason,
+        "global_counters": verdict.global_counters,
+        "adaptive": verdict.adaptive,
+        "examples": verdict.examples,
+        "seconds": round(verdict.seconds, 3),
+    }
+    violation, scenario = verdict.violation, verdict.counterexample
+    if violation is not None and scenario is not None:
+        data["violation"] = {
+            "invariant": violation.invariant,
+            "event_index": violation.event_index,
+            "rid": violation.rid,
+            "expected": violation.expected,
+            "observed": violation.observed,
+            "message": violation.message,
+        }
+        data["events"] = [event_to_dict(e) for e in scenario.events]
+        data["config"] = config_to_dict(scenario.config)
+        data["examples_to_failure"] = verdict.outcome.examples_to_failure
+        data["counterexample_file"] = None
+    return data

@@ -1,0 +1,55 @@
+"""Running one scenario: engine and reference model side by side, checked after every event.
+
+This is the only place the model and the engine meet (through the invariant checkers). It stops at
+the first event with a violation: later events would only report consequences of it.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from kvcheck.engine import Engine, Observation
+from kvcheck.invariants import Violation, check_event
+from kvcheck.model import Expectation, ReferenceModel
+from kvcheck.scenario import Event, Scenario
+from kvcheck.targets import Target
+
+
+@attrs.frozen
+class TraceEntry:
+    index: int
+    event: Event
+    expected: Expectation
+    observed: Observation
+
+
+@attrs.frozen
+class RunResult:
+    scenario: Scenario
+    violations: tuple[Violation, ...]
+    trace: tuple[TraceEntry, ...]
+    # Situations the scenario reached (model labels), for coverage accounting.
+    reached: frozenset[str]
+
+    @property
+    def violation(self) -> Violation | None:
+        return self.violations[0] if self.violations else None
+
+
+def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) -> RunResult:
+    """Replay `scenario` against `target`; deterministic, no Hypothesis involved.
+
+    Raises `UnsupportedTargetError` when the target touches what kvcheck does not model.
+    """
+    model = ReferenceModel(scenario.config)
+    engine = Engine(scenario.config, target.resolver, target.self_methods)
+    trace: list[TraceEntry] = []
+    for index, event in enumerate(scenario.events):
+        expected = model.apply(event)
+        observed = engine.apply(event)
+        if record:
+            trace.append(TraceEntry(index, event, expected, observed))
+        violations = check_event(index, expected, observed)
+        if violations:
+            return RunResult(scenario, tuple(violations), tuple(trace), frozenset(model.reached))
+    return RunResult(scenario, (), tuple(trace), frozenset(model.reached))

@@ -1,0 +1,239 @@
+"""Scenarios as data: a small `Config` plus a list of events, with a versioned JSON form.
+
+Everything kvcheck does is a function of a `Scenario`: Hypothesis generates them, the engine
+replays them against a target, the reference model computes what must hold after each event, and
+counterexample files store them. The JSON form round-trips exactly (`from_json(to_json(s)) == s`).
+
+Event semantics (one scheduler iteration per `Step`, as SGLang's overlap loop runs it):
+
+- `Admit(rid, prompt_len, max_new_tokens, eos_at)`: the request joins the waiting queue. The next
+  `Step` runs a prefill batch of every waiting request (prefill has priority over decode).
+  `eos_at=k` means output position k (1-based) holds the EOS token, so a run that reaches it
+  finishes the request with `finished_len == k`; tokens accepted past it stay (over-shoot).
+- `Step(accepts)`: build the next batch (prefill if anything waits, else decode of the running
+  requests), launch it, then deliver the previous launch (overlap) or this one (no overlap).
+  `accepts[i]` is the accept length the GPU reports for row i of the batch launched now; missing
+  entries mean 1 and values are clamped to `[1, stride at launch]`.
+- `Retract(rid)`: marks a running request for retraction at the next decode build.
+- `Abort(rid)`: a waiting request leaves the queue; a running one gets `to_finish`, which takes
+  effect at its next applied (non-stale) row.
+- `SwitchStride(stride)`: the adaptive controller changes the worker's stride; later launches use
+  it. A no-op unless `Config.adaptive` is on.
+
+Events that make no sense at their point (retract an unknown rid, admit a rid twice) are no-ops,
+never errors: that keeps every prefix and every shrink of a scenario valid.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, Literal, TypeAlias
+
+import attrs
+
+from kvcheck.errors import ScenarioFormatError
+
+SCHEMA_VERSION: Final = 1
+SUPPORTED_SCHEMA_VERSIONS: Final = (1,)
+
+Convention: TypeAlias = Literal["preclaim", "honest"]
+GlobalCounterMode: TypeAlias = Literal["ideal", "sglang", "off"]
+CONVENTIONS: Final[tuple[Convention, ...]] = ("preclaim", "honest")
+GLOBAL_COUNTER_MODES: Final[tuple[GlobalCounterMode, ...]] = ("ideal", "sglang", "off")
+MIN_STRIDE: Final = 1
+MAX_STRIDE: Final = 16
+
+
+def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be >= 1, got {value}")
+
+
+def _stride(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if not MIN_STRIDE <= value <= MAX_STRIDE:
+        raise ValueError(f"{attribute.name} must be in [{MIN_STRIDE}, {MAX_STRIDE}], got {value}")
+
+
+@attrs.frozen
+class Config:
+    """How the scheduler around the resolver behaves, and how strictly counters are judged."""
+
+    convention: Convention = attrs.field(
+        default="preclaim", validator=attrs.validators.in_(CONVENTIONS)
+    )
+    overlap: bool = True
+    stride: int = attrs.field(default=4, validator=_stride)
+    adaptive: bool = False
+    page_size: int = attrs.field(default=1, validator=_positive)
+    global_counters: GlobalCounterMode = attrs.field(
+        default="ideal", validator=attrs.validators.in_(GLOBAL_COUNTER_MODES)
+    )
+
+
+@attrs.frozen
+class Admit:
+    rid: str
+    prompt_len: int = attrs.field(validator=_positive)
+    max_new_tokens: int = attrs.field(validator=_positive)
+    eos_at: int | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
+
+
+def _int_tuple(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(values)
+
+
+def _event_tuple(values: Iterable[Event]) -> tuple[Event, ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class Step:
+    accepts: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
+
+    @accepts.validator
+    def _check_accepts(self, _: attrs.Attribute[tuple[int, ...]], value: tuple[int, ...]) -> None:
+        if any(a < 1 for a in value):
+            raise ValueError(f"accept lengths must be >= 1, got {value}")
+
+
+@attrs.frozen
+class Retract:
+    rid: str
+
+
+@attrs.frozen
+class Abort:
+    rid: str
+
+
+@attrs.frozen
+class SwitchStride:
+    stride: int = attrs.field(validator=_stride)
+
+
+Event: TypeAlias = Admit | Step | Retract | Abort | SwitchStride
+EVENT_TYPES: Final[dict[str, type[Event]]] = {
+    "admit": Admit,
+    "step": Step,
+    "retract": Retract,
+    "abort": Abort,
+    "switch_stride": SwitchStride,
+}
+_KIND_OF: Final[dict[type[Event], str]] = {cls: kind for kind, cls in EVENT_TYPES.items()}
+
+
+@attrs.frozen
+class Scenario:
+    config: Config
+    events: tuple[Event, ...] = attrs.field(converter=_event_tuple)
+
+
+def accept_for_row(step: Step, row: int, stride: int) -> int:
+    """The accept length row `row` of a batch launched by `step` reports, clamped to [1, stride]."""
+    raw = step.accepts[row] if row < len(step.accepts) else 1
+    return max(1, min(raw, stride))
+
+
+def token_id(launch_no: int, row: int, column: int) -> int:
+    """The token id the fake GPU writes at `column` of `row` in launch `launch_no`.
+
+    Every position of every result gets a distinct, readable id (launch 3, row 1, column 2 is
+    30102), padding included, so a slice taken with the wrong stride or offset returns tokens that
+    visibly belong to another row.
+    """
+    return launch_no * 10_000 + row * 100 + column
+
+
+def describe_event(event: Event) -> str:
+    """A short human name for an event, as used in timelines and counterexamples."""
+    match event:
+        case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e):
+            eos = f", eos_at={e}" if e is not None else ""
+            return f"admit {rid} (prompt={p}, max_new={m}{eos})"
+        case Step(accepts=accepts):
+            return f"step accepts={list(accepts)}" if accepts else "step"
+        case Retract(rid=rid):
+            return f"retract {rid}"
+        case Abort(rid=rid):
+            return f"abort {rid}"
+        case SwitchStride(stride=s):
+            return f"switch stride to {s}"
+    raise AssertionError(f"unknown event {event!r}")
+
+
+# --- JSON -------------------------------------------------------------------------------------
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    data = attrs.asdict(event, retain_collection_types=False)
+    return {"kind": _KIND_OF[type(event)], **data}
+
+
+def event_from_dict(data: Mapping[str, Any]) -> Event:
+    if not isinstance(data, Mapping) or "kind" not in data:
+        raise ScenarioFormatError(f"event must be an object with a 'kind', got {data!r}")
+    fields = dict(data)
+    kind = fields.pop("kind")
+    cls = EVENT_TYPES.get(kind)
+    if cls is None:
+        raise ScenarioFormatError(
+            f"unknown event kind {kind!r}; known kinds: {', '.join(EVENT_TYPES)}"
+        )
+    try:
+        return cls(**fields)
+    except (TypeError, ValueError) as exc:
+        raise ScenarioFormatError(f"invalid {kind} event {dict(data)!r}: {exc}") from None
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    return attrs.asdict(config)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> Config:
+    try:
+        return Config(**data)
+    except (TypeError, ValueError) as exc:
+        raise ScenarioFormatError(f"invalid config {dict(data)!r}: {exc}") from None
+
+
+def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "config": config_to_dict(scenario.config),
+        "events": [event_to_dict(e) for e in scenario.events],
+    }
+
+
+def check_schema_version(data: Mapping[str, Any]) -> None:
+    version = data.get("schema_version")
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        supported = ", ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)
+        raise ScenarioFormatError(
+            f"unsupported schema_version {version!r}; this kvcheck reads version(s) {supported}"
+        )
+
+
+def scenario_from_dict(data: Mapping[str, Any]) -> Scenario:
+    if not isinstance(data, Mapping):
+        raise ScenarioFormatError("scenario must be a JSON object")
+    check_schema_version(data)
+    events = data.get("events")
+    if not isinstance(events, Sequence) or isinstance(events, str):
+        raise ScenarioFormatError("scenario 'events' must be a list")
+    config = data.get("config")
+    if not isinstance(config, Mapping):
+        raise ScenarioFormatError("scenario 'config' must be an object")
+    return Scenario(config_from_dict(config), tuple(event_from_dict(e) for e in events))
+
+
+def to_json(scenario: Scenario) -> str:
+    return json.dumps(scenario_to_dict(scenario), indent=2, sort_keys=True)
+
+
+def from_json(text: str) -> Scenario:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScenarioFormatError(f"not valid JSON: {exc}") from None
+    return scenario_from_dict(data)

@@ -1,0 +1,114 @@
+"""Resolving a target spec into something the engine can call.
+
+Three forms (DESIGN.md §6):
+- `builtin:NAME`: one of kvcheck's own resolvers (`kvcheck.builtins`);
+- `package.module:Qualname.attr`: imported normally;
+- `path/to/file.py::Qualname.attr`: read from source without importing its module, so a resolver
+  inside an SGLang checkout can be checked on a machine without SGLang's dependencies.
+
+Every failure is a `TargetLoadError` with one line: the front doors turn it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from kvcheck.builtins import BUILTINS
+from kvcheck.errors import TargetLoadError
+
+DEFAULT_TARGETS = ("builtin:seed-prefix", "builtin:seed-fixed")
+
+
+@attrs.frozen
+class Target:
+    spec: str
+    resolver: Callable[..., Any]
+    description: str
+    # Other methods of the resolver's class that it calls as self.X(...); bound onto the fake
+    # scheduler. Empty for plain functions.
+    self_methods: Mapping[str, Callable[..., Any]] = attrs.field(factory=dict)
+
+
+def load_target(spec: str) -> Target:
+    spec = spec.strip()
+    if spec.startswith("builtin:"):
+        return _load_builtin(spec)
+    if "::" in spec:
+        return _load_source(spec)
+    if spec.count(":") == 1:
+        return _load_import(spec)
+    raise TargetLoadError(
+        f"malformed target {spec!r}; expected builtin:NAME, package.module:Qualname or "
+        "path/to/file.py::Qualname"
+    )
+
+
+def _load_builtin(spec: str) -> Target:
+    name = spec.removeprefix("builtin:")
+    resolver = BUILTINS.get(name)
+    if resolver is None:
+        raise TargetLoadError(
+            f"unknown builtin {name!r}; builtins: {', '.join('builtin:' + n for n in BUILTINS)}"
+        )
+    return Target(spec, resolver, f"kvcheck built-in resolver {name!r}")
+
+
+def _load_source(spec: str) -> Target:
+    path, _, qualname = spec.partition("::")
+    if not path or not qualname:
+        raise TargetLoadError(f"malformed target {spec!r}; expected path/to/file.py::Qualname")
+    from kvcheck.source_target import load_from_source
+
+    loaded = load_from_source(path, qualname)
+    return Target(spec, loaded.resolver, loaded.description, dict(loaded.self_methods))
+
+
+def _load_import(spec: str) -> Target:
+    module_name, _, qualname = spec.partition(":")
+    if not module_name or not qualname:
+        raise TargetLoadError(f"malformed target {spec!r}; expected package.module:Qualname")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TargetLoadError(
+            f"cannot import {module_name!r} for target {spec!r}: {exc}; to check a file whose "
+            "imports are not installed, use path/to/file.py::Qualname"
+        ) from None
+    except Exception as exc:
+        raise TargetLoadError(
+            f"importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        ) from None
+    obj: Any = module
+    for depth, part in enumerate(qualname.split(".")):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            names = [n for n in dir(obj) if not n.startswith("__")]
+            close = difflib.get_close_matches(part, names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            where = ".".join([module_name, *qualname.split(".")[:depth]])
+            raise TargetLoadError(f"{where} has no attribute {part!r}{hint}") from None
+    resolver = inspect.unwrap(obj) if callable(obj) else obj
+    check_resolver_signature(resolver, spec)
+    return Target(spec, resolver, f"{qualname} imported from {module_name}")
+
+
+def check_resolver_signature(resolver: Any, spec: str) -> None:
+    """A resolver must be callable as resolver(self, result, batch)."""
+    if not callable(resolver):
+        raise TargetLoadError(f"target {spec!r} is a {type(resolver).__name__}, not a function")
+    try:
+        inspect.signature(resolver).bind(object(), object(), object())
+    except TypeError:
+        raise TargetLoadError(
+            f"target {spec!r} has signature {inspect.signature(resolver)}; a resolver must "
+            "accept (self, result, batch)"
+        ) from None
+    except ValueError:
+        return  # builtins without a signature: let the call decide

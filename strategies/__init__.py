@@ -1,0 +1,190 @@
+"""Hypothesis strategies for kvcheck scenarios (installed as `kvcheck.strategies`).
+
+A scenario is a `Config` plus a list of events (`kvcheck.scenario`). The strategies here draw
+request lifecycles for 1-6 requests: admissions with short or long generations and optional EOS
+positions, scheduler steps with per-row accept lengths, retractions (which re-admit the request
+through prefill at a later step), aborts, and, when adaptive switching is on, stride switches
+that land between a launch and its delivery.
+
+Every branch shrinks towards the simplest scenario: `step` is the first event alternative, small
+prompts, short generations, overlap on and stride 2 come first. That is why counterexamples come
+out at the length of the minimal sequences in semantics.md §3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from hypothesis import event as hypothesis_event
+from hypothesis import strategies as st
+
+from kvcheck.scenario import (
+    Abort,
+    Admit,
+    Config,
+    Convention,
+    Event,
+    GlobalCounterMode,
+    Retract,
+    Scenario,
+    Step,
+    SwitchStride,
+)
+
+MAX_REQUESTS: Final = 6
+MIN_GENERATED_STRIDE: Final = 2
+MAX_GENERATED_STRIDE: Final = 8
+MAX_EVENTS: Final = 32
+REQUEST_IDS: Final = tuple(f"r{i}" for i in range(MAX_REQUESTS))
+
+# Situations the strategies must reach within the CI profile's budget (tests enforce it). The
+# labels are emitted by the reference model as it reaches each situation, plus request counts.
+COVERAGE_TARGETS: Final[tuple[str, ...]] = (
+    *(f"{n} requests" for n in range(1, MAX_REQUESTS + 1)),
+    "batch with 4+ live rows",
+    "accept 1 on a live row",
+    "accept 1 on a stale row",
+    "full acceptance on a live row",
+    "full acceptance on a stale row",
+    *(f"stride {s}" for s in range(MIN_GENERATED_STRIDE, MAX_GENERATED_STRIDE + 1)),
+    "finish on the prefill result",
+    "eos finish",
+    "length finish",
+    "abort finish",
+    "retract with its launch in flight",
+    "re-admission",
+    "second retraction of a request",
+    "stale row of a finished request",
+    "stale row of a retracted request",
+)
+ADAPTIVE_COVERAGE_TARGETS: Final[tuple[str, ...]] = ("stride switch with a launch in flight",)
+
+
+def strides() -> st.SearchStrategy[int]:
+    """Row widths of `next_token_ids` (speculative_num_draft_tokens), 2..8."""
+    return st.integers(MIN_GENERATED_STRIDE, MAX_GENERATED_STRIDE)
+
+
+def configs(
+    *,
+    convention: Convention = "preclaim",
+    global_counters: GlobalCounterMode = "ideal",
+    adaptive: bool = False,
+) -> st.SearchStrategy[Config]:
+    """Configs with the given judging options; overlap (on first) and initial stride vary."""
+    return st.builds(
+        Config,
+        convention=st.just(convention),
+        overlap=st.sampled_from((True, False)),
+        stride=strides(),
+        adaptive=st.just(adaptive),
+        global_counters=st.just(global_counters),
+    )
+
+
+# Relative frequencies of event kinds. `step` is first so shrinking turns other events into steps.
+_EVENT_KINDS: Final = ("step",) * 6 + ("admit",) * 3 + ("retract",) * 2 + ("abort",)
+_ADAPTIVE_EVENT_KINDS: Final = (*_EVENT_KINDS, "switch")
+_MAX_ACCEPT_CODE: Final = MAX_GENERATED_STRIDE**MAX_REQUESTS - 1
+
+
+# Events are drawn from a few integers each rather than with `builds`/`lists`: Hypothesis draws
+# cost tens of microseconds here, and this keeps generation at a few hundred scenarios a second.
+
+
+@st.composite
+def admits(draw: st.DrawFn, rids: Sequence[str] = REQUEST_IDS) -> Admit:
+    """A request with a short or medium generation and sometimes an EOS position.
+
+    `max_new_tokens == 1` or `eos_at == 1` makes it finish on its prefill result; generations up
+    to 24 tokens keep several requests alive at once, so batches of 4+ live rows occur.
+    """
+    rid = rids[draw(st.integers(0, len(rids) - 1))]
+    prompt_len = draw(st.integers(1, 64))
+    max_new_tokens = draw(st.integers(1, 24))
+    eos_at = draw(st.integers(0, 24)) or None
+    return Admit(rid, prompt_len, max_new_tokens, eos_at)
+
+
+@st.composite
+def steps(draw: st.DrawFn) -> Step:
+    """One scheduler iteration with accept lengths for up to six rows.
+
+    The accepts are one integer read as base-8 digits (digit + 1 per row), so the scenario
+    shrinks towards accept length 1 everywhere; values above the launch stride clamp to full
+    acceptance.
+    """
+    code = draw(st.integers(0, _MAX_ACCEPT_CODE))
+    accepts: list[int] = []
+    while code:
+        code, digit = divmod(code, MAX_GENERATED_STRIDE)
+        accepts.append(digit + 1)
+    return Step(tuple(accepts))
+
+
+@st.composite
+def events(draw: st.DrawFn, rids: Sequence[str] = REQUEST_IDS, *, adaptive: bool = False) -> Event:
+    """One event about the requests `rids`; steps are the most frequent kind."""
+    kinds = _ADAPTIVE_EVENT_KINDS if adaptive else _EVENT_KINDS
+    kind = kinds[draw(st.integers(0, len(kinds) - 1))]
+    if kind == "step":
+        return draw(steps())
+    if kind == "admit":
+        return draw(admits(rids))
+    if kind == "switch":
+        return SwitchStride(draw(strides()))
+    rid = rids[draw(st.integers(0, len(rids) - 1))]
+    return Retract(rid) if kind == "retract" else Abort(rid)
+
+
+@st.composite
+def event_lists(
+    draw: st.DrawFn, *, adaptive: bool = False, max_events: int = MAX_EVENTS
+) -> tuple[Event, ...]:
+    """Lifecycles of 1-6 requests, up to `max_events` events.
+
+    The number of requests, an opening burst of admissions and a minimum length are drawn first:
+    Hypothesis's plain lists average a handful of elements, too few to reach re-admissions or
+    batches of four live rows.
+    """
+    requests = draw(st.integers(1, MAX_REQUESTS))
+    rids = REQUEST_IDS[:requests]
+    opening = draw(st.integers(0, requests))
+    admitted = [draw(admits(rids[i : i + 1])) for i in range(opening)]
+    budget = max_events - opening
+    min_events = draw(st.integers(0, budget))
+    drawn = draw(st.lists(events(rids, adaptive=adaptive), min_size=min_events, max_size=budget))
+    return (*admitted, *drawn)
+
+
+def scenarios(
+    *,
+    convention: Convention = "preclaim",
+    global_counters: GlobalCounterMode = "ideal",
+    adaptive: bool = False,
+    max_events: int = MAX_EVENTS,
+) -> st.SearchStrategy[Scenario]:
+    """Whole scenarios: a config and up to `max_events` events."""
+    return st.builds(
+        Scenario,
+        config=configs(convention=convention, global_counters=global_counters, adaptive=adaptive),
+        events=event_lists(adaptive=adaptive, max_events=max_events),
+    )
+
+
+def scenario_labels(scenario: Scenario, reached: Iterable[str]) -> set[str]:
+    """Coverage labels of one run: what the model reached plus how many requests took part."""
+    admitted = {e.rid for e in scenario.events if isinstance(e, Admit)}
+    labels = set(reached)
+    if admitted:
+        labels.add(f"{len(admitted)} requests")
+    return labels
+
+
+def label_run(scenario: Scenario, reached: Iterable[str]) -> set[str]:
+    """Emit the labels of one run with Hypothesis `event()` and return them."""
+    labels = scenario_labels(scenario, reached)
+    for label in sorted(labels):
+        hypothesis_event(label)
+    return labels
