@@ -1,12 +1,38 @@
 """kvcheck: a property-based correctness harness for the KV-cache accounting of speculative
 decoding resolvers under overlap scheduling (SGLang's spec-v2 path first)."""
 
-from kvcheck.check import Verdict, check, detect_convention
-from kvcheck.run import RunResult, run_scenario
+from typing import TYPE_CHECKING, Any
+
 from kvcheck.scenario import Abort, Admit, Config, Retract, Scenario, Step, SwitchStride
-from kvcheck.targets import Target, load_target
+
+if TYPE_CHECKING:
+    from kvcheck.run import RunResult, run_scenario
+    from kvcheck.search import Verdict, check, detect_convention
+    from kvcheck.targets import Target, load_target
 
 __version__ = "0.1.0"
+
+# Imported on first use: `kvcheck.search` pulls in Hypothesis and the engine pulls in torch, and
+# neither may load for `kvcheck replay` (no Hypothesis) or when pytest merely loads the plugin.
+_LAZY = {
+    "Verdict": "kvcheck.search",
+    "check": "kvcheck.search",
+    "detect_convention": "kvcheck.search",
+    "RunResult": "kvcheck.run",
+    "run_scenario": "kvcheck.run",
+    "Target": "kvcheck.targets",
+    "load_target": "kvcheck.targets",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvcheck' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "Abort",

@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import torch
 
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.fakes import (
@@ -112,6 +111,56 @@ class Engine:
         # The resolver and bound methods are shared; fakes and queues are copied.
         memo: dict[int, Any] = {id(self.resolver): self.resolver}
         return copy.deepcopy(self, memo)
+
+    def state_key(self) -> tuple[Any, ...]:
+        """A hashable summary of everything later events and checks depend on (exhaustive mode).
+
+        Two engines with equal keys behave alike on every continuation, up to token ids: those
+        encode launch numbers, so they are abstracted to output lengths, and launch numbers,
+        retraction counts and the controller's feed log are left out. Values the target stored
+        with a non-int type are kept by type and repr, so they never merge with a correct state.
+        """
+        reqs = tuple(
+            (
+                rid,
+                len(req.origin_input_ids),
+                req.sampling_params.max_new_tokens,
+                self.eos_at[rid],
+                len(req.output_ids),
+                _plain(req.kv_committed_len),
+                _plain(req.kv_allocated_len),
+                req.is_retracted,
+                req.finished_reason,
+                req.finished_len,
+                req.to_finish,
+                _plain(req.spec_verify_ct),
+                _plain(req._spec_drafts),
+                req.histogram(),
+            )
+            for rid, req in self.reqs.items()
+        )
+        pending = self.pending
+        return (
+            self.config.convention,
+            self.config.overlap,
+            self.config.adaptive,
+            self.config.page_size,
+            self.config.global_counters,
+            self.scheduler.draft_worker.speculative_num_draft_tokens,
+            reqs,
+            tuple(req.rid for req in self.waiting),
+            tuple(req.rid for req in self.running),
+            tuple(req.rid for req in self.last_prefill),
+            tuple(sorted(self.retract_requested)),
+            None
+            if pending is None
+            else (
+                pending.kind,
+                tuple(req.rid for req in pending.batch.reqs),
+                pending.stride,
+                pending.accepts,
+            ),
+        )
 
     # -- events -------------------------------------------------------------------------------
 
@@ -266,6 +315,10 @@ class Engine:
         return observed, target_error
 
     def _make_result(self, launch: _EngineLaunch) -> FakeResult:
+        # Imported here: torch takes seconds to import, and a CLI that only reports a usage
+        # error should not pay for it.
+        import torch
+
         rows, stride = len(launch.batch.reqs), launch.stride
         next_token_ids = torch.tensor(
             [token_id(launch.number, row, col) for row in range(rows) for col in range(stride)],
@@ -286,6 +339,11 @@ class Engine:
             req.finished_reason, req.finished_len = "eos", eos_at
         elif emitted >= max_new:
             req.finished_reason, req.finished_len = "length", max_new
+
+
+def _plain(value: Any) -> Any:
+    """`value` for a state key: an int as itself, anything else by type and repr."""
+    return value if type(value) is int else (type(value).__name__, repr(value))
 
 
 def _normalise_runs(returned: Any) -> tuple[tuple[int, ...], ...] | None:

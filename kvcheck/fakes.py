@@ -12,9 +12,10 @@ cannot judge such a target, so it is reported as unsupported (exit 2), never as 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 # One stored value, many historical names (semantics.md §1.1, §1.2).
 REQ_DRAFT_COUNTER_NAMES: Final = (

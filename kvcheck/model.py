@@ -128,6 +128,40 @@ class ReferenceModel:
     def clone(self) -> ReferenceModel:
         return copy.deepcopy(self)
 
+    def state_key(self) -> tuple[object, ...]:
+        """A hashable summary of the ledger for exhaustive mode: everything later expectations
+        depend on, without launch numbers (they only name token ids), admission and retraction
+        counts and coverage labels."""
+        requests = tuple(
+            (
+                r.rid,
+                r.prompt_len,
+                r.max_new_tokens,
+                r.eos_at,
+                r.phase,
+                r.outputs,
+                r.committed,
+                r.verify_ct,
+                r.drafts,
+                tuple(sorted(r.histogram.items())),
+                r.abort_pending,
+                r.retract_pending,
+                r.decode_in_flight,
+                r.finished_len,
+                r.finish_reason,
+                r.holds_kv,
+            )
+            for r in self.requests.values()
+        )
+        return (
+            self.worker_stride,
+            requests,
+            tuple(self.waiting),
+            tuple(self.running),
+            tuple(self.merge_next),
+            tuple((f.kind, f.rids, f.stride, f.accepts) for f in self.in_flight),
+        )
+
     def apply(self, event: Event) -> Expectation:
         delivery: ExpectedDelivery | None = None
         match event:

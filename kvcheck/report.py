@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvcheck.check import Verdict
 from kvcheck.scenario import Scenario, config_to_dict, describe_event, event_to_dict
+
+if TYPE_CHECKING:
+    from kvcheck.search import Verdict
 
 
 def describe_config(scenario: Scenario) -> str:

@@ -166,8 +166,13 @@ def describe_event(event: Event) -> str:
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    data = attrs.asdict(event, retain_collection_types=False)
+    # Lists, not tuples: the dict is the JSON form, and compares equal to json.loads output.
+    data = attrs.asdict(event, value_serializer=_tuples_as_lists)
     return {"kind": _KIND_OF[type(event)], **data}
+
+
+def _tuples_as_lists(_: object, __: object, value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def event_from_dict(data: Mapping[str, Any]) -> Event:

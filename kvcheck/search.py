@@ -1,4 +1,4 @@
-"""`kvcheck.check`: search for a scenario on which a target breaks an invariant.
+"""`kvcheck.check()` lives here: search for a scenario on which a target breaks an invariant.
 
 Hypothesis draws scenarios (`kvcheck.strategies`), each is replayed by `kvcheck.run`, and the
 first violation is shrunk to a minimal scenario. The counterexample is re-run deterministically
@@ -16,9 +16,10 @@ import time
 from typing import Any, Final, Literal
 
 import attrs
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
+from hypothesis.strategies import SearchStrategy
 
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.invariants import Violation
@@ -33,6 +34,7 @@ from kvcheck.scenario import (
     Scenario,
     Step,
 )
+from kvcheck.shrink import shrink
 from kvcheck.strategies import label_run, scenarios
 from kvcheck.targets import Target, load_target
 
@@ -48,6 +50,9 @@ class SearchOutcome:
     failure: RunResult | None
     reached: frozenset[str]
     seconds: float
+    # Wall time until the first failing scenario, and replays spent shrinking it.
+    seconds_to_failure: float | None = None
+    shrink_runs: int = 0
 
 
 @attrs.frozen
@@ -91,8 +96,12 @@ def search(
     max_examples: int = DEFAULT_MAX_EXAMPLES,
     seed: int | None = None,
     database: ExampleDatabase | None = None,
+    overlap: bool | None = None,
 ) -> SearchOutcome:
-    """One Hypothesis search under one convention. Raises `UnsupportedTargetError`."""
+    """One Hypothesis search under one convention. Raises `UnsupportedTargetError`.
+
+    `overlap` pins the overlap axis (the pytest plugin makes one item per value); None varies it.
+    """
     failures: list[RunResult] = []
     reached: set[str] = set()
     unsupported: list[Exception] = []
@@ -106,8 +115,10 @@ def search(
         report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
         print_blob=False,
+        # kvcheck shrinks the scenario itself (kvcheck.shrink): much faster than replaying draws.
+        phases=(Phase.explicit, Phase.reuse, Phase.generate),
     )
-    @given(scenarios(convention=convention, global_counters=global_counters, adaptive=adaptive))
+    @given(_scenarios(convention, global_counters, adaptive, overlap))
     def property_holds(scenario: Scenario) -> None:
         if unsupported:
             return
@@ -119,31 +130,51 @@ def search(
             return
         reached.update(label_run(scenario, result.reached))
         if result.violation is not None:
-            if not failures:
-                counter["to_failure"] = counter["examples"]
+            counter["to_failure"] = counter["examples"]
             failures.append(result)
             raise _ViolationFound(result.violation.invariant)
 
     if seed is not None:
         property_holds = hypothesis_seed(seed)(property_holds)
+    # A key that names the search rather than hashing this function's source, so saved failures
+    # survive edits of this module and one target's failures are not replayed against another.
+    key = f"kvcheck.search|{target.spec}|{convention}|{global_counters}|{adaptive}|{overlap}"
+    property_holds._hypothesis_internal_database_key = key.encode()  # type: ignore[attr-defined]
     started = time.perf_counter()
     with contextlib.suppress(_ViolationFound):
         property_holds()
-    elapsed = time.perf_counter() - started
+    to_failure = time.perf_counter() - started
     if unsupported:
         raise unsupported[0]
     final: RunResult | None = None
+    shrink_runs = 0
     if failures:
-        # Hypothesis replays the shrunk example last; re-run it to get a clean, recorded trace.
-        final = run_scenario(failures[-1].scenario, target, record=True)
+        shrunk = shrink(failures[0], target)
+        final, shrink_runs = shrunk.result, shrunk.runs
     return SearchOutcome(
         convention=convention,
         examples=counter["examples"],
         examples_to_failure=counter["to_failure"] if failures else None,
         failure=final,
         reached=frozenset(reached),
-        seconds=elapsed,
+        seconds=time.perf_counter() - started,
+        seconds_to_failure=to_failure if failures else None,
+        shrink_runs=shrink_runs,
     )
+
+
+def _scenarios(
+    convention: Convention,
+    global_counters: GlobalCounterMode,
+    adaptive: bool,
+    overlap: bool | None,
+) -> SearchStrategy[Scenario]:
+    strategy: SearchStrategy[Scenario] = scenarios(
+        convention=convention, global_counters=global_counters, adaptive=adaptive
+    )
+    if overlap is None:
+        return strategy
+    return strategy.map(lambda s: attrs.evolve(s, config=attrs.evolve(s.config, overlap=overlap)))
 
 
 # A live request through three decode rows with accept length 3: a resolver that follows one
@@ -183,6 +214,7 @@ def check(
     max_examples: int = DEFAULT_MAX_EXAMPLES,
     seed: int | None = None,
     database: ExampleDatabase | None = None,
+    overlap: bool | None = None,
 ) -> Verdict:
     """Search for a violation by `target` (a spec string or a loaded `Target`).
 
@@ -206,6 +238,7 @@ def check(
         "max_examples": max_examples,
         "seed": seed,
         "database": database,
+        "overlap": overlap,
     }
     if convention != "auto":
         outcome = search(loaded, convention=convention, **options)

@@ -1,0 +1,178 @@
+"""Shrinking counterexamples on the scenario itself, not on Hypothesis's choice sequence.
+
+Because a scenario is data, it can be made smaller directly: cut everything after the violating
+event, delete runs of events, simplify each event (accept lengths towards 1, prompts and
+generations towards 1, no EOS, lower strides) and the config, then name requests r0, r1, ... in
+order of appearance. Each candidate is replayed with `run_scenario` (well under a millisecond) and
+kept when it still breaks the same invariant. This is an order of magnitude faster than
+Hypothesis's shrinker over the draws that generated the scenario, works on any scenario (one
+read from a file, or found by the exhaustive search), and keeps the invariant that was found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import attrs
+
+from kvcheck.run import RunResult, run_scenario
+from kvcheck.scenario import (
+    Abort,
+    Admit,
+    Config,
+    Event,
+    Retract,
+    Scenario,
+    Step,
+    SwitchStride,
+)
+from kvcheck.targets import Target
+
+DEFAULT_MAX_RUNS = 4000
+# A stride below 2 leaves no room for a draft token; the generators never produce one either.
+SMALLEST_STRIDE = 2
+
+
+@attrs.frozen
+class ShrinkResult:
+    result: RunResult
+    runs: int
+
+
+def _size(scenario: Scenario) -> tuple[int, int]:
+    """Order on scenarios: fewer events first, then smaller numbers."""
+    total = scenario.config.stride + (0 if scenario.config.overlap else 1)
+    for event in scenario.events:
+        match event:
+            case Step(accepts=accepts):
+                total += sum(accepts) + len(accepts)
+            case Admit(prompt_len=p, max_new_tokens=m, eos_at=e):
+                total += p + m + (e or 0)
+            case SwitchStride(stride=s):
+                total += s
+    return len(scenario.events), total
+
+
+def _smaller_ints(value: int, floor: int) -> Iterator[int]:
+    """Candidates below `value`, most aggressive first."""
+    seen: set[int] = set()
+    for candidate in (floor, value // 2, value - 1):
+        if floor <= candidate < value and candidate not in seen:
+            seen.add(candidate)
+            yield candidate
+
+
+def _event_variants(event: Event) -> Iterator[Event]:
+    match event:
+        case Step(accepts=accepts):
+            if accepts:
+                yield Step()
+            for length in range(len(accepts) - 1, 0, -1):
+                yield Step(accepts[:length])
+            for row, value in enumerate(accepts):
+                for smaller in _smaller_ints(value, 1):
+                    yield Step((*accepts[:row], smaller, *accepts[row + 1 :]))
+        case Admit(prompt_len=p, max_new_tokens=m, eos_at=e):
+            if e is not None:
+                yield attrs.evolve(event, eos_at=None)
+                for smaller in _smaller_ints(e, 1):
+                    yield attrs.evolve(event, eos_at=smaller)
+            for smaller in _smaller_ints(m, 1):
+                yield attrs.evolve(event, max_new_tokens=smaller)
+            for smaller in _smaller_ints(p, 1):
+                yield attrs.evolve(event, prompt_len=smaller)
+        case SwitchStride(stride=s):
+            for smaller in _smaller_ints(s, SMALLEST_STRIDE):
+                yield SwitchStride(smaller)
+        case Retract() | Abort():
+            yield Step()
+
+
+def _config_variants(config: Config) -> Iterator[Config]:
+    if not config.overlap:
+        yield attrs.evolve(config, overlap=True)
+    for smaller in _smaller_ints(config.stride, SMALLEST_STRIDE):
+        yield attrs.evolve(config, stride=smaller)
+
+
+def _renamed(scenario: Scenario) -> Scenario:
+    """Requests named r0, r1, ... in order of first appearance."""
+    names: dict[str, str] = {}
+    for event in scenario.events:
+        if isinstance(event, Admit | Retract | Abort) and event.rid not in names:
+            names[event.rid] = f"r{len(names)}"
+    events = tuple(
+        attrs.evolve(e, rid=names[e.rid]) if isinstance(e, Admit | Retract | Abort) else e
+        for e in scenario.events
+    )
+    return Scenario(scenario.config, events)
+
+
+def _candidates(scenario: Scenario) -> Iterator[Scenario]:
+    events = scenario.events
+    count = len(events)
+    chunk = count // 2
+    while chunk >= 1:
+        for start in range(count - chunk, -1, -1):
+            yield Scenario(scenario.config, events[:start] + events[start + chunk :])
+        chunk //= 2
+    for index, event in enumerate(events):
+        for variant in _event_variants(event):
+            yield Scenario(scenario.config, (*events[:index], variant, *events[index + 1 :]))
+    for config in _config_variants(scenario.config):
+        yield Scenario(config, events)
+
+
+def shrink(
+    failing: RunResult,
+    target: Target,
+    *,
+    keep: Callable[[RunResult], bool] | None = None,
+    max_runs: int = DEFAULT_MAX_RUNS,
+) -> ShrinkResult:
+    """Greedy shrink of a failing run to a local minimum; `keep` says what must still hold
+    (default: the same invariant is violated)."""
+    assert failing.violation is not None, "shrink needs a failing run"
+    invariant = failing.violation.invariant
+
+    def still_fails(result: RunResult) -> bool:
+        if keep is not None:
+            return keep(result)
+        return result.violation is not None and result.violation.invariant == invariant
+
+    best = failing
+    runs = 0
+
+    def attempt(candidate: Scenario) -> bool:
+        nonlocal best, runs
+        if _size(candidate) >= _size(best.scenario) or runs >= max_runs:
+            return False
+        runs += 1
+        result = run_scenario(candidate, target)
+        if not still_fails(result):
+            return False
+        assert result.violation is not None
+        # Events after the violating one cannot matter: the run stops there.
+        cut = result.violation.event_index + 1
+        best = attrs.evolve(result, scenario=Scenario(candidate.config, candidate.events[:cut]))
+        return True
+
+    violation = failing.violation
+    best = attrs.evolve(
+        failing,
+        scenario=Scenario(
+            failing.scenario.config, failing.scenario.events[: violation.event_index + 1]
+        ),
+    )
+    improved = True
+    while improved and runs < max_runs:
+        improved = False
+        for candidate in _candidates(best.scenario):
+            if attempt(candidate):
+                improved = True
+                break
+    renamed = _renamed(best.scenario)
+    final = run_scenario(renamed, target, record=True)
+    if not still_fails(final):  # renaming can only reorder dict entries; keep the safe one
+        final = run_scenario(best.scenario, target, record=True)
+    return ShrinkResult(final, runs)

@@ -1,0 +1,732 @@
+"""Load a resolver from a Python source file without importing the module it lives in.
+
+A target spec `path/to/file.py::Qualname.attr` names a method (or a module-level function) in a
+file whose module cannot be imported here: an SGLang checkout on a machine without SGLang's
+dependencies. The file is parsed with `ast`, and only what the resolver needs is compiled:
+
+- the resolver itself;
+- the other methods of its class that it (transitively) reaches as `self.name`, returned in
+  `LoadedSource.self_methods` so the engine can bind them onto its fake scheduler;
+- the module-level functions, classes and assignments those reach (a stride helper, a constant,
+  `logger = logging.getLogger(__name__)`), again transitively.
+
+Annotations are never evaluated: they are stripped from functions and turned into strings
+elsewhere, so names used only in annotations, in `if TYPE_CHECKING:` imports or in
+`typing.cast(T, x)` do not matter. Every other free name is provided as a builtin, a module-level
+definition of the same file, or an import from a module that is safe to import here (the standard
+library, `torch`, `typing_extensions`). Anything else the code touches is a `TargetLoadError`
+naming the name and its module; imports nobody touches are never looked at.
+
+The extracted code is compiled with the file's own name and line numbers, so a traceback from
+inside a target points at the user's file.
+
+Known approximations: names bound conditionally at module level (`try: import x / except
+ImportError: x = None`, either branch of an `if`) are tried in source order and the first one
+that can be provided wins; imports inside function bodies are left alone and run (or fail) when
+executed; methods inherited from a base class are not looked up.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import difflib
+import functools
+import importlib
+import symtable
+import sys
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+import attrs
+
+from kvcheck.errors import TargetLoadError
+
+__all__ = ["LoadedSource", "load_from_source"]
+
+EXPECTED_SIGNATURE: Final = "(self, result, batch)"
+
+# Third-party top-level packages that are safe to import for a target; the standard library is
+# always allowed. Anything else (sglang, triton, sgl_kernel, ...) is never imported.
+_SAFE_THIRD_PARTY: Final = frozenset({"torch", "typing_extensions"})
+
+_UNSUPPORTED_METHOD_DECORATORS: Final = frozenset(
+    {"staticmethod", "classmethod", "property", "cached_property"}
+)
+
+_FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@attrs.frozen
+class LoadedSource:
+    """A resolver read from source, ready to call as `resolver(self_obj, result, batch)`."""
+
+    resolver: Callable[..., Any]
+    # Other methods of the resolver's class it reaches through `self.X`, as plain functions
+    # taking `self` first (static and class methods are adapted), to be bound onto the fake
+    # scheduler, e.g. `function.__get__(fake, type(fake))`.
+    self_methods: Mapping[str, Callable[..., Any]]
+    description: str
+
+
+def load_from_source(path: str, qualname: str, *, allow_unavailable: bool = False) -> LoadedSource:
+    """Read `qualname` (`Class.method` or `function`) from the Python file at `path`.
+
+    `path` may be relative (to the current directory) and may start with `~`. Every failure is a
+    `TargetLoadError` with a one-line message. With `allow_unavailable`, a name that cannot be
+    provided becomes a placeholder that raises `TargetLoadError` only if it is actually used at
+    run time (for code paths the harness never drives, such as grammar error handling).
+    """
+    file = Path(path).expanduser()
+    source = _read(file, path)
+    try:
+        tree = ast.parse(source, filename=str(file))
+    except SyntaxError as exc:
+        raise TargetLoadError(
+            f"{path} is not valid Python: {exc.msg} (line {exc.lineno})"
+        ) from None
+    except ValueError as exc:  # e.g. null bytes
+        raise TargetLoadError(f"{path} is not valid Python: {exc}") from None
+    return _Loader(file, path, tree, allow_unavailable).load(qualname)
+
+
+def _read(file: Path, shown: str) -> bytes:
+    try:
+        return file.read_bytes()
+    except FileNotFoundError:
+        raise TargetLoadError(f"target file {shown} does not exist") from None
+    except IsADirectoryError:
+        raise TargetLoadError(f"target file {shown} is a directory, not a Python file") from None
+    except OSError as exc:
+        raise TargetLoadError(f"cannot read target file {shown}: {exc.strerror}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Module index: what each module-level name is bound to, without executing anything.
+
+
+@attrs.frozen
+class _Import:
+    module: str  # dotted, with leading dots for a relative import
+    attr: str | None  # `from module import attr`; None for `import module`
+    binds_top_package: bool  # `import a.b` binds `a`
+    type_checking_only: bool
+
+
+@attrs.frozen
+class _Definition:
+    node: ast.stmt  # FunctionDef, AsyncFunctionDef, ClassDef, Assign or AnnAssign
+    order: int  # position in the file, so the selected statements run in source order
+
+
+_Binding = _Import | _Definition
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _target_names(target: ast.expr) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, ast.Tuple | ast.List):
+        for element in target.elts:
+            yield from _target_names(element)
+    elif isinstance(target, ast.Starred):
+        yield from _target_names(target.value)
+
+
+def _index_module(tree: ast.Module) -> dict[str, list[_Binding]]:
+    """Map each module-level name to its candidate bindings.
+
+    An unconditional binding replaces earlier ones; bindings inside `if`/`try` blocks are
+    appended, so `try: import x` / `except ImportError: x = None` yields both, in source order.
+    """
+    bindings: dict[str, list[_Binding]] = {}
+    order = 0
+
+    def add(name: str, binding: _Binding, conditional: bool) -> None:
+        if conditional:
+            bindings.setdefault(name, []).append(binding)
+        else:
+            bindings[name] = [binding]
+
+    def visit(body: Sequence[ast.stmt], conditional: bool, type_checking: bool) -> None:
+        nonlocal order
+        for stmt in body:
+            order += 1
+            if isinstance(stmt, ast.If):
+                inner = type_checking or _is_type_checking(stmt.test)
+                visit(stmt.body, True, inner)
+                visit(stmt.orelse, True, type_checking)
+            elif isinstance(stmt, ast.Try | ast.TryStar):
+                for block in (stmt.body, stmt.orelse, stmt.finalbody):
+                    visit(block, True, type_checking)
+                for handler in stmt.handlers:
+                    visit(handler.body, True, type_checking)
+            elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                add(stmt.name, _Definition(stmt, order), conditional)
+            elif isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    for name in _target_names(target):
+                        add(name, _Definition(stmt, order), conditional)
+            elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+                for name in _target_names(stmt.target):
+                    add(name, _Definition(stmt, order), conditional)
+            elif isinstance(stmt, ast.Import):
+                for alias in stmt.names:
+                    if alias.asname:
+                        imp = _Import(alias.name, None, False, type_checking)
+                        add(alias.asname, imp, conditional)
+                    else:
+                        imp = _Import(alias.name, None, True, type_checking)
+                        add(alias.name.partition(".")[0], imp, conditional)
+            elif isinstance(stmt, ast.ImportFrom) and stmt.module != "__future__":
+                module = "." * stmt.level + (stmt.module or "")
+                for alias in stmt.names:
+                    if alias.name != "*":
+                        imp = _Import(module, alias.name, False, type_checking)
+                        add(alias.asname or alias.name, imp, conditional)
+
+    visit(tree.body, False, False)
+    return bindings
+
+
+# --------------------------------------------------------------------------------------------
+# Annotation stripping and free-name analysis.
+
+
+class _StripAnnotations(ast.NodeTransformer):
+    """Make annotations inert: dropped on functions, replaced by their source text elsewhere
+    (class bodies such as dataclasses keep a string annotation), and the type argument of
+    `typing.cast(T, x)` likewise turned into a string."""
+
+    def __init__(self, cast_names: frozenset[str], typing_names: frozenset[str]) -> None:
+        self._cast_names = cast_names
+        self._typing_names = typing_names
+
+    def _strip_arguments(self, args: ast.arguments) -> None:
+        for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+            if arg is not None:
+                arg.annotation = None
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        self._strip_arguments(node.args)
+        node.returns = None
+        return self.generic_visit(node)
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
+        self._strip_arguments(node.args)
+        node.returns = None
+        return self.generic_visit(node)
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        self._strip_arguments(node.args)
+        return self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        node.annotation = ast.copy_location(
+            ast.Constant(ast.unparse(node.annotation)), node.annotation
+        )
+        return self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        func = node.func
+        is_cast = (isinstance(func, ast.Name) and func.id in self._cast_names) or (
+            isinstance(func, ast.Attribute)
+            and func.attr == "cast"
+            and isinstance(func.value, ast.Name)
+            and func.value.id in self._typing_names
+        )
+        if is_cast and node.args:
+            node.args[0] = ast.copy_location(ast.Constant(ast.unparse(node.args[0])), node.args[0])
+        return self.generic_visit(node)
+
+
+def _free_names(node: ast.stmt, filename: str) -> set[str]:
+    """Module-level names a (stripped) statement reads when it runs or when its functions run."""
+    table = symtable.symtable(ast.unparse(node), filename, "exec")
+    names: set[str] = set()
+
+    def walk(scope: symtable.SymbolTable, top: bool) -> None:
+        for symbol in scope.get_symbols():
+            if symbol.is_referenced() and (top or symbol.is_global()):
+                names.add(symbol.get_name())
+        for child in scope.get_children():
+            walk(child, False)
+
+    walk(table, True)
+    return names
+
+
+def _self_attributes(function: _FunctionNode) -> set[str]:
+    """Attribute names read from the method's first parameter (`self.name`)."""
+    params = [*function.args.posonlyargs, *function.args.args]
+    if not params:
+        return set()
+    self_name = params[0].arg
+    return {
+        node.attr
+        for node in ast.walk(function)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == self_name
+    }
+
+
+def _decorator_name(decorator: ast.expr) -> str | None:
+    if isinstance(decorator, ast.Call):
+        decorator = decorator.func
+    if isinstance(decorator, ast.Name):
+        return decorator.id
+    if isinstance(decorator, ast.Attribute):
+        return decorator.attr
+    return None
+
+
+def _signature_text(function: _FunctionNode) -> str:
+    args = ast.arguments(
+        posonlyargs=[ast.arg(a.arg) for a in function.args.posonlyargs],
+        args=[ast.arg(a.arg) for a in function.args.args],
+        vararg=ast.arg(function.args.vararg.arg) if function.args.vararg else None,
+        kwonlyargs=[ast.arg(a.arg) for a in function.args.kwonlyargs],
+        kw_defaults=[None for _ in function.args.kwonlyargs],
+        kwarg=ast.arg(function.args.kwarg.arg) if function.args.kwarg else None,
+        defaults=[],
+    )
+    return f"({ast.unparse(args)})"
+
+
+# --------------------------------------------------------------------------------------------
+# Names that cannot be provided.
+
+
+class _Unavailable:
+    """Stands in for a name kvcheck cannot provide; any use raises `TargetLoadError`."""
+
+    __slots__ = ("_message",)
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+
+    def _fail(self) -> NoReturn:
+        raise TargetLoadError(f"{self._message} (reached at run time)")
+
+    def __call__(self, *args: object, **kwargs: object) -> NoReturn:
+        self._fail()
+
+    def __getattr__(self, name: str) -> NoReturn:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self._fail()
+
+    def __instancecheck__(self, instance: object) -> NoReturn:
+        self._fail()
+
+    def __subclasscheck__(self, subclass: object) -> NoReturn:
+        self._fail()
+
+    def __mro_entries__(self, bases: tuple[object, ...]) -> NoReturn:
+        self._fail()
+
+    def __repr__(self) -> str:
+        return f"<unavailable: {self._message}>"
+
+
+class _CannotProvide(Exception):
+    """Internal: why one candidate binding of a name cannot be provided."""
+
+
+def _import_binding(imp: _Import) -> object:
+    if imp.type_checking_only:
+        raise _CannotProvide(
+            f"(imported from {imp.module} only under TYPE_CHECKING), which does not exist at "
+            "run time"
+        )
+    if imp.module.startswith("."):
+        raise _CannotProvide(
+            f"(relative import from {imp.module}), which kvcheck cannot provide without "
+            "importing its package"
+        )
+    top = imp.module.partition(".")[0]
+    if top not in sys.stdlib_module_names and top not in _SAFE_THIRD_PARTY:
+        raise _CannotProvide(
+            f"(imported from {imp.module}), which kvcheck cannot provide without importing "
+            "that module"
+        )
+    try:
+        module = importlib.import_module(imp.module)
+        if imp.attr is None:
+            return importlib.import_module(top) if imp.binds_top_package else module
+        try:
+            return getattr(module, imp.attr)
+        except AttributeError:
+            return importlib.import_module(f"{imp.module}.{imp.attr}")
+    except Exception as exc:
+        raise _CannotProvide(
+            f"(imported from {imp.module}), which cannot be imported here: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _module_name(file: Path) -> str:
+    """Dotted module name: the file's stem, prefixed by the packages (`__init__.py`) above it."""
+    parts = [file.stem]
+    parent = file.resolve().parent
+    while (parent / "__init__.py").is_file() and parent.parent != parent:
+        parts.append(parent.name)
+        parent = parent.parent
+    return ".".join(reversed(parts))
+
+
+# --------------------------------------------------------------------------------------------
+# The loader.
+
+
+class _Loader:
+    def __init__(self, file: Path, shown: str, tree: ast.Module, allow_unavailable: bool) -> None:
+        self._file = file
+        self._filename = str(file)
+        self._shown = shown
+        self._tree = tree
+        self._allow_unavailable = allow_unavailable
+        self._bindings = _index_module(tree)
+        cast_names = frozenset(
+            name
+            for name, candidates in self._bindings.items()
+            for b in candidates
+            if isinstance(b, _Import) and b.attr == "cast" and b.module in _TYPING_MODULES
+        )
+        typing_names = frozenset(
+            name
+            for name, candidates in self._bindings.items()
+            for b in candidates
+            if isinstance(b, _Import) and b.attr is None and b.module in _TYPING_MODULES
+        )
+        self._stripper = _StripAnnotations(cast_names, typing_names)
+        self._stripped: set[int] = set()
+        # What the compiled namespace gets.
+        self._statements: dict[int, _Definition] = {}  # id(node) -> definition
+        self._provided: dict[str, object] = {}
+        self._methods: dict[str, _FunctionNode] = {}
+        self._target_qualname = ""
+
+    # ---- target lookup ---------------------------------------------------------------------
+
+    def load(self, qualname: str) -> LoadedSource:
+        parts = qualname.split(".")
+        if not qualname or not all(part.isidentifier() for part in parts):
+            raise TargetLoadError(
+                f"malformed qualname {qualname!r}; expected Class.method or function"
+            )
+        self._target_qualname = qualname
+        top, node, classes = self._lookup(parts)
+        if isinstance(node, ast.ClassDef):
+            methods = [s.name for s in node.body if isinstance(s, ast.FunctionDef)]
+            example = f", e.g. {qualname}.{methods[0]}" if methods else ""
+            raise TargetLoadError(
+                f"{qualname} in {self._shown} is a class, not a function; name one of its "
+                f"methods{example}"
+            )
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            raise TargetLoadError(
+                f"{qualname} in {self._shown} (line {node.lineno}) is not a function; a target "
+                f"must be a function or method {EXPECTED_SIGNATURE}"
+            )
+        self._check_target(qualname, node)
+        description = f"{qualname} from {self._shown} (line {node.lineno})"
+
+        if classes:
+            self._add_methods(classes, node.name)
+        else:
+            self._include_statement(top, qualname)
+
+        module = self._execute(qualname)
+        if not classes:
+            resolver = module.__dict__[node.name]
+            return LoadedSource(resolver, types.MappingProxyType({}), description)
+
+        cls = self._build_class(classes, module, qualname)
+        resolver = cls.__dict__[node.name]
+        resolver.__qualname__ = qualname
+        self_methods: dict[str, Callable[..., Any]] = {}
+        for name in self._methods:
+            if name != node.name:
+                self_methods[name] = self._as_plain_method(cls, classes[-1], name)
+        return LoadedSource(resolver, types.MappingProxyType(self_methods), description)
+
+    def _lookup(self, parts: list[str]) -> tuple[_Definition, ast.stmt, list[ast.ClassDef]]:
+        """The module-level definition `parts[0]`, the statement named by `parts`, and the chain
+        of classes that contain that statement."""
+        classes: list[ast.ClassDef] = []
+        top: _Definition | None = None
+        found: ast.stmt | None = None
+        for depth, part in enumerate(parts):
+            if depth == 0:
+                definitions = [
+                    b for b in self._bindings.get(part, []) if isinstance(b, _Definition)
+                ]
+                imports = [b for b in self._bindings.get(part, []) if isinstance(b, _Import)]
+                if not definitions and imports:
+                    raise TargetLoadError(
+                        f"{part} is imported into {self._shown} from {imports[0].module}, not "
+                        "defined there; point the target at the file that defines it"
+                    )
+                top = definitions[-1] if definitions else None
+                found = top.node if top else None
+            else:
+                assert isinstance(found, ast.ClassDef)
+                classes.append(found)
+                found = _class_member(found, part)
+            if found is None:
+                self._not_found(".".join(parts))
+            if depth < len(parts) - 1 and not isinstance(found, ast.ClassDef):
+                self._not_found(".".join(parts))
+        assert top is not None and found is not None
+        return top, found, classes
+
+    def _not_found(self, qualname: str) -> NoReturn:
+        names: list[str] = []
+        for stmt in self._tree.body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                names.append(stmt.name)
+            elif isinstance(stmt, ast.ClassDef):
+                names.append(stmt.name)
+                names.extend(
+                    f"{stmt.name}.{s.name}"
+                    for s in stmt.body
+                    if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+                )
+        close = difflib.get_close_matches(qualname, names, n=3, cutoff=0.5)
+        if not close:  # the right method name under a wrong class name, or the reverse
+            last = qualname.rpartition(".")[2]
+            by_last = {n.rpartition(".")[2]: n for n in names}
+            close = [by_last[m] for m in difflib.get_close_matches(last, list(by_last), n=3)]
+        if close:
+            hint = f"; did you mean {' or '.join(close)}?"
+        elif names:
+            more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+            hint = f"; it defines {', '.join(names[:10])}{more}"
+        else:
+            hint = "; it defines no functions or classes"
+        raise TargetLoadError(f"no {qualname} in {self._shown}{hint}")
+
+    def _check_target(self, qualname: str, node: _FunctionNode) -> None:
+        where = f"{qualname} in {self._shown} (line {node.lineno})"
+        if isinstance(node, ast.AsyncFunctionDef):
+            raise TargetLoadError(
+                f"{where} is an async function; a resolver is a plain function {EXPECTED_SIGNATURE}"
+            )
+        for decorator in node.decorator_list:
+            name = _decorator_name(decorator)
+            if name in _UNSUPPORTED_METHOD_DECORATORS:
+                raise TargetLoadError(
+                    f"{where} is decorated with @{name}; a resolver is a plain method "
+                    f"{EXPECTED_SIGNATURE}"
+                )
+        args = node.args
+        positional = [*args.posonlyargs, *args.args]
+        if len(positional) != 3 or args.vararg or args.kwarg or args.kwonlyargs:
+            raise TargetLoadError(
+                f"{where} has signature {_signature_text(node)}; a resolver must accept exactly "
+                f"{EXPECTED_SIGNATURE} positionally"
+            )
+
+    # ---- dependency closure ------------------------------------------------------------------
+
+    def _strip(self, node: ast.stmt) -> None:
+        if id(node) not in self._stripped:
+            self._stripper.visit(node)
+            self._stripped.add(id(node))
+
+    def _add_methods(self, classes: list[ast.ClassDef], name: str) -> None:
+        """Include method `name` of the innermost class, its `self.X` siblings (transitively)
+        and the module-level names all of them use."""
+        cls = classes[-1]
+        prefix = ".".join(c.name for c in classes)
+        pending = [name]
+        while pending:
+            current = pending.pop()
+            if current in self._methods:
+                continue
+            member = _class_member(cls, current)
+            assert isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef)
+            self._strip(member)
+            self._methods[current] = member
+            user = f"{prefix}.{current}"
+            if "super" in (free := _free_names(member, self._filename)) or "__class__" in free:
+                raise TargetLoadError(
+                    f"{user} in {self._shown} (line {member.lineno}) uses super(), which "
+                    "kvcheck cannot support for a method read from source"
+                )
+            self._resolve_names(free, user)
+            for attr in sorted(_self_attributes(member)):
+                sibling = _class_member(cls, attr)
+                if isinstance(sibling, ast.FunctionDef | ast.AsyncFunctionDef):
+                    pending.append(attr)
+
+    def _include_statement(self, definition: _Definition, user: str) -> None:
+        key = id(definition.node)
+        if key in self._statements:
+            return
+        self._statements[key] = definition
+        self._strip(definition.node)
+        self._resolve_names(_free_names(definition.node, self._filename), user)
+
+    def _resolve_names(self, names: set[str], user: str) -> None:
+        for name in sorted(names):
+            self._resolve_name(name, user)
+
+    def _resolve_name(self, name: str, user: str) -> None:
+        if name in self._provided or name in _MODULE_DUNDERS:
+            return
+        candidates = self._bindings.get(name)
+        if candidates is None:
+            if hasattr(builtins, name):
+                return
+            self._unprovidable(
+                name, user, f", which is not defined in {self._shown} and is not a builtin"
+            )
+            return
+        reasons: list[str] = []
+        for candidate in candidates:
+            if isinstance(candidate, _Definition):
+                self._include_statement(candidate, name)
+                return
+            try:
+                self._provided[name] = _import_binding(candidate)
+            except _CannotProvide as exc:
+                reasons.append(str(exc))
+            else:
+                return
+        self._unprovidable(name, user, f" {reasons[0]}")
+
+    def _unprovidable(self, name: str, user: str, reason: str) -> None:
+        via = "" if user == self._target_qualname else f" (used by {user})"
+        message = f"target uses {name!r}{via}{reason}"
+        if not self._allow_unavailable:
+            raise TargetLoadError(message)
+        self._provided[name] = _Unavailable(message)
+
+    # ---- compiling ---------------------------------------------------------------------------
+
+    def _execute(self, qualname: str) -> types.ModuleType:
+        """Run the selected module-level statements in a fresh module namespace."""
+        module = types.ModuleType(_module_name(self._file), ast.get_docstring(self._tree))
+        module.__dict__.update(__file__=self._filename, __builtins__=builtins)
+        module.__dict__.update(self._provided)
+        body = [d.node for d in sorted(self._statements.values(), key=lambda d: d.order)]
+        self._run(body, module, module.__dict__, qualname)
+        return module
+
+    def _run(
+        self,
+        body: list[ast.stmt],
+        module: types.ModuleType,
+        local: dict[str, Any],
+        qualname: str,
+    ) -> None:
+        if not body:
+            return
+        tree = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
+        try:
+            code = compile(tree, self._filename, "exec", dont_inherit=True)
+            with _registered_while_running(module):
+                exec(code, module.__dict__, local)
+        except TargetLoadError:
+            raise
+        except Exception as exc:
+            tb = exc.__traceback__
+            line = None
+            while tb is not None:
+                if tb.tb_frame.f_code.co_filename == self._filename:
+                    line = tb.tb_lineno
+                tb = tb.tb_next
+            at = f" (line {line})" if line else ""
+            raise TargetLoadError(
+                f"preparing {qualname} from {self._shown} failed{at}: {type(exc).__name__}: {exc}"
+            ) from None
+
+    def _build_class(
+        self, classes: list[ast.ClassDef], module: types.ModuleType, qualname: str
+    ) -> type:
+        """A bare class (no bases, no decorators) holding only the selected methods."""
+        owner = classes[-1]
+        methods = sorted(self._methods.values(), key=lambda m: m.lineno)
+        cls_node = ast.ClassDef(
+            name=owner.name, bases=[], keywords=[], body=list(methods), decorator_list=[]
+        )
+        ast.copy_location(cls_node, owner)
+        local: dict[str, Any] = {}
+        self._run([cls_node], module, local, qualname)
+        cls = local[owner.name]
+        assert isinstance(cls, type)
+        return cls
+
+    def _as_plain_method(self, cls: type, owner: ast.ClassDef, name: str) -> Callable[..., Any]:
+        value = cls.__dict__[name]
+        if isinstance(value, types.FunctionType):
+            return value
+        if isinstance(value, staticmethod):
+            return _adapt_static(value.__func__)
+        if isinstance(value, classmethod):
+            return _adapt_class(value.__func__)
+        raise TargetLoadError(
+            f"the target uses self.{name}, a {type(value).__name__} of {owner.name} in "
+            f"{self._shown}, which kvcheck cannot bind onto its fake scheduler"
+        )
+
+
+_TYPING_MODULES: Final = frozenset({"typing", "typing_extensions"})
+_MODULE_DUNDERS: Final = frozenset({"__name__", "__file__", "__doc__", "__builtins__"})
+
+
+@contextlib.contextmanager
+def _registered_while_running(module: types.ModuleType) -> Iterator[None]:
+    """Make the module findable in `sys.modules` while its extracted code runs (`dataclasses`
+    resolves string annotations through it); never shadows a module that is already there."""
+    name = module.__name__
+    if name in sys.modules:
+        yield
+        return
+    sys.modules[name] = module
+    try:
+        yield
+    finally:
+        del sys.modules[name]
+
+
+def _class_member(cls: ast.ClassDef, name: str) -> ast.stmt | None:
+    """The last statement of the class body that binds `name`."""
+    found: ast.stmt | None = None
+    for stmt in cls.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if stmt.name == name:
+                found = stmt
+        elif isinstance(stmt, ast.Assign):
+            if any(name in _target_names(t) for t in stmt.targets):
+                found = stmt
+        elif isinstance(stmt, ast.AnnAssign) and name in _target_names(stmt.target):
+            found = stmt
+    return found
+
+
+def _adapt_static(function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def method(self: object, *args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    return method
+
+
+def _adapt_class(function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def method(self: object, *args: Any, **kwargs: Any) -> Any:
+        return function(type(self), *args, **kwargs)
+
+    return method

@@ -1,0 +1,44 @@
+"""The strategies reach every situation the harness exists for, within the CI profile's budget.
+
+If a change to the strategies stops generating, say, a second retraction of one request, the bug
+class it exposes silently drops out of every search; this test makes that loud.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, seed, settings
+
+from kvcheck.builtins import reference
+from kvcheck.profiles import PROFILE_EXAMPLES
+from kvcheck.run import run_scenario
+from kvcheck.scenario import Scenario
+from kvcheck.strategies import ADAPTIVE_COVERAGE_TARGETS, COVERAGE_TARGETS, label_run, scenarios
+from tests.helpers import target
+
+CI_BUDGET = PROFILE_EXAMPLES["ci"]
+
+
+def _reached(adaptive: bool) -> set[str]:
+    reached: set[str] = set()
+    checked = target(reference)
+
+    @seed(20261130)
+    @settings(max_examples=CI_BUDGET, database=None, suppress_health_check=list(HealthCheck))
+    @given(scenarios(adaptive=adaptive))
+    def explore(scenario: Scenario) -> None:
+        result = run_scenario(scenario, checked)
+        assert result.violation is None
+        reached.update(label_run(scenario, result.reached))
+
+    explore()
+    return reached
+
+
+def test_every_coverage_target_is_reached_in_the_ci_budget() -> None:
+    missing = set(COVERAGE_TARGETS) - _reached(adaptive=False)
+    assert not missing, f"never generated in {CI_BUDGET} scenarios: {sorted(missing)}"
+
+
+def test_adaptive_targets_are_reached_in_the_ci_budget() -> None:
+    missing = set(COVERAGE_TARGETS + ADAPTIVE_COVERAGE_TARGETS) - _reached(adaptive=True)
+    assert not missing, f"never generated in {CI_BUDGET} scenarios: {sorted(missing)}"

@@ -1,0 +1,201 @@
+"""Every invariant id is shown firing on a hand-written resolver that breaks it.
+
+Each broken resolver differs from a correct pre-claim resolver in one place. Each is shown
+twice: on a hand-written scenario (deterministic, the first violation is the expected id) and
+through the Hypothesis search (`check` finds it and reports that id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import kvcheck
+from kvcheck.builtins import reference
+from kvcheck.invariants import INVARIANTS
+from kvcheck.run import run_scenario
+from kvcheck.scenario import Admit, Retract, Step, SwitchStride
+from tests.helpers import scenario, target
+
+
+def _rows(result: Any) -> tuple[list[int], list[int]]:
+    return result.next_token_ids.tolist(), result.accept_lens.tolist()
+
+
+def _slices(tokens: list[int], accepts: list[int], stride: int) -> list[list[int]]:
+    return [tokens[i * stride : i * stride + a] for i, a in enumerate(accepts)]
+
+
+def _apply_live(req: Any, accepted: int) -> None:
+    req.kv_committed_len += accepted - 1
+    req.spec_verify_ct += 1
+    req.spec_accepted_drafts += accepted - 1
+    req.update_spec_acceptance_histogram(accepted - 1)
+
+
+def raises_on_stale(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    if any(req.finished() for req in batch.reqs):
+        raise RuntimeError("stale row")
+    return reference(self, result, batch)
+
+
+def cumulative_offsets(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Slices rows at the running sum of accept lengths (the v1 layout), not at i * stride."""
+    reference(self, result, batch)  # correct accounting; only the returned slices are wrong
+    tokens, accepts = _rows(result)
+    offsets = [sum(accepts[:i]) for i in range(len(accepts))]
+    return [tokens[o : o + a] for o, a in zip(offsets, accepts, strict=True)]
+
+
+def decrements_retracted(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Gives back a pre-claim for retracted rows too, though the reset already zeroed it."""
+    tokens, accepts = _rows(result)
+    for req, accepted in zip(batch.reqs, accepts, strict=True):
+        if req.is_retracted or req.finished():
+            req.kv_committed_len -= 1
+            continue
+        _apply_live(req, accepted)
+    result.num_accepted_drafts = sum(
+        a - 1
+        for req, a in zip(batch.reqs, accepts, strict=True)
+        if not req.finished() and not req.is_retracted
+    )
+    return _slices(tokens, accepts, result.speculative_num_draft_tokens)
+
+
+def adds_bonus_twice(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Adds accept_len for live rows although the launch already pre-claimed one slot."""
+    runs = reference(self, result, batch)
+    for req in batch.reqs:
+        if not req.finished() and not req.is_retracted:
+            req.kv_committed_len += 1
+    return runs
+
+
+def applies_to_retracted(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Skips finished rows correctly but treats retracted rows as live (KV only)."""
+    tokens, accepts = _rows(result)
+    live = 0
+    for req, accepted in zip(batch.reqs, accepts, strict=True):
+        if req.finished():
+            req.kv_committed_len -= 1
+        elif req.is_retracted:
+            req.kv_committed_len += accepted - 1
+        else:
+            _apply_live(req, accepted)
+            live += accepted - 1
+    result.num_accepted_drafts = live
+    return _slices(tokens, accepts, result.speculative_num_draft_tokens)
+
+
+def counts_stale_verifies(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Correct KV, but spec_verify_ct is bumped for every row, stale ones included."""
+    runs = reference(self, result, batch)
+    for req in batch.reqs:
+        if req.finished() or req.is_retracted:
+            req.spec_verify_ct += 1
+    return runs
+
+
+def counts_bonus_as_draft(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Adds accept_len (bonus token included) to the accepted-draft counter."""
+    runs = reference(self, result, batch)
+    for req in batch.reqs:
+        if not req.finished() and not req.is_retracted:
+            req.spec_accepted_drafts += 1
+    return runs
+
+
+def histogram_off_by_one(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Buckets the histogram by accept_len instead of accept_len - 1."""
+    tokens, accepts = _rows(result)
+    live = 0
+    for req, accepted in zip(batch.reqs, accepts, strict=True):
+        if req.is_retracted:
+            continue
+        if req.finished():
+            req.kv_committed_len -= 1
+            continue
+        req.kv_committed_len += accepted - 1
+        req.spec_verify_ct += 1
+        req.spec_accepted_drafts += accepted - 1
+        req.update_spec_acceptance_histogram(accepted)
+        live += accepted - 1
+    result.num_accepted_drafts = live
+    return _slices(tokens, accepts, result.speculative_num_draft_tokens)
+
+
+def global_counter_all_rows(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Correct per request, but the batch-global counter includes stale rows (SGLang's way)."""
+    runs = reference(self, result, batch)
+    result.num_accepted_drafts = sum(a - 1 for a in result.accept_lens.tolist())
+    return runs
+
+
+Resolver = Callable[[Any, Any, Any], list[list[int]]]
+
+# Minimal hand-written scenarios: a finish on the prefill result with a stale decode row after it,
+# a retraction with its launch in flight, and a stride switch between launch and delivery.
+FINISH_ON_PREFILL = (Admit("r0", 10, 1), Step(), Step((3,)), Step())
+RETRACT_IN_FLIGHT = (Admit("r0", 10, 50), Step(), Step((3,)), Retract("r0"), Step())
+LIVE_ROWS = (Admit("r0", 10, 50), Step(), Step((3,)), Step((2,)))
+SWITCH = (Admit("r0", 10, 50), Admit("r1", 10, 50), Step(), Step((2, 3)), SwitchStride(2), Step())
+
+CASES: list[tuple[str, Resolver, tuple[Any, ...], dict[str, Any]]] = [
+    ("target-raised", raises_on_stale, FINISH_ON_PREFILL, {}),
+    ("runs-aligned", cumulative_offsets, SWITCH, {"stride": 4, "adaptive": True}),
+    ("no-negative", decrements_retracted, RETRACT_IN_FLIGHT, {}),
+    ("committed-live", adds_bonus_twice, LIVE_ROWS, {}),
+    ("committed-finished-frozen", kvcheck.builtins.seed_prefix, FINISH_ON_PREFILL, {}),
+    ("committed-retracted-zero", applies_to_retracted, RETRACT_IN_FLIGHT, {}),
+    ("stats-verify-count", counts_stale_verifies, FINISH_ON_PREFILL, {}),
+    ("stats-accepted-drafts", counts_bonus_as_draft, LIVE_ROWS, {}),
+    ("stats-histogram", histogram_off_by_one, LIVE_ROWS, {}),
+    ("global-counters", global_counter_all_rows, FINISH_ON_PREFILL, {}),
+]
+
+
+# The same bug can break a second invariant first, depending on the scenario the search drew:
+# an over-counted live row that also finishes the request shows as a finished request's error.
+ALSO_ACCEPTED: dict[str, set[str]] = {
+    "committed-live": {"committed-finished-frozen"},
+    "committed-finished-frozen": {"committed-retracted-zero"},
+}
+
+
+def test_every_invariant_has_a_breaking_resolver() -> None:
+    assert sorted(invariant for invariant, *_ in CASES) == sorted(INVARIANTS)
+
+
+@pytest.mark.parametrize(
+    ("invariant", "resolver", "events", "config"), CASES, ids=[c[0] for c in CASES]
+)
+def test_fires_on_hand_written_scenario(
+    invariant: str, resolver: Resolver, events: tuple[Any, ...], config: dict[str, Any]
+) -> None:
+    result = run_scenario(scenario(*events, **config), target(resolver))
+    assert result.violation is not None
+    assert result.violation.invariant == invariant
+    assert result.violation.event_index == len(events) - 1
+    # The reference resolver passes the same scenario: the scenario is not the cause.
+    assert run_scenario(scenario(*events, **config), target(reference)).violation is None
+
+
+@pytest.mark.parametrize(
+    ("invariant", "resolver", "events", "config"), CASES, ids=[c[0] for c in CASES]
+)
+def test_found_by_search(
+    invariant: str, resolver: Resolver, events: tuple[Any, ...], config: dict[str, Any]
+) -> None:
+    verdict = kvcheck.check(
+        target(resolver),
+        convention="preclaim",
+        adaptive=config.get("adaptive", False),
+        max_examples=300,
+        seed=1,
+    )
+    assert not verdict.passed
+    assert verdict.violation is not None
+    assert verdict.violation.invariant in {invariant} | ALSO_ACCEPTED.get(invariant, set())

@@ -1,0 +1,75 @@
+"""Scenarios as data: exact JSON round trips and clear errors for bad documents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+
+from kvcheck.errors import ScenarioFormatError
+from kvcheck.scenario import (
+    SCHEMA_VERSION,
+    Admit,
+    Config,
+    Scenario,
+    Step,
+    from_json,
+    scenario_to_dict,
+    to_json,
+)
+from kvcheck.strategies import scenarios
+
+
+@given(scenarios(adaptive=True) | scenarios(convention="honest", global_counters="sglang"))
+def test_json_round_trips_exactly(scenario: Scenario) -> None:
+    assert from_json(to_json(scenario)) == scenario
+
+
+def test_json_form_is_versioned_and_readable() -> None:
+    data = scenario_to_dict(Scenario(Config(), (Admit("r0", 3, 2, eos_at=1), Step((2, 3)))))
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert data["events"] == [
+        {"kind": "admit", "rid": "r0", "prompt_len": 3, "max_new_tokens": 2, "eos_at": 1},
+        {"kind": "step", "accepts": [2, 3]},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("{", "not valid JSON"),
+        ("[]", "must be a JSON object"),
+        (
+            json.dumps({"schema_version": 99, "config": {}, "events": []}),
+            "unsupported schema_version 99",
+        ),
+        (
+            json.dumps({"schema_version": 1, "config": {}, "events": [{"kind": "jump"}]}),
+            "unknown event kind 'jump'",
+        ),
+        (
+            json.dumps(
+                {"schema_version": 1, "config": {}, "events": [{"kind": "step", "accepts": [0]}]}
+            ),
+            "invalid step event",
+        ),
+        (
+            json.dumps({"schema_version": 1, "config": {"stride": 0}, "events": []}),
+            "invalid config",
+        ),
+        (json.dumps({"schema_version": 1, "config": {}, "events": "x"}), "'events' must be a list"),
+    ],
+)
+def test_bad_documents_are_one_line_errors(document: str, message: str) -> None:
+    with pytest.raises(ScenarioFormatError) as caught:
+        from_json(document)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_events_validate_at_the_boundary() -> None:
+    with pytest.raises(ValueError):
+        Admit("r0", prompt_len=0, max_new_tokens=1)
+    with pytest.raises(ValueError):
+        Config(convention="sideways")  # type: ignore[arg-type]
