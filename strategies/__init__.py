@@ -63,7 +63,7 @@ ADAPTIVE_COVERAGE_TARGETS: Final[tuple[str, ...]] = ("stride switch with a launc
 
 def strides() -> st.SearchStrategy[int]:
     """Row widths of `next_token_ids` (speculative_num_draft_tokens), 2..8."""
-    return st.integers(MIN_GENERATED_STRIDE, MAX_GENERATED_STRIDE)
+    return _STRIDE
 
 
 def configs(
@@ -84,13 +84,37 @@ def configs(
 
 
 # Relative frequencies of event kinds. `step` is first so shrinking turns other events into steps.
-_EVENT_KINDS: Final = ("step",) * 6 + ("admit",) * 3 + ("retract",) * 2 + ("abort",)
+_EVENT_KINDS: Final = ("step",) * 6 + ("admit",) * 3 + ("retract",) * 3 + ("abort",)
 _ADAPTIVE_EVENT_KINDS: Final = (*_EVENT_KINDS, "switch")
 _MAX_ACCEPT_CODE: Final = MAX_GENERATED_STRIDE**MAX_REQUESTS - 1
 
+# Events are drawn from a few integers each, with strategies built once here: Hypothesis draws
+# through `builds`/`lists`/`flatmap`, or strategies created inside a composite on every call,
+# cost several times more, and generation dominates the time of a search.
+_PROMPT_LEN: Final = st.integers(1, 64)
+_MAX_NEW_TOKENS: Final = st.integers(1, 24)
+_EOS_AT_OR_ZERO: Final = st.integers(0, 24)
+_ACCEPT_CODE: Final = st.integers(0, _MAX_ACCEPT_CODE)
+_STRIDE: Final = st.integers(MIN_GENERATED_STRIDE, MAX_GENERATED_STRIDE)
+_INDEX_BELOW: Final = {n: st.integers(0, n - 1) for n in range(1, len(_ADAPTIVE_EVENT_KINDS) + 1)}
 
-# Events are drawn from a few integers each rather than with `builds`/`lists`: Hypothesis draws
-# cost tens of microseconds here, and this keeps generation at a few hundred scenarios a second.
+
+def _draw_admit(draw: st.DrawFn, rids: Sequence[str]) -> Admit:
+    rid = rids[draw(_INDEX_BELOW[len(rids)])]
+    prompt_len = draw(_PROMPT_LEN)
+    max_new_tokens = draw(_MAX_NEW_TOKENS)
+    eos_at = draw(_EOS_AT_OR_ZERO) or None
+    return Admit(rid, prompt_len, max_new_tokens, eos_at)
+
+
+def _draw_step(draw: st.DrawFn) -> Step:
+    # One integer read as base-8 digits (digit + 1 per row): shrinks towards accept length 1.
+    code = draw(_ACCEPT_CODE)
+    accepts: list[int] = []
+    while code:
+        code, digit = divmod(code, MAX_GENERATED_STRIDE)
+        accepts.append(digit + 1)
+    return Step(tuple(accepts))
 
 
 @st.composite
@@ -100,42 +124,41 @@ def admits(draw: st.DrawFn, rids: Sequence[str] = REQUEST_IDS) -> Admit:
     `max_new_tokens == 1` or `eos_at == 1` makes it finish on its prefill result; generations up
     to 24 tokens keep several requests alive at once, so batches of 4+ live rows occur.
     """
-    rid = rids[draw(st.integers(0, len(rids) - 1))]
-    prompt_len = draw(st.integers(1, 64))
-    max_new_tokens = draw(st.integers(1, 24))
-    eos_at = draw(st.integers(0, 24)) or None
-    return Admit(rid, prompt_len, max_new_tokens, eos_at)
+    return _draw_admit(draw, rids)
 
 
 @st.composite
 def steps(draw: st.DrawFn) -> Step:
-    """One scheduler iteration with accept lengths for up to six rows.
+    """One scheduler iteration with accept lengths for up to six rows, towards 1 when shrunk;
+    values above the launch stride clamp to full acceptance."""
+    return _draw_step(draw)
 
-    The accepts are one integer read as base-8 digits (digit + 1 per row), so the scenario
-    shrinks towards accept length 1 everywhere; values above the launch stride clamp to full
-    acceptance.
-    """
-    code = draw(st.integers(0, _MAX_ACCEPT_CODE))
-    accepts: list[int] = []
-    while code:
-        code, digit = divmod(code, MAX_GENERATED_STRIDE)
-        accepts.append(digit + 1)
-    return Step(tuple(accepts))
+
+def _draw_event(draw: st.DrawFn, rids: Sequence[str], kinds: Sequence[str]) -> Event:
+    kind = kinds[draw(_INDEX_BELOW[len(kinds)])]
+    if kind == "step":
+        return _draw_step(draw)
+    if kind == "admit":
+        return _draw_admit(draw, rids)
+    if kind == "switch":
+        return SwitchStride(draw(_STRIDE))
+    rid = rids[draw(_INDEX_BELOW[len(rids)])]
+    return Retract(rid) if kind == "retract" else Abort(rid)
 
 
 @st.composite
 def events(draw: st.DrawFn, rids: Sequence[str] = REQUEST_IDS, *, adaptive: bool = False) -> Event:
     """One event about the requests `rids`; steps are the most frequent kind."""
-    kinds = _ADAPTIVE_EVENT_KINDS if adaptive else _EVENT_KINDS
-    kind = kinds[draw(st.integers(0, len(kinds) - 1))]
-    if kind == "step":
-        return draw(steps())
-    if kind == "admit":
-        return draw(admits(rids))
-    if kind == "switch":
-        return SwitchStride(draw(strides()))
-    rid = rids[draw(st.integers(0, len(rids) - 1))]
-    return Retract(rid) if kind == "retract" else Abort(rid)
+    return _draw_event(draw, rids, _ADAPTIVE_EVENT_KINDS if adaptive else _EVENT_KINDS)
+
+
+_REQUEST_COUNT: Final = st.integers(1, MAX_REQUESTS)
+_UP_TO: Final = {n: st.integers(0, n) for n in range(MAX_EVENTS + 1)}
+_EVENTS: Final[dict[tuple[int, bool], st.SearchStrategy[Event]]] = {
+    (n, adaptive): events(REQUEST_IDS[:n], adaptive=adaptive)
+    for n in range(1, MAX_REQUESTS + 1)
+    for adaptive in (False, True)
+}
 
 
 @st.composite
@@ -148,14 +171,16 @@ def event_lists(
     Hypothesis's plain lists average a handful of elements, too few to reach re-admissions or
     batches of four live rows.
     """
-    requests = draw(st.integers(1, MAX_REQUESTS))
+    requests = draw(_REQUEST_COUNT)
     rids = REQUEST_IDS[:requests]
-    opening = draw(st.integers(0, requests))
-    admitted = [draw(admits(rids[i : i + 1])) for i in range(opening)]
-    budget = max_events - opening
-    min_events = draw(st.integers(0, budget))
-    drawn = draw(st.lists(events(rids, adaptive=adaptive), min_size=min_events, max_size=budget))
-    return (*admitted, *drawn)
+    # Usually every request is admitted up front (Hypothesis favours 0 for the skipped count).
+    opening = requests - draw(_UP_TO[requests])
+    drawn: list[Event] = [_draw_admit(draw, rids[i : i + 1]) for i in range(opening)]
+    budget = max(max_events - opening, 0)
+    min_events = draw(_UP_TO[budget] if budget <= MAX_EVENTS else st.integers(0, budget))
+    one_event = _EVENTS[(requests, adaptive)]
+    drawn.extend(draw(st.lists(one_event, min_size=min_events, max_size=budget)))
+    return tuple(drawn)
 
 
 def scenarios(

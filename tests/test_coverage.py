@@ -7,12 +7,12 @@ class it exposes silently drops out of every search; this test makes that loud.
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, seed, settings
+from kvcheck.strategies import ADAPTIVE_COVERAGE_TARGETS, COVERAGE_TARGETS, label_run, scenarios
 
 from kvcheck.builtins import reference
 from kvcheck.profiles import PROFILE_EXAMPLES
 from kvcheck.run import run_scenario
 from kvcheck.scenario import Scenario
-from kvcheck.strategies import ADAPTIVE_COVERAGE_TARGETS, COVERAGE_TARGETS, label_run, scenarios
 from tests.helpers import target
 
 CI_BUDGET = PROFILE_EXAMPLES["ci"]
@@ -23,7 +23,12 @@ def _reached(adaptive: bool) -> set[str]:
     checked = target(reference)
 
     @seed(20261130)
-    @settings(max_examples=CI_BUDGET, database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=CI_BUDGET,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(scenarios(adaptive=adaptive))
     def explore(scenario: Scenario) -> None:
         result = run_scenario(scenario, checked)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given
+from kvcheck.strategies import scenarios
 
 from kvcheck.model import Expectation, ReferenceModel, RequestExpectation
 from kvcheck.scenario import Abort, Admit, Config, Retract, Scenario, Step, SwitchStride
-from kvcheck.strategies import scenarios
 
 
 def replay(scenario: Scenario) -> list[Expectation]:

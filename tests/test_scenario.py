@@ -6,6 +6,7 @@ import json
 
 import pytest
 from hypothesis import given
+from kvcheck.strategies import scenarios
 
 from kvcheck.errors import ScenarioFormatError
 from kvcheck.scenario import (
@@ -18,7 +19,6 @@ from kvcheck.scenario import (
     scenario_to_dict,
     to_json,
 )
-from kvcheck.strategies import scenarios
 
 
 @given(scenarios(adaptive=True) | scenarios(convention="honest", global_counters="sglang"))

@@ -1,0 +1,30 @@
+"""The README opens with exactly two commands, and CI runs the second one verbatim."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```bash\n(.+?)\n```", text, flags=re.DOTALL)
+
+
+def test_readme_opens_with_two_commands() -> None:
+    text = (ROOT / "README.md").read_text()
+    first_blocks = text.split("\n\n")[1:3]
+    assert all(block.startswith("```bash\n") for block in first_blocks)
+    install_and_run, install_and_test = readme_commands()[:2]
+    assert "\n" not in install_and_run and "\n" not in install_and_test
+    assert install_and_run.endswith(".venv/bin/kvcheck")
+    assert install_and_test.endswith(".venv/bin/pytest -q")
+    # A bare torch requirement would pull a CUDA build; both commands pin the CPU one.
+    assert "torch==2.13.0" in install_and_run and "torch==2.13.0" in install_and_test
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert readme_commands()[1] in ci_lines
