@@ -30,6 +30,14 @@ def _padded_runs(next_token_ids: list[int], accept_lens: list[int], stride: int)
     ]
 
 
+def _commit_live_row(req: Any, accepted: int) -> None:
+    """A live row under pre-claim: the launch already claimed one slot for the bonus token."""
+    req.kv_committed_len += accepted - 1
+    req.spec_verify_ct += 1
+    req.spec_accepted_drafts += accepted - 1
+    req.update_spec_acceptance_histogram(accepted - 1)
+
+
 def seed_prefix(self: Any, result: Any, batch: Any) -> list[list[int]]:
     next_token_ids = result.next_token_ids.tolist()
     accept_lens = result.accept_lens.tolist()
@@ -37,10 +45,7 @@ def seed_prefix(self: Any, result: Any, batch: Any) -> list[list[int]]:
     result.num_accepted_drafts_per_req_cpu = [a - 1 for a in accept_lens]
     stride = self.draft_worker.speculative_num_draft_tokens
     for req, accepted in zip(batch.reqs, accept_lens, strict=True):
-        req.kv_committed_len += accepted - 1
-        req.spec_verify_ct += 1
-        req.spec_accepted_drafts += accepted - 1
-        req.update_spec_acceptance_histogram(accepted - 1)
+        _commit_live_row(req, accepted)
     return _padded_runs(next_token_ids, accept_lens, stride)
 
 
@@ -56,10 +61,7 @@ def seed_fixed(self: Any, result: Any, batch: Any) -> list[list[int]]:
         if req.finished():
             req.kv_committed_len -= 1  # give back the slot the launch pre-claimed
             continue
-        req.kv_committed_len += accepted - 1
-        req.spec_verify_ct += 1
-        req.spec_accepted_drafts += accepted - 1
-        req.update_spec_acceptance_histogram(accepted - 1)
+        _commit_live_row(req, accepted)
     return _padded_runs(next_token_ids, accept_lens, stride)
 
 
@@ -76,10 +78,7 @@ def reference(self: Any, result: Any, batch: Any) -> list[list[int]]:
         if req.finished():
             req.kv_committed_len -= 1
             continue
-        req.kv_committed_len += accepted - 1
-        req.spec_verify_ct += 1
-        req.spec_accepted_drafts += accepted - 1
-        req.update_spec_acceptance_histogram(accepted - 1)
+        _commit_live_row(req, accepted)
         live_drafts += accepted - 1
     result.num_accepted_drafts = live_drafts
     result.num_accepted_drafts_per_req_cpu = per_request
