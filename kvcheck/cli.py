@@ -10,13 +10,20 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from kvcheck.check import DEFAULT_MAX_EXAMPLES, Verdict, check
+from kvcheck import counterexample_cli
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.report import format_verdict, verdict_to_json
 from kvcheck.scenario import GLOBAL_COUNTER_MODES
 from kvcheck.targets import DEFAULT_TARGETS
+
+if TYPE_CHECKING:
+    from kvcheck.search import Verdict
+
+# Hypothesis (kvcheck.search) is imported only by the commands that search: `kvcheck replay`
+# must run without it.
+DEFAULT_MAX_EXAMPLES = 300
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
@@ -76,34 +83,66 @@ def build_parser() -> argparse.ArgumentParser:
         help="ideal: stale rows excluded (default); sglang: counted as SGLang does; off",
     )
     check_parser.add_argument(
-        "--adaptive", action="store_true", help="switch strides between launch and delivery"
+        "--adaptive",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=(
+            "switch strides between launch and delivery (default: on exactly when the target "
+            "feeds the adaptive controller, as SGLang 0.5.12+ does)"
+        ),
+    )
+    check_parser.add_argument(
+        "--allow-unavailable-imports",
+        action="store_true",
+        help=(
+            "for path.py::Qualname targets: load even if the code names imports kvcheck cannot "
+            "provide (e.g. an abort reason on an error path); using one at run time is still an "
+            "error"
+        ),
     )
     check_parser.add_argument(
         "--max-examples", type=_positive_int, default=DEFAULT_MAX_EXAMPLES, metavar="N"
     )
     check_parser.add_argument("--seed", type=_seed, default=None, metavar="N")
     check_parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    counterexample_cli.add_check_options(check_parser)
+    counterexample_cli.add_commands(commands)
+    commands.add_parser(
+        "spellings",
+        help="print the SGLang attribute spellings kvcheck's fakes model (a Markdown table)",
+        description="The attributes, methods and collaborators a resolver may use, by version.",
+    )
     return parser
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    from kvcheck.search import check
+    from kvcheck.targets import load_target
+
+    target = load_target(args.target, allow_unavailable=args.allow_unavailable_imports)
     verdict = check(
-        args.target,
+        target,
         convention=args.convention,
         global_counters=args.global_counters,
         adaptive=args.adaptive,
         max_examples=args.max_examples,
         seed=args.seed,
+        database=counterexample_cli.database_for(args),
     )
+    saved = counterexample_cli.save_failure(verdict, args)
     if args.json:
-        print(json.dumps(verdict_to_json(verdict), indent=2, default=repr))
+        report = verdict_to_json(verdict) | counterexample_cli.json_fields(saved)
+        print(json.dumps(report, indent=2, default=repr))
     else:
         print(format_verdict(verdict))
+        counterexample_cli.print_failure(verdict, saved)
     return EXIT_OK if verdict.passed else EXIT_VIOLATION
 
 
 def _run_default_job() -> int:
     """The main job on the built-in default: what kvcheck finds in the seed resolvers."""
+    from kvcheck.search import check
+
     print("kvcheck: checking the built-in seed resolvers (kvcheck check TARGET for your own)\n")
     verdicts: list[Verdict] = []
     for spec in DEFAULT_TARGETS:
@@ -121,10 +160,22 @@ def _run_default_job() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse already printed its one line (or --help)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
         if args.command == "check":
             return _run_check(args)
+        if args.command == "spellings":
+            from kvcheck.fakes import spellings_table
+
+            print(spellings_table())
+            return EXIT_OK
+        if args.command == "replay":
+            return counterexample_cli.run_replay(args)
+        if args.command == "regress":
+            return counterexample_cli.run_regress(args)
         return _run_default_job()
     except KvcheckUsageError as exc:
         print(f"kvcheck: error: {exc}", file=sys.stderr)

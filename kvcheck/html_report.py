@@ -1,0 +1,274 @@
+"""A self-contained HTML page for one run: an SVG swimlane of its timeline.
+
+One lane per request, one column per event. A cell is tinted by the request's phase and shows its
+committed KV length (expected, and observed when they differ); a bar along the bottom of a lane
+spans each launch from the event that launched it to the event its result arrived at, ending in
+a dot (applied row) or a yellow diamond (stale row). The violating cell is red.
+
+Everything is inline (CSS, SVG, a few lines of script that tag the page once the swimlane has a
+layout box, which the headless-browser test reads): no external assets, so the file can be
+attached to a CI run or an issue and opened anywhere.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Final
+
+from kvcheck.timeline import Cell, Timeline, render_plain
+
+COLUMN: Final = 160
+LANE: Final = 78
+LEFT: Final = 70
+TOP: Final = 74
+PAD: Final = 4
+
+PHASE_FILL: Final = {
+    "waiting": "#eceff1",
+    "running": "#e8f5e9",
+    "finished": "#e3e8f4",
+    "retracted": "#fff3e0",
+}
+VIOLATION_FILL: Final = "#ffcdd2"
+VIOLATION_STROKE: Final = "#d50000"
+STALE_FILL: Final = "#ffd600"
+LAUNCH_STROKE: Final = {"decode": "#0288d1", "prefill": "#7b1fa2"}
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _cell_label(cell: Cell) -> tuple[str, str]:
+    """Two short lines for a cell: committed length, then what happened."""
+    if cell.mismatch:
+        first = f"C exp {cell.expected} / obs {cell.observed!r}"
+    else:
+        first = f"C {cell.expected}"
+    second = ""
+    if cell.delivered is not None:
+        second = f"L{cell.delivered} {'STALE row' if cell.stale else 'result applied'}"
+    elif cell.launched is not None:
+        second = f"launch {cell.launched}"
+    elif cell.in_flight:
+        second = "in flight: " + ", ".join(f"L{n}" for n in cell.in_flight)
+    return first, second
+
+
+def _swimlane(timeline: Timeline) -> str:
+    rows, rids = timeline.rows, timeline.rids
+    width = LEFT + COLUMN * max(len(rows), 1) + PAD
+    height = TOP + LANE * max(len(rids), 1) + PAD
+    out: list[str] = [
+        f'<svg id="swimlane" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" data-lanes="{len(rids)}" '
+        f'data-events="{len(rows)}" role="img" aria-label="per-request swimlane">',
+        "<title>per-request timeline</title>",
+    ]
+    # Column headers: event index and a shortened description.
+    for col, row in enumerate(rows):
+        x = LEFT + col * COLUMN
+        cls = "event violation" if row.violation else "event"
+        fill = VIOLATION_FILL if row.violation else "#fafafa"
+        stroke = VIOLATION_STROKE if row.violation else "#cfd8dc"
+        out.append(
+            f'<g class="{cls}" data-index="{row.index}">'
+            f'<rect x="{x + PAD}" y="{PAD}" width="{COLUMN - 2 * PAD}" height="{TOP - 2 * PAD}" '
+            f'rx="4" fill="{fill}" stroke="{stroke}"/>'
+            f'<text x="{x + 2 * PAD}" y="{PAD + 16}" class="idx">event {row.index}</text>'
+            f'<text x="{x + 2 * PAD}" y="{PAD + 32}">{_e(_clip(row.event, 24))}</text>'
+            f'<text x="{x + 2 * PAD}" y="{PAD + 48}" class="note">'
+            f"{_e(_clip(row.notes[0] if row.notes else '', 26))}</text>"
+            f"<title>{_e(chr(10).join([row.event, *row.notes]))}</title></g>"
+        )
+    for lane, rid in enumerate(rids):
+        y = TOP + lane * LANE
+        out.append(f'<g class="lane" data-rid="{_e(rid)}">')
+        out.append(
+            f'<text x="{PAD * 2}" y="{y + LANE // 2}" class="rid">{_e(rid)}</text>'
+            f'<line x1="{LEFT}" y1="{y + LANE - 1}" x2="{width - PAD}" y2="{y + LANE - 1}" '
+            'stroke="#eceff1"/>'
+        )
+        launches: dict[int, list[int]] = {}
+        kinds: dict[int, str] = {}
+        for col, row in enumerate(rows):
+            cell = row.cells[lane]
+            x = LEFT + col * COLUMN
+            if cell.launched is not None:
+                launches.setdefault(cell.launched, []).append(col)
+                kinds[cell.launched] = cell.launched_kind or "decode"
+            for number in cell.in_flight:
+                launches.setdefault(number, []).append(col)
+            if cell.delivered is not None:
+                launches.setdefault(cell.delivered, []).append(col)
+            if cell.phase is None:
+                continue
+            classes = ["cell", cell.phase]
+            fill, stroke, stroke_width = PHASE_FILL.get(cell.phase, "#ffffff"), "#b0bec5", 1
+            if cell.violation:
+                classes.append("violation")
+                fill, stroke, stroke_width = VIOLATION_FILL, VIOLATION_STROKE, 3
+            if cell.stale:
+                classes.append("stale")
+            first, second = _cell_label(cell)
+            first_class = "bad" if cell.mismatch else "committed"
+            tip = "\n".join(line.text for line in cell.lines)
+            out.append(
+                f'<g class="{" ".join(classes)}" data-index="{row.index}">'
+                f'<rect x="{x + PAD}" y="{y + PAD}" width="{COLUMN - 2 * PAD}" '
+                f'height="{LANE - 26}" rx="4" fill="{fill}" stroke="{stroke}" '
+                f'stroke-width="{stroke_width}"/>'
+                f'<text x="{x + 2 * PAD}" y="{y + PAD + 16}" class="phase">{_e(cell.phase)}</text>'
+                f'<text x="{x + 2 * PAD}" y="{y + PAD + 32}" class="{first_class}">'
+                f"{_e(first)}</text>"
+                f'<text x="{x + 2 * PAD}" y="{y + PAD + 46}" class="note">{_e(second)}</text>'
+                f"<title>{_e(tip)}</title></g>"
+            )
+        # Launch bars: from the launching event to the delivering one.
+        for number, cols in sorted(launches.items()):
+            start, end = min(cols), max(cols)
+            kind = kinds.get(number, "decode")
+            x1 = LEFT + start * COLUMN + COLUMN // 2
+            x2 = LEFT + end * COLUMN + COLUMN // 2
+            by = y + LANE - 14 - (number % 2) * 5
+            color = LAUNCH_STROKE[kind]
+            out.append(
+                f'<g class="launch {kind}" data-launch="{number}">'
+                f'<line x1="{x1}" y1="{by}" x2="{max(x2, x1 + 12)}" y2="{by}" stroke="{color}" '
+                f'stroke-width="3" stroke-linecap="round"/>'
+                f'<text x="{x1 - 22}" y="{by + 4}" class="launch-label" fill="{color}">'
+                f"L{number}</text>"
+            )
+            delivered = [row.cells[lane] for row in rows if row.cells[lane].delivered == number]
+            if delivered:
+                cx = x2
+                if delivered[0].stale:
+                    out.append(
+                        f'<polygon class="stale-marker" points="{cx},{by - 7} {cx + 7},{by} '
+                        f'{cx},{by + 7} {cx - 7},{by}" fill="{STALE_FILL}" stroke="#6d4c41"/>'
+                    )
+                else:
+                    out.append(f'<circle cx="{cx}" cy="{by}" r="5" fill="{color}"/>')
+            out.append("</g>")
+        out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+_CSS: Final = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px;
+       color: #263238; }
+h1 { font-size: 20px; margin: 0 0 4px; }
+.sub { color: #546e7a; margin: 0 0 16px; }
+.verdict { padding: 10px 14px; border-radius: 6px; margin: 12px 0; }
+.verdict.fail { background: #ffebee; border-left: 5px solid #d50000; }
+.verdict.pass { background: #e8f5e9; border-left: 5px solid #2e7d32; }
+.scroll { overflow-x: auto; border: 1px solid #eceff1; border-radius: 6px; padding: 4px; }
+svg text { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; fill: #263238; }
+svg text.idx { font-weight: bold; }
+svg text.rid { font-weight: bold; font-size: 14px; }
+svg text.note, svg text.phase { fill: #607d8b; font-size: 11px; }
+svg text.bad { fill: #b71c1c; font-weight: bold; }
+svg text.launch-label { font-size: 10px; font-weight: bold; }
+.legend span { display: inline-block; margin-right: 14px; }
+.swatch { display: inline-block; width: 12px; height: 12px; vertical-align: -2px;
+          margin-right: 4px; border: 1px solid #90a4ae; }
+pre { background: #fafafa; padding: 10px; overflow-x: auto; font-size: 12px; }
+"""
+
+# Runs after the SVG is parsed: tags <body> once the swimlane has a real layout box, so a
+# headless browser's DOM dump shows that it rendered (and how big).
+_SCRIPT: Final = """
+(function () {
+  var svg = document.getElementById("swimlane");
+  var box = svg ? svg.getBoundingClientRect() : null;
+  var lanes = document.querySelectorAll("#swimlane g.lane").length;
+  var cells = document.querySelectorAll("#swimlane g.cell").length;
+  var bad = document.querySelectorAll("#swimlane g.cell.violation, #swimlane g.event.violation");
+  if (box && box.width > 0 && box.height > 0) {
+    document.body.setAttribute("data-swimlane",
+      "rendered " + Math.round(box.width) + "x" + Math.round(box.height) +
+      " lanes=" + lanes + " cells=" + cells + " violations=" + bad.length);
+  }
+})();
+"""
+
+
+def render_html(timeline: Timeline, *, heading: str | None = None, summary: str = "") -> str:
+    """The whole page as a string."""
+    violation = timeline.violation
+    if violation is not None:
+        where = f" ({violation.rid})" if violation.rid else ""
+        verdict = (
+            f'<div class="verdict fail"><strong>{_e(violation.invariant)}</strong> at event '
+            f"{violation.event_index}{_e(where)}: {_e(violation.message)}<br>"
+            f"<em>{_e(timeline.explanation)}</em></div>"
+        )
+    else:
+        verdict = '<div class="verdict pass"><strong>no violation</strong></div>'
+    legend = "".join(
+        f'<span><i class="swatch" style="background:{color}"></i>{_e(name)}</span>'
+        for name, color in [
+            *PHASE_FILL.items(),
+            ("violation", VIOLATION_FILL),
+            ("stale row delivered", STALE_FILL),
+        ]
+    ) + (
+        f'<span><b style="color:{LAUNCH_STROKE["decode"]}">&#8212;</b> decode launch in '
+        f'flight</span><span><b style="color:{LAUNCH_STROKE["prefill"]}">&#8212;</b> prefill '
+        "launch in flight</span>"
+    )
+    title = heading or "kvcheck timeline"
+    extra = f"<p>{_e(summary)}</p>" if summary else ""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)}</title>
+<style>{_CSS}</style>
+</head>
+<body>
+<h1>{_e(title)}</h1>
+<p class="sub">{_e(timeline.title)}</p>
+{verdict}
+{extra}
+<p class="legend">{legend}</p>
+<div class="scroll">
+{_swimlane(timeline)}
+</div>
+<details open><summary>timeline as text</summary>
+<pre>{_e(render_plain(timeline))}</pre>
+</details>
+<script>{_SCRIPT}</script>
+</body>
+</html>
+"""
+
+
+def write_html(
+    timeline: Timeline,
+    path: str | os.PathLike[str],
+    *,
+    heading: str | None = None,
+    summary: str = "",
+) -> Path:
+    """Write the page to `path` (parent directories created); returns the path."""
+    from kvcheck.errors import KvcheckUsageError
+
+    out = Path(path)
+    try:
+        if out.parent and not out.parent.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(render_html(timeline, heading=heading, summary=summary), encoding="utf-8")
+    except OSError as exc:
+        raise KvcheckUsageError(
+            f"cannot write HTML report {str(path)!r}: {exc.strerror or exc}"
+        ) from None
+    return out

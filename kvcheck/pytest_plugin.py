@@ -1,0 +1,382 @@
+"""kvcheck's pytest plugin (registered through the `pytest11` entry point as `kvcheck`).
+
+Two kinds of items:
+
+- `--kvcheck-target T` (repeatable) adds property items: one Hypothesis search per target and
+  configuration axis value (convention x overlap x adaptive), so `pytest -n auto` spreads them.
+  The convention is detected from the target by default (`--kvcheck-convention`).
+- Counterexample files (`*.kvcheck.json`) under the collected paths become replay items: the
+  saved scenario is replayed once against its saved target and must show no violation.
+
+A failing item reports the per-request timeline, the counterexample file and the command that
+replays it. An unreadable counterexample file, one from a newer schema or one whose target no
+longer loads is a collection error with one line. Without a `--kvcheck-*` option the plugin adds
+nothing but the replay items, and it imports neither Hypothesis nor torch until it needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import pytest
+
+from kvcheck.counterexample import SUFFIX
+from kvcheck.errors import KvcheckUsageError
+
+if TYPE_CHECKING:
+    from hypothesis.database import ExampleDatabase
+
+    from kvcheck.counterexample import Counterexample
+    from kvcheck.scenario import Convention, GlobalCounterMode
+    from kvcheck.targets import Target
+
+GROUP: Final = "kvcheck"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup(
+        GROUP, "kvcheck: KV-accounting checks of speculative-decoding resolvers"
+    )
+    group.addoption(
+        "--kvcheck-target",
+        action="append",
+        default=[],
+        dest="kvcheck_targets",
+        metavar="TARGET",
+        help="add property-test items for TARGET (builtin:NAME, package.module:Qualname or "
+        "path/to/file.py::Qualname), one per convention x overlap x adaptive value; repeatable",
+    )
+    group.addoption(
+        "--kvcheck-profile",
+        dest="kvcheck_profile",
+        default=None,
+        metavar="NAME",
+        help="Hypothesis settings profile for the property items: dev, ci, thorough (kvcheck's) "
+        "or any registered one (default: the active profile)",
+    )
+    group.addoption(
+        "--kvcheck-convention",
+        dest="kvcheck_convention",
+        choices=("auto", "preclaim", "honest", "both"),
+        default="auto",
+        help="convention axis: auto (detected from each target, default), one, or both",
+    )
+    group.addoption(
+        "--kvcheck-global-counters",
+        dest="kvcheck_global_counters",
+        choices=("ideal", "sglang", "off"),
+        default="ideal",
+        help="how the batch-global counter is judged (default: ideal, stale rows excluded)",
+    )
+    group.addoption(
+        "--kvcheck-max-examples",
+        dest="kvcheck_max_examples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="scenarios per property item (default: the profile's max_examples)",
+    )
+    group.addoption(
+        "--kvcheck-seed",
+        dest="kvcheck_seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="seed for the property items (default: --hypothesis-seed if given, else random)",
+    )
+    group.addoption(
+        "--kvcheck-save-dir",
+        dest="kvcheck_save_dir",
+        default=None,
+        metavar="DIR",
+        help="where failing property items write counterexample files "
+        "(default: <rootdir>/.kvcheck/counterexamples)",
+    )
+    group.addoption(
+        "--kvcheck-no-replay",
+        dest="kvcheck_no_replay",
+        action="store_true",
+        help=f"do not collect *{SUFFIX} counterexample files as replay items",
+    )
+
+
+# --- failures -----------------------------------------------------------------------------------
+
+
+class KvcheckViolation(Exception):
+    """An item found or reproduced a violation; the message is the whole report."""
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def _relative(path: Path) -> str:
+    """`path` relative to the working directory when it is below it (shorter replay commands)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# --- replay items -------------------------------------------------------------------------------
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if not file_path.name.endswith(SUFFIX):
+        return None
+    if parent.config.getoption("kvcheck_no_replay", False):
+        return None
+    collector: CounterexampleFile = CounterexampleFile.from_parent(parent, path=file_path)
+    return collector
+
+
+class CounterexampleFile(pytest.File):
+    """A `*.kvcheck.json` file: one replay item."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from kvcheck.counterexample import load
+        from kvcheck.targets import load_target
+
+        counterexample = load(self.path)
+        if counterexample.target is None:
+            raise KvcheckUsageError(f"{self.path} names no target to replay against")
+        try:
+            target = load_target(counterexample.target)
+        except KvcheckUsageError as exc:
+            raise KvcheckUsageError(
+                f"{self.path}: its target {counterexample.target!r} does not load: {exc}"
+            ) from None
+        yield ReplayItem.from_parent(
+            self, name="replay", counterexample=counterexample, target=target
+        )
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: pytest.ExceptionInfo[BaseException]
+    ) -> str | Any:
+        if isinstance(excinfo.value, KvcheckUsageError):
+            return f"kvcheck: {_one_line(excinfo.value)}"
+        return super().repr_failure(excinfo)
+
+
+class ReplayItem(pytest.Item):
+    def __init__(self, *, counterexample: Counterexample, target: Target, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.counterexample = counterexample
+        self.target = target
+
+    def runtest(self) -> None:
+        from kvcheck.counterexample import replay
+
+        replayed = replay(self.counterexample, self.target, path=_relative(self.path))
+        if replayed.violation is not None:
+            raise KvcheckViolation(replayed.failure_report())
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: pytest.ExceptionInfo[BaseException]
+    ) -> str | Any:
+        if isinstance(excinfo.value, KvcheckViolation):
+            return str(excinfo.value)
+        if isinstance(excinfo.value, KvcheckUsageError):
+            return f"kvcheck: {_one_line(excinfo.value)}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        saved = self.counterexample.violation
+        what = f" (saved: {saved.where()})" if saved is not None else ""
+        return self.path, None, f"kvcheck replay against {self.target.spec}{what}"
+
+
+# --- property items -----------------------------------------------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Append the property items (before -k/-m deselection, which runs after this)."""
+    specs: list[str] = config.getoption("kvcheck_targets", None) or []
+    if not specs:
+        return
+    options = _SearchOptions.from_config(config)
+    for spec in specs:
+        items.extend(_property_items(session, spec, options))
+
+
+class _SearchOptions:
+    def __init__(
+        self,
+        *,
+        conventions: str,
+        global_counters: GlobalCounterMode,
+        max_examples: int,
+        database: ExampleDatabase | None,
+        seed: int | None,
+        save_dir: Path,
+    ) -> None:
+        self.conventions = conventions
+        self.global_counters = global_counters
+        self.max_examples = max_examples
+        self.database = database
+        self.seed = seed
+        self.save_dir = save_dir
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> _SearchOptions:
+        from hypothesis import settings
+        from hypothesis.errors import InvalidArgument
+
+        from kvcheck.profiles import PROFILE_EXAMPLES, register_profiles
+
+        name: str | None = config.getoption("kvcheck_profile", None)
+        if name is None:
+            profile = settings()
+        else:
+            try:
+                profile = settings.get_profile(name)
+            except InvalidArgument:
+                if name not in PROFILE_EXAMPLES:
+                    known = ", ".join(PROFILE_EXAMPLES)
+                    raise pytest.UsageError(
+                        f"--kvcheck-profile: no Hypothesis profile {name!r} is registered "
+                        f"(kvcheck's: {known})"
+                    ) from None
+                register_profiles()
+                profile = settings.get_profile(name)
+        max_examples = config.getoption("kvcheck_max_examples", None) or profile.max_examples
+        if max_examples < 1:
+            raise pytest.UsageError("--kvcheck-max-examples must be at least 1")
+        seed = config.getoption("kvcheck_seed", None)
+        if seed is None:
+            raw = config.getoption("hypothesis_seed", None)
+            if raw is not None:
+                seed = int(raw) if str(raw).lstrip("-").isdigit() else hash(str(raw))
+        save_dir = config.getoption("kvcheck_save_dir", None)
+        return cls(
+            conventions=config.getoption("kvcheck_convention", "auto"),
+            global_counters=config.getoption("kvcheck_global_counters", "ideal"),
+            max_examples=max_examples,
+            database=profile.database,
+            seed=seed,
+            save_dir=Path(save_dir)
+            if save_dir
+            else config.rootpath / ".kvcheck" / "counterexamples",
+        )
+
+
+def _property_items(
+    session: pytest.Session, spec: str, options: _SearchOptions
+) -> list[pytest.Item]:
+    from kvcheck.search import detect_convention
+    from kvcheck.targets import load_target
+
+    try:
+        target = load_target(spec)
+        reason = ""
+        conventions: list[Convention]
+        if options.conventions == "auto":
+            detected, reason = detect_convention(target)
+            conventions = [detected]
+        elif options.conventions == "both":
+            conventions = ["preclaim", "honest"]
+        else:
+            conventions = [options.conventions]  # type: ignore[list-item]
+    except KvcheckUsageError as exc:
+        raise pytest.UsageError(f"--kvcheck-target {spec}: {_one_line(exc)}") from None
+    items: list[pytest.Item] = []
+    for convention in conventions:
+        for overlap in (True, False):
+            for adaptive in (False, True):
+                axes = (
+                    f"{convention}-overlap-{'on' if overlap else 'off'}-"
+                    f"adaptive-{'on' if adaptive else 'off'}"
+                )
+                name = f"kvcheck[{spec.replace('::', ':')}][{axes}]"
+                items.append(
+                    PropertyItem.from_parent(
+                        session,
+                        name=name,
+                        nodeid=name,
+                        target=target,
+                        convention=convention,
+                        convention_reason=reason or f"convention {convention} (given)",
+                        overlap=overlap,
+                        adaptive=adaptive,
+                        options=options,
+                    )
+                )
+    return items
+
+
+class PropertyItem(pytest.Item):
+    def __init__(
+        self,
+        *,
+        target: Target,
+        convention: Convention,
+        convention_reason: str,
+        overlap: bool,
+        adaptive: bool,
+        options: _SearchOptions,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.convention: Convention = convention
+        self.convention_reason = convention_reason
+        self.overlap = overlap
+        self.adaptive = adaptive
+        self.options = options
+
+    def runtest(self) -> None:
+        from kvcheck.counterexample import from_run, replay_command, save
+        from kvcheck.search import search
+        from kvcheck.timeline import build_timeline, render_plain
+
+        outcome = search(
+            self.target,
+            convention=self.convention,
+            global_counters=self.options.global_counters,
+            adaptive=self.adaptive,
+            overlap=self.overlap,
+            max_examples=self.options.max_examples,
+            seed=self.options.seed,
+            database=self.options.database,
+        )
+        failure = outcome.failure
+        if failure is None or failure.violation is None:
+            return
+        counterexample = from_run(
+            failure, self.target.spec, convention_reason=self.convention_reason
+        )
+        try:
+            path = _relative(save(counterexample, self.options.save_dir))
+        except KvcheckUsageError as exc:
+            path = f"(not saved: {_one_line(exc)})"
+        violation = failure.violation
+        lines = [
+            f"kvcheck: {self.target.spec} breaks {violation.invariant} "
+            f"(convention {self.convention}, overlap {'on' if self.overlap else 'off'}, "
+            f"adaptive {'on' if self.adaptive else 'off'}; found after "
+            f"{outcome.examples_to_failure} scenarios)",
+            "",
+            render_plain(build_timeline(failure, target=self.target.spec)),
+            "",
+            f"counterexample file: {path}",
+            f"replay with: {replay_command(path)}",
+        ]
+        raise KvcheckViolation("\n".join(lines))
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: pytest.ExceptionInfo[BaseException]
+    ) -> str | Any:
+        if isinstance(excinfo.value, KvcheckViolation):
+            return str(excinfo.value)
+        if isinstance(excinfo.value, KvcheckUsageError):
+            return f"kvcheck: {_one_line(excinfo.value)}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name

@@ -1,0 +1,171 @@
+"""The pytest plugin, exercised with pytester in throwaway directories."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import kvcheck.search
+import kvcheck.timeline
+from kvcheck.counterexample import SUFFIX, from_run, save
+from kvcheck.run import run_scenario
+from kvcheck.scenario import Admit, Step
+from kvcheck.targets import load_target
+from tests.helpers import scenario
+
+pytest_plugins = ["pytester"]
+
+# Loaded here, not first inside a pytester run: pytester drops the modules an inline run imported,
+# and importing torch's or Hypothesis's compiled extensions a second time crashes the process.
+PRELOADED = (torch, kvcheck.search, kvcheck.timeline)
+
+COMMITTED = Path(__file__).parent / "counterexamples"
+FAST = [
+    "-p",
+    "no:cacheprovider",
+    "-W",
+    "ignore::pytest.PytestAssertRewriteWarning",
+    "--kvcheck-max-examples",
+    "60",
+    "--kvcheck-seed",
+    "0",
+]
+STALE_FINISHED = scenario(Admit("r0", 10, 3), Step(), Step((2,)), Step((3,)), Step(), stride=4)
+
+
+def test_options_have_their_own_group(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    text = result.stdout.str()
+    assert "kvcheck: KV-accounting checks of speculative-decoding resolvers:" in text
+    for option in (
+        "--kvcheck-target",
+        "--kvcheck-profile",
+        "--kvcheck-convention",
+        "--kvcheck-no-replay",
+    ):
+        assert option in text
+
+
+def test_nothing_is_added_without_options(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_ok():\n    assert True\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=1)
+    assert "kvcheck[" not in result.stdout.str()
+
+
+def test_seed_prefix_fails_with_the_timeline(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--kvcheck-target", "builtin:seed-prefix", *FAST)
+    # The stale rows only exist with overlap on: those two items fail, the other two pass.
+    result.assert_outcomes(failed=2, passed=2)
+    out = result.stdout.str()
+    assert "FAILED kvcheck[builtin:seed-prefix][preclaim-overlap-on-adaptive-off]" in out
+    assert "FAILED kvcheck[builtin:seed-prefix][preclaim-overlap-on-adaptive-on]" in out
+    assert "timeline  builtin:seed-prefix: preclaim convention, overlap on" in out
+    assert ">> VIOLATION committed-" in out and "STALE row" in out
+    assert "counterexample file: .kvcheck/counterexamples/builtin-seed-prefix-committed-" in out
+    assert "replay with: kvcheck replay .kvcheck/counterexamples/" in out
+    saved = list((pytester.path / ".kvcheck" / "counterexamples").iterdir())
+    assert len(saved) == 2 and all(p.name.endswith(SUFFIX) for p in saved)
+
+
+def test_reference_passes(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--kvcheck-target", "builtin:reference", *FAST)
+    result.assert_outcomes(passed=4)
+
+
+def test_one_item_per_axis_value(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(
+        "--kvcheck-target",
+        "builtin:reference",
+        "--kvcheck-target",
+        "builtin:seed-fixed",
+        "--kvcheck-convention",
+        "both",
+        "--kvcheck-profile",
+        "ci",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    ids = [line for line in result.stdout.lines if line.startswith("kvcheck[")]
+    assert len(ids) == 16 and len(set(ids)) == 16
+    assert "kvcheck[builtin:seed-fixed][honest-overlap-off-adaptive-on]" in ids
+    # -k selects among them like any other item.
+    picked = pytester.runpytest(
+        "--kvcheck-target",
+        "builtin:reference",
+        "-k",
+        "overlap-off",
+        "--co",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert len([line for line in picked.stdout.lines if line.startswith("kvcheck[")]) == 2
+
+
+def test_bad_target_and_profile_are_usage_errors(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--kvcheck-target", "builtin:nope", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --kvcheck-target builtin:nope: unknown builtin 'nope'*"])
+    result = pytester.runpytest(
+        "--kvcheck-target",
+        "builtin:reference",
+        "--kvcheck-profile",
+        "fast",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --kvcheck-profile: no Hypothesis profile 'fast'*"])
+
+
+def test_committed_counterexample_is_collected_and_replayed(pytester: pytest.Pytester) -> None:
+    for path in COMMITTED.glob(f"*{SUFFIX}"):
+        shutil.copy(path, pytester.path / path.name)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v")
+    count = len(list(COMMITTED.glob(f"*{SUFFIX}")))
+    result.assert_outcomes(passed=count)
+    result.stdout.fnmatch_lines([f"*{SUFFIX}::replay PASSED*"])
+    none = pytester.runpytest("-p", "no:cacheprovider", "--kvcheck-no-replay")
+    assert none.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def test_failing_replay_item_shows_timeline_file_and_command(pytester: pytest.Pytester) -> None:
+    result = run_scenario(STALE_FINISHED, load_target("builtin:seed-prefix"), record=True)
+    path = save(from_run(result, "builtin:seed-prefix"), pytester.path / "regressions")
+    outcome = pytester.runpytest("-p", "no:cacheprovider")
+    outcome.assert_outcomes(failed=1)
+    out = outcome.stdout.str()
+    assert "timeline  builtin:seed-prefix" in out
+    assert "REPRODUCED  committed-finished-frozen at event 4 (r0)" in out
+    relative = path.relative_to(pytester.path)
+    assert f"counterexample file: {relative}" in out
+    assert f"replay with: kvcheck replay {relative}" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ('{"schema_version": 1, "events": [', "not valid JSON (corrupt or truncated?)"),
+        ('{"schema_version": 3, "config": {}, "events": []}', "reads version(s) 1"),
+        (None, "its target 'builtin:retired' does not load: unknown builtin 'retired'"),
+    ],
+)
+def test_bad_counterexample_files_are_collection_errors(
+    pytester: pytest.Pytester, content: str | None, needle: str
+) -> None:
+    if content is None:
+        result = run_scenario(STALE_FINISHED, load_target("builtin:seed-prefix"), record=True)
+        good = from_run(result, "builtin:seed-prefix").to_json()
+        content = good.replace("builtin:seed-prefix", "builtin:retired")
+    (pytester.path / f"bad{SUFFIX}").write_text(content)
+    outcome = pytester.runpytest("-p", "no:cacheprovider")
+    assert outcome.ret == pytest.ExitCode.INTERRUPTED
+    errors = [line for line in outcome.stdout.lines if line.startswith("kvcheck: ")]
+    assert len(errors) == 1 and needle in errors[0], outcome.stdout.str()
+    assert "Traceback" not in outcome.stdout.str()

@@ -1,0 +1,246 @@
+"""`kvcheck check` writes counterexample files; `kvcheck replay` and `kvcheck regress` use them.
+
+The acceptance path runs in fresh processes: a failing check writes a file, and a second
+interpreter, in which importing Hypothesis is impossible, replays it and reproduces the same
+invariant at the same event index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvcheck import cli
+from kvcheck.cli import main
+from kvcheck.counterexample import SUFFIX, from_run, load, save
+from kvcheck.run import run_scenario
+from kvcheck.scenario import Admit, Step
+from kvcheck.targets import load_target
+from tests.helpers import scenario
+
+FAST = ["--max-examples", "100", "--seed", "0", "--no-database"]
+STALE_FINISHED = scenario(Admit("r0", 10, 3), Step(), Step((2,)), Step((3,)), Step(), stride=4)
+
+
+def python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+# Replays in an interpreter where `import hypothesis` fails, so Hypothesis cannot be involved.
+NO_HYPOTHESIS = """
+import sys
+sys.modules["hypothesis"] = None
+from kvcheck.cli import main
+code = main(sys.argv[1:])
+assert not any(name.startswith("hypothesis.") for name in sys.modules), "hypothesis imported"
+sys.exit(code)
+"""
+
+
+def saved_file(tmp_path: Path, spec: str = "builtin:seed-prefix") -> Path:
+    result = run_scenario(STALE_FINISHED, load_target(spec), record=True)
+    return save(from_run(result, spec), tmp_path)
+
+
+def test_check_writes_a_file_that_replays_in_a_fresh_process(tmp_path: Path) -> None:
+    found = python(
+        "-m",
+        "kvcheck.cli",
+        "check",
+        "builtin:seed-prefix",
+        *FAST,
+        "--save-dir",
+        "cx",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert found.returncode == 1, found.stderr
+    report = json.loads(found.stdout)
+    path = tmp_path / report["counterexample_file"]
+    assert path.is_file() and path.name.endswith(SUFFIX)
+    assert report["replay_command"] == f"kvcheck replay {report['counterexample_file']}"
+    saved = load(path)
+    assert saved.violation is not None
+    assert saved.violation.invariant == report["violation"]["invariant"]
+
+    replayed = python("-c", NO_HYPOTHESIS, "replay", str(path), "--json", cwd=tmp_path)
+    assert replayed.returncode == 1, replayed.stderr
+    again = json.loads(replayed.stdout)
+    assert again["replay"] == "same"
+    assert again["violation"]["invariant"] == report["violation"]["invariant"]
+    assert again["violation"]["event_index"] == report["violation"]["event_index"]
+    assert again["counterexample_file"] == str(path)
+
+
+def test_check_text_output_names_the_file_and_the_replay_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_dir = tmp_path / "cx"
+    html = tmp_path / "report.html"
+    code = main(
+        ["check", "builtin:seed-prefix", *FAST, "--save-dir", str(save_dir), "--html", str(html)]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    [path] = save_dir.iterdir()
+    assert f"counterexample saved to {path}" in out
+    assert f"replay with: kvcheck replay {path}" in out
+    assert "timeline  builtin:seed-prefix" in out and "STALE row" in out and "why: " in out
+    assert html.is_file() and "<svg" in html.read_text()
+    # The same counterexample found again gets the same name.
+    assert main(["check", "builtin:seed-prefix", *FAST, "--save-dir", str(save_dir)]) == 1
+    assert list(save_dir.iterdir()) == [path]
+
+
+def test_no_save_and_passing_checks_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_dir = tmp_path / "cx"
+    assert (
+        main(["check", "builtin:seed-prefix", *FAST, "--save-dir", str(save_dir), "--no-save"]) == 1
+    )
+    assert main(["check", "builtin:reference", *FAST, "--save-dir", str(save_dir)]) == 0
+    assert not save_dir.exists()
+    assert "counterexample saved" not in capsys.readouterr().out
+
+
+def test_default_database_keeps_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["check", "builtin:seed-prefix", "--max-examples", "50", "--save-dir", "cx"]
+    assert main([*args, "--json"]) == 1
+    assert (tmp_path / ".hypothesis" / "examples").is_dir()
+    assert main([*args, "--database", "db", "--json"]) == 1
+    assert (tmp_path / "db").is_dir()
+
+
+def test_replay_text_reports_reproduced_fixed_and_different(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = saved_file(tmp_path)
+    assert main(["replay", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"replaying {path} against builtin:seed-prefix (saved target)" in out
+    assert "REPRODUCED  committed-finished-frozen at event 4 (r0)" in out
+    assert ">> finished  C exp 12 / obs 15" in out
+
+    assert main(["replay", str(path), "--target", "builtin:reference"]) == 0
+    out = capsys.readouterr().out
+    assert "(given target)" in out and "NO VIOLATION" in out
+
+    # seed-fixed gives the pre-claimed slot back but still counts the stale row globally.
+    assert main(["replay", str(path), "--target", "builtin:seed-fixed"]) == 1
+    out = capsys.readouterr().out
+    assert "VIOLATION   global-counters at event 4: a different invariant than saved" in out
+
+
+def test_replay_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = saved_file(tmp_path)
+    html = tmp_path / "out" / "t.html"
+    assert main(["replay", str(path), "--json", "--html", str(html)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    for key in ("verdict", "target", "convention", "examples", "violation", "events"):
+        assert key in report
+    assert report["verdict"] == "fail" and report["replay"] == "same"
+    assert report["saved_violation"]["invariant"] == "committed-finished-frozen"
+    assert report["html_report"] == str(html) and html.is_file()
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ('{"schema_version": 1, "config": {', "not valid JSON (corrupt or truncated?)"),
+        ('{"schema_version": 99, "config": {}, "events": []}', "reads version(s) 1"),
+        (None, "no such counterexample file"),
+    ],
+)
+def test_replay_bad_files_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, needle: str
+) -> None:
+    path = tmp_path / f"bad{SUFFIX}"
+    if content is not None:
+        path.write_text(content)
+    assert main(["replay", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("kvcheck: error:")
+
+
+def test_replay_target_that_no_longer_exists_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = saved_file(tmp_path)
+    path.write_text(path.read_text().replace("builtin:seed-prefix", "builtin:renamed"))
+    assert main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its saved target 'builtin:renamed' does not load" in err[0]
+    assert main(["replay", str(path), "--target", "nowhere.module:fn"]) == 2
+    assert "cannot import 'nowhere.module'" in capsys.readouterr().err
+
+
+def test_cli_default_examples_match_the_search_module() -> None:
+    from kvcheck.search import DEFAULT_MAX_EXAMPLES
+
+    assert cli.DEFAULT_MAX_EXAMPLES == DEFAULT_MAX_EXAMPLES
+
+
+# --- kvcheck regress ----------------------------------------------------------------------------
+
+
+def run_pytest(test_file: Path) -> subprocess.CompletedProcess[str]:
+    return python(
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:kvcheck",
+        str(test_file),
+        cwd=test_file.parent,
+    )
+
+
+def test_regress_passes_against_the_fix_and_fails_against_the_bug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = saved_file(tmp_path)
+    assert main(["regress", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert (
+        "TARGET = 'builtin:seed-prefix'" in text
+        and "def test_no_committed_finished_frozen_" in text
+    )
+
+    buggy = tmp_path / "test_buggy.py"
+    buggy.write_text(text)
+    fixed_dir = tmp_path / "fixed"
+    assert (
+        main(["regress", str(path), "--target", "builtin:reference", "--out", f"{fixed_dir}/"]) == 0
+    )
+    [fixed] = fixed_dir.iterdir()
+    assert fixed.name.startswith("test_kvcheck_no_committed_finished_frozen_")
+    assert f"wrote {fixed}" in capsys.readouterr().out
+
+    passing = run_pytest(fixed)
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    failing = run_pytest(buggy)
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert "REPRODUCED  committed-finished-frozen at event 4 (r0)" in failing.stdout
+    assert f"counterexample file: {path}" in failing.stdout
+    assert "replay with: kvcheck replay" in failing.stdout
+
+
+def test_regress_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = saved_file(tmp_path)
+    assert main(["regress", str(path), "--target", "builtin:nope"]) == 2
+    assert "unknown builtin 'nope'" in capsys.readouterr().err
+    assert main(["regress", str(tmp_path / "missing.kvcheck.json")]) == 2
