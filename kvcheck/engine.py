@@ -22,6 +22,7 @@ import attrs
 
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.fakes import (
+    ControllerFeed,
     FakeBatch,
     FakeReq,
     FakeResult,
@@ -68,6 +69,11 @@ class ObservedDelivery:
     runs: tuple[tuple[int, ...], ...] | None
     runs_repr: str
     global_drafts: Any
+    # The per-row draft list the target wrote on the result (None if not written), its calls of
+    # the adaptive controller during this delivery, and the block/cap totals it wrote.
+    per_row_drafts: Any = None
+    controller_feeds: tuple[ControllerFeed, ...] = ()
+    block_cap_totals: tuple[Any, Any] = (None, None)
 
 
 @attrs.frozen
@@ -75,6 +81,9 @@ class Observation:
     requests: tuple[ObservedRequest, ...]
     delivery: ObservedDelivery | None
     target_error: str | None = None
+    # Aspects the target is not held to (`kvcheck.api_shape.ASPECTS`): its API generation
+    # does not maintain them.
+    not_judged: frozenset[str] = frozenset()
 
 
 @attrs.define
@@ -92,7 +101,16 @@ class Engine:
         config: Config,
         resolver: Resolver,
         self_methods: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        not_judged: frozenset[str] | None = None,
     ) -> None:
+        """`not_judged` defaults to what the target's API shape does not maintain
+        (`kvcheck.api_shape.shape_of`, probed once per resolver)."""
+        if not_judged is None:
+            from kvcheck.api_shape import shape_of
+
+            not_judged = shape_of(resolver, self_methods).not_judged
+        self.not_judged = not_judged
         self.config = config
         self.resolver = resolver
         self.scheduler = FakeScheduler(config.stride, config.overlap)
@@ -136,6 +154,9 @@ class Engine:
                 _plain(req.spec_verify_ct),
                 _plain(req._spec_drafts),
                 req.histogram(),
+                _plain(req.spec_num_block_accept_tokens),
+                _plain(req.spec_num_cap_tokens),
+                tuple(sorted(req._cap_histogram.items())),
             )
             for rid, req in self.reqs.items()
         )
@@ -189,7 +210,7 @@ class Engine:
             case SwitchStride(stride=stride):
                 if self.config.adaptive:
                     self.scheduler.draft_worker.speculative_num_draft_tokens = stride
-        return Observation(self.observe_requests(), delivery, target_error)
+        return Observation(self.observe_requests(), delivery, target_error, self.not_judged)
 
     def observe_requests(self) -> tuple[ObservedRequest, ...]:
         return tuple(
@@ -289,6 +310,7 @@ class Engine:
         result = self._make_result(launch)
         target_error: str | None = None
         returned: Any = None
+        feeds_before = len(self.scheduler.model_worker.verify_feeds)
         try:
             returned = self.resolver(self.scheduler, result, launch.batch)
         except UnmodeledAttributeError as exc:
@@ -311,6 +333,9 @@ class Engine:
             runs=runs,
             runs_repr=_short_repr(returned),
             global_drafts=result._draft_total,
+            per_row_drafts=result._draft_per_req,
+            controller_feeds=tuple(self.scheduler.model_worker.verify_feeds[feeds_before:]),
+            block_cap_totals=(result.num_block_accept_tokens, result.num_cap_tokens),
         )
         return observed, target_error
 

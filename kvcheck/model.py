@@ -85,6 +85,11 @@ class ExpectedDelivery:
     runs: tuple[tuple[int, ...], ...]
     # The batch-global accepted-draft counter the resolver writes, or None when not judged.
     global_drafts: int | None
+    # accept_len - 1 for every row, stale rows included (the per-row list a resolver writes on
+    # the result), and what the adaptive controller must be fed (ideal: live rows only;
+    # sglang: every row; None when global counters are off).
+    per_row_drafts: tuple[int, ...] = ()
+    controller_feed: tuple[int, ...] | None = None
 
 
 @attrs.frozen
@@ -311,6 +316,8 @@ class ReferenceModel:
             for row in range(len(launch.rids))
         )
         global_drafts = self._expected_global_drafts(launch, stale)
+        per_row_drafts = tuple(a - 1 for a in launch.accepts)
+        controller_feed = self._expected_controller_feed(launch, stale)
         for row, rid in enumerate(launch.rids):
             req = self.requests[rid]
             accept = launch.accepts[row]
@@ -327,7 +334,7 @@ class ReferenceModel:
             req.histogram[accept - 1] = req.histogram.get(accept - 1, 0) + 1
             req.outputs += accept
             self._check_finish(req)
-        return ExpectedDelivery(launch, stale, runs, global_drafts)
+        return ExpectedDelivery(launch, stale, runs, global_drafts, per_row_drafts, controller_feed)
 
     def _expected_global_drafts(self, launch: Launch, stale: Iterable[bool]) -> int | None:
         mode = self.config.global_counters
@@ -335,6 +342,15 @@ class ReferenceModel:
             return None
         rows = zip(launch.accepts, stale, strict=True)
         return sum(a - 1 for a, is_stale in rows if mode == "sglang" or not is_stale)
+
+    def _expected_controller_feed(
+        self, launch: Launch, stale: Iterable[bool]
+    ) -> tuple[int, ...] | None:
+        mode = self.config.global_counters
+        if mode == "off":
+            return None
+        rows = zip(launch.accepts, stale, strict=True)
+        return tuple(a - 1 for a, is_stale in rows if mode == "sglang" or not is_stale)
 
     def _label_accept(self, accept: int, stride: int, stale: bool) -> None:
         kind = "stale" if stale else "live"

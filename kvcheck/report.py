@@ -37,8 +37,11 @@ def format_verdict(verdict: Verdict) -> str:
         f"target      {verdict.target}  ({verdict.description})",
         f"convention  {verdict.convention}  ({verdict.convention_reason})",
         f"options     global counters {verdict.global_counters}, "
-        f"adaptive {'on' if verdict.adaptive else 'off'}",
+        f"adaptive {'on' if verdict.adaptive else 'off'}"
+        + (f" ({verdict.adaptive_reason})" if verdict.adaptive_reason.startswith("auto") else ""),
     ]
+    if verdict.api_shape is not None:
+        lines.append(f"api shape   {verdict.api_shape.summary()}")
     violation, scenario = verdict.violation, verdict.counterexample
     if violation is None or scenario is None:
         lines.append(
@@ -68,6 +71,8 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
         "adaptive": verdict.adaptive,
         "examples": verdict.examples,
         "seconds": round(verdict.seconds, 3),
+        "adaptive_reason": verdict.adaptive_reason,
+        "api_shape": verdict.api_shape.to_dict() if verdict.api_shape is not None else None,
     }
     violation, scenario = verdict.violation, verdict.counterexample
     if violation is not None and scenario is not None:

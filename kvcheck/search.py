@@ -21,18 +21,16 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
 from hypothesis.strategies import SearchStrategy
 
+from kvcheck.api_shape import ApiShape, shape_of
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.invariants import Violation
 from kvcheck.run import RunResult, run_scenario
 from kvcheck.scenario import (
     CONVENTIONS,
     GLOBAL_COUNTER_MODES,
-    Admit,
-    Config,
     Convention,
     GlobalCounterMode,
     Scenario,
-    Step,
 )
 from kvcheck.shrink import shrink
 from kvcheck.strategies import label_run, scenarios
@@ -69,6 +67,9 @@ class Verdict:
     # The search that produced the verdict (the failing one when failed); others tried before.
     outcome: SearchOutcome
     other_outcomes: tuple[SearchOutcome, ...] = ()
+    # Why adaptive stride switching was on or off, and the API shape the verdict assumed.
+    adaptive_reason: str = ""
+    api_shape: ApiShape | None = None
 
     @property
     def violation(self) -> Violation | None:
@@ -177,32 +178,12 @@ def _scenarios(
     return strategy.map(lambda s: attrs.evolve(s, config=attrs.evolve(s.config, overlap=overlap)))
 
 
-# A live request through three decode rows with accept length 3: a resolver that follows one
-# convention keeps committed-live under that convention and breaks it under the other.
-_PROBE_EVENTS: Final = (
-    Admit("r0", prompt_len=10, max_new_tokens=100),
-    Step(),
-    Step((3,)),
-    Step((3,)),
-    Step((3,)),
-)
-
-
 def detect_convention(target: Target) -> tuple[Convention, str]:
-    """Which convention the target follows, judged on live rows only, and why."""
-    clean: list[Convention] = []
-    for convention in CONVENTIONS:
-        config = Config(convention=convention, global_counters="off")
-        result = run_scenario(Scenario(config, _PROBE_EVENTS), target)
-        if result.violation is None or result.violation.invariant != "committed-live":
-            clean.append(convention)
-    if len(clean) == 1:
-        how = "adds accept_len - 1" if clean[0] == "preclaim" else "adds accept_len"
-        return clean[0], f"auto: on a live row the target {how} to the committed length"
-    return (
-        "preclaim",
-        "auto: a live-row probe was inconclusive, so pre-claim (SGLang 0.5.11-0.5.14)",
-    )
+    """Which convention the target follows, and why: from the SGLang versions its spellings
+    fit, else from what it does to a finished request's stale row, else to a live row
+    (`kvcheck.api_shape`). Raises `UnsupportedTargetError` for a target kvcheck cannot judge."""
+    shape = shape_of(target.resolver, target.self_methods)
+    return shape.convention, shape.convention_reason
 
 
 def check(
@@ -210,13 +191,16 @@ def check(
     *,
     convention: ConventionChoice = "auto",
     global_counters: GlobalCounterMode = "ideal",
-    adaptive: bool = False,
+    adaptive: bool | None = None,
     max_examples: int = DEFAULT_MAX_EXAMPLES,
     seed: int | None = None,
     database: ExampleDatabase | None = None,
     overlap: bool | None = None,
 ) -> Verdict:
     """Search for a violation by `target` (a spec string or a loaded `Target`).
+
+    `adaptive=None` switches strides between launch and delivery exactly when the target feeds
+    the adaptive controller (SGLang 0.5.12+, where adaptive speculation runs under overlap).
 
     Raises `KvcheckUsageError` (exit 2 material) for bad options or an unloadable or unsupported
     target; never reports such a target as a violation.
@@ -232,6 +216,16 @@ def check(
     if max_examples < 1:
         raise KvcheckUsageError(f"max-examples must be at least 1, got {max_examples}")
     loaded = load_target(target) if isinstance(target, str) else target
+    shape = shape_of(loaded.resolver, loaded.self_methods)
+    if adaptive is None:
+        adaptive = shape.feeds_controller
+        adaptive_reason = (
+            "auto: the target feeds the adaptive controller"
+            if adaptive
+            else "auto: the target never feeds the adaptive controller"
+        )
+    else:
+        adaptive_reason = "given"
     options: dict[str, Any] = {
         "global_counters": global_counters,
         "adaptive": adaptive,
@@ -239,22 +233,28 @@ def check(
         "seed": seed,
         "database": database,
         "overlap": overlap,
+        "adaptive_reason": adaptive_reason,
+        "api_shape": shape,
     }
     if convention != "auto":
-        outcome = search(loaded, convention=convention, **options)
+        outcome = search(loaded, convention=convention, **_search_options(options))
         return _verdict(loaded, outcome, (), f"convention {convention} (given)", options)
 
-    first, reason = detect_convention(loaded)
-    outcome = search(loaded, convention=first, **options)
+    first, reason = shape.convention, shape.convention_reason
+    outcome = search(loaded, convention=first, **_search_options(options))
     if outcome.failure is None:
         return _verdict(loaded, outcome, (), reason, options)
     second: Convention = "honest" if first == "preclaim" else "preclaim"
-    other = search(loaded, convention=second, **options)
+    other = search(loaded, convention=second, **_search_options(options))
     if other.failure is None:
         why = f"{reason}, but it fails under {first}; it passes under {second}"
         return _verdict(loaded, other, (outcome,), why, options)
     why = f"{reason}; it also fails under {second}"
     return _verdict(loaded, outcome, (other,), why, options)
+
+
+def _search_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k not in ("adaptive_reason", "api_shape")}
 
 
 def _verdict(
@@ -277,4 +277,6 @@ def _verdict(
         seconds=sum(o.seconds for o in everything),
         outcome=outcome,
         other_outcomes=others,
+        adaptive_reason=options["adaptive_reason"],
+        api_shape=options["api_shape"],
     )

@@ -35,12 +35,14 @@ class Target:
     self_methods: Mapping[str, Callable[..., Any]] = attrs.field(factory=dict)
 
 
-def load_target(spec: str) -> Target:
+def load_target(spec: str, *, allow_unavailable: bool = False) -> Target:
+    """Resolve `spec`. `allow_unavailable` (source targets only): names the file uses but
+    kvcheck cannot provide become placeholders that fail only when used at run time."""
     spec = spec.strip()
     if spec.startswith("builtin:"):
         return _load_builtin(spec)
     if "::" in spec:
-        return _load_source(spec)
+        return _load_source(spec, allow_unavailable)
     if spec.count(":") == 1:
         return _load_import(spec)
     raise TargetLoadError(
@@ -59,13 +61,13 @@ def _load_builtin(spec: str) -> Target:
     return Target(spec, resolver, f"kvcheck built-in resolver {name!r}")
 
 
-def _load_source(spec: str) -> Target:
+def _load_source(spec: str, allow_unavailable: bool = False) -> Target:
     path, _, qualname = spec.partition("::")
     if not path or not qualname:
         raise TargetLoadError(f"malformed target {spec!r}; expected path/to/file.py::Qualname")
     from kvcheck.source_target import load_from_source
 
-    loaded = load_from_source(path, qualname)
+    loaded = load_from_source(path, qualname, allow_unavailable=allow_unavailable)
     return Target(spec, loaded.resolver, loaded.description, dict(loaded.self_methods))
 
 

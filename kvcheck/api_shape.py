@@ -1,0 +1,349 @@
+"""Which SGLang API generation a target speaks, found by watching it on a short probe run.
+
+The probe replays a fixed scenario (two requests; live rows, a finished request's stale row and a
+retracted request's stale row, all with accept length 3) with the fakes wrapped in recording
+proxies (`kvcheck.fakes.traced`). What the target touched gives:
+
+- the SGLang versions whose resolvers use those spellings (`kvcheck.fakes.SPELLINGS`), e.g.
+  `req.kv.kv_committed_len` means 0.5.19+; a target that never consults a grammar predates
+  0.5.14;
+- what it is held to: the histogram only if it updates one or its spellings are from 0.5.9 on
+  (code from before the histogram existed is not faulted for lacking it); a result counter only
+  if it writes that counter; the adaptive controller's feed only if it calls the controller;
+- the committed-length convention for `--convention auto`: the versions decide when they fall
+  wholly inside or outside the pre-claim generations (0.5.11-0.5.14); otherwise what the target
+  does to a finished request's stale row (gives one slot back: pre-claim; nothing: honest),
+  then to a live row (adds a - 1: pre-claim; adds a: honest).
+
+The probe never consults the reference model: it observes the target only. Results are cached
+per resolver function, so every entry point (search, replay, exhaustive mode) judges a target
+by the same shape.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from kvcheck.fakes import (
+    CONTROLLER_CALL,
+    REQ_HISTOGRAM_METHODS,
+    RESULT_BLOCK_CAP_TOTAL_NAMES,
+    RESULT_DRAFT_PER_REQ_NAMES,
+    RESULT_DRAFT_TOTAL_NAMES,
+    SPELLINGS_BY_KEY,
+    AccessLog,
+    traced,
+    version_range,
+)
+from kvcheck.scenario import Admit, Config, Convention, Event, Retract, Scenario, Step
+
+__all__ = ["ASPECTS", "ApiShape", "detect_api_shape", "shape_of"]
+
+Version = tuple[int, ...]
+
+# Aspects a target may not be held to (see module docstring), with a one-line description.
+ASPECTS: Final[dict[str, str]] = {
+    "histogram": "acceptance histogram",
+    "result-drafts-total": "result draft total",
+    "result-drafts-per-row": "result per-row drafts",
+    "controller-feed": "adaptive-controller feed",
+    "result-block-cap": "result block/cap totals",
+}
+
+OLDEST: Final = "0.5.6"
+HISTOGRAM_SINCE: Final = "0.5.9"
+GRAMMAR_SINCE: Final = "0.5.14"
+NO_GRAMMAR_UNTIL: Final = "0.5.13"
+PRECLAIM_VERSIONS: Final = ("0.5.11", "0.5.14")
+_GRAMMAR_KEYS: Final = frozenset(
+    {
+        "req.grammar",
+        "batch.has_grammar",
+        "result.grammar_advanced",
+        "result.grammar_retained_tokens",
+        "self.advance_grammar_fsm",
+    }
+)
+_STRIDE_KEYS: Final = (
+    "result.speculative_output_stride",
+    "result.speculative_num_draft_tokens",
+    "self.draft_worker.speculative_num_draft_tokens",
+)
+
+PROBE_STRIDE: Final = 4
+PROBE_ACCEPT: Final = 3
+# r1 finishes on the first decode result (max_new_tokens 3 < 1 + 3) and has its stale row in the
+# next; r0 is retracted while a launch of it is in flight, so that row arrives stale too.
+PROBE_EVENTS: Final[tuple[Event, ...]] = (
+    Admit("r0", prompt_len=10, max_new_tokens=64),
+    Admit("r1", prompt_len=10, max_new_tokens=3),
+    Step(),
+    Step((PROBE_ACCEPT, PROBE_ACCEPT)),
+    Step((PROBE_ACCEPT, PROBE_ACCEPT)),
+    Step((PROBE_ACCEPT,)),
+    Step((PROBE_ACCEPT,)),
+    Retract("r0"),
+    Step(),
+)
+PROBE_CONFIG: Final = Config(convention="honest", stride=PROBE_STRIDE, global_counters="off")
+
+
+def _v(text: str) -> Version:
+    return tuple(int(part) for part in text.split("."))
+
+
+def _text(version: Version) -> str:
+    return ".".join(str(part) for part in version)
+
+
+@attrs.frozen
+class ApiShape:
+    """What a probe run showed about a target (see the module docstring)."""
+
+    spellings: tuple[str, ...]  # modelled spelling keys it touched, sorted
+    first: str  # the SGLang versions those spellings fit
+    last: str | None
+    mixed: str | None  # why no single version fits, when none does
+    stride_source: str | None
+    not_judged: frozenset[str]  # ASPECTS keys
+    not_judged_why: tuple[tuple[str, str], ...]
+    feeds_controller: bool
+    convention: Convention
+    convention_reason: str
+    probe_error: str | None = None
+
+    @property
+    def versions(self) -> str:
+        if self.mixed:
+            return "mixed"
+        return version_range(self.first, self.last)
+
+    def summary(self) -> str:
+        """One line for the text report."""
+        if self.mixed:
+            where = f"spellings of several SGLang generations ({self.mixed})"
+        else:
+            where = f"SGLang {self.versions} spellings"
+        parts = [where]
+        if self.stride_source:
+            parts.append(f"stride from {self.stride_source}")
+        if self.not_judged_why:
+            held = "; ".join(f"{ASPECTS[a]} ({why})" for a, why in self.not_judged_why)
+            parts.append(f"not held to: {held}")
+        if self.probe_error:
+            parts.append(f"the probe run raised {self.probe_error}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "versions": self.versions,
+            "mixed": self.mixed,
+            "spellings": list(self.spellings),
+            "stride_source": self.stride_source,
+            "feeds_controller": self.feeds_controller,
+            "held_to": [a for a in ASPECTS if a not in self.not_judged],
+            "not_held_to": {a: why for a, why in self.not_judged_why},
+            "convention": self.convention,
+            "convention_reason": self.convention_reason,
+            "probe_error": self.probe_error,
+            "summary": self.summary(),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Versions from spellings.
+
+
+@attrs.frozen
+class _Window:
+    low: Version
+    high: Version | None
+    low_by: str | None  # the spelling that set the bound
+    high_by: str | None
+
+    @property
+    def empty(self) -> bool:
+        return self.high is not None and self.high < self.low
+
+
+def _window(keys: Iterable[str], consults_grammar: bool) -> _Window:
+    low, high = _v(OLDEST), None
+    low_by: str | None = None
+    high_by: str | None = None
+    bounds: list[tuple[str, str | None, str | None]] = []
+    for key in sorted(keys):
+        spelling = SPELLINGS_BY_KEY.get(key)
+        if spelling is not None:
+            bounds.append((key, spelling.first, spelling.last))
+    if not consults_grammar:
+        bounds.append(("no grammar handling", None, NO_GRAMMAR_UNTIL))
+    for label, first, last in bounds:
+        if first is not None and _v(first) > low:
+            low, low_by = _v(first), label
+        if last is not None and (high is None or _v(last) < high):
+            high, high_by = _v(last), label
+    return _Window(low, high, low_by, high_by)
+
+
+def _convention_from_window(window: _Window) -> tuple[Convention, str] | None:
+    if window.empty:
+        return None
+    start, end = (_v(v) for v in PRECLAIM_VERSIONS)
+    shown = version_range(_text(window.low), _text(window.high) if window.high else None)
+    by = ", ".join(sorted({b for b in (window.low_by, window.high_by) if b}))
+    why = f" ({by})" if by else ""
+    if window.low > end or (window.high is not None and window.high < start):
+        return "honest", (
+            f"auto: its spellings{why} are SGLang {shown}, whose decode launch does not "
+            "pre-claim a slot"
+        )
+    if window.low >= start and window.high is not None and window.high <= end:
+        return "preclaim", (
+            f"auto: its spellings{why} are SGLang {shown}, whose decode launch pre-claims one slot"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# The probe.
+
+
+@attrs.frozen
+class _ProbeRun:
+    log: AccessLog
+    live_deltas: tuple[int, ...]
+    finished_stale_deltas: tuple[int, ...]
+    error: str | None
+
+
+def _probe(
+    resolver: Callable[..., Any], self_methods: Mapping[str, Callable[..., Any]]
+) -> _ProbeRun:
+    from kvcheck.engine import Engine
+
+    log = AccessLog()
+
+    def recording_resolver(scheduler: Any, result: Any, batch: Any) -> Any:
+        return resolver(*traced(log, scheduler, result, batch))
+
+    engine = Engine(PROBE_CONFIG, recording_resolver, self_methods, not_judged=frozenset())
+    live: list[int] = []
+    finished: list[int] = []
+    error: str | None = None
+    for event in Scenario(PROBE_CONFIG, PROBE_EVENTS).events:
+        before = {rid: req.kv_committed_len for rid, req in engine.reqs.items()}
+        observation = engine.apply(event)
+        error = error or observation.target_error
+        delivery = observation.delivery
+        if delivery is None or observation.target_error is not None:
+            continue
+        for rid, stale in zip(delivery.rids, delivery.stale, strict=True):
+            req = engine.reqs[rid]
+            after, was = req.kv_committed_len, before.get(rid)
+            if type(after) is not int or type(was) is not int:
+                continue
+            if not stale:
+                live.append(after - was)
+            elif not req.is_retracted:
+                finished.append(after - was)
+    return _ProbeRun(log, tuple(live), tuple(finished), error)
+
+
+def _convention(window: _Window, run: _ProbeRun) -> tuple[Convention, str]:
+    from_versions = _convention_from_window(window)
+    if from_versions is not None:
+        return from_versions
+    a = PROBE_ACCEPT
+    if run.finished_stale_deltas and set(run.finished_stale_deltas) == {-1}:
+        return "preclaim", (
+            "auto: it gives back one slot on a finished request's stale row (pre-claim, SGLang "
+            "0.5.12-0.5.14)"
+        )
+    if run.finished_stale_deltas and set(run.finished_stale_deltas) == {0}:
+        return "honest", (
+            "auto: it leaves a finished request's committed length alone at its stale row "
+            "(honest, SGLang 0.5.15+)"
+        )
+    if run.live_deltas and set(run.live_deltas) == {a - 1}:
+        return (
+            "preclaim",
+            "auto: on a live row the target adds accept_len - 1 to the committed length",
+        )
+    if run.live_deltas and set(run.live_deltas) == {a}:
+        return "honest", "auto: on a live row the target adds accept_len to the committed length"
+    return "preclaim", "auto: the probe was inconclusive, so pre-claim (SGLang 0.5.11-0.5.14)"
+
+
+def detect_api_shape(
+    resolver: Callable[..., Any], self_methods: Mapping[str, Callable[..., Any]] | None = None
+) -> ApiShape:
+    """Probe `resolver` once (uncached). Raises `UnsupportedTargetError` like a run does."""
+    run = _probe(resolver, self_methods or {})
+    log = run.log
+    touched = log.touched
+    spellings = tuple(sorted(k for k in touched if k in SPELLINGS_BY_KEY))
+    consults_grammar = bool(touched & _GRAMMAR_KEYS)
+    window = _window(touched, consults_grammar)
+    mixed = None
+    if window.empty:
+        high = _text(window.high or ())
+        mixed = f"{window.low_by} is {_text(window.low)}+, {window.high_by} up to {high}"
+
+    histogram_called = any(f"req.{m}" in log.calls for m in REQ_HISTOGRAM_METHODS)
+    why_not: list[tuple[str, str]] = []
+    if not histogram_called and not window.empty and window.low < _v(HISTOGRAM_SINCE):
+        why_not.append(("histogram", f"never updated; SGLang has one from {HISTOGRAM_SINCE}"))
+    written = {k.split(".", 1)[1] for k in log.writes if k.startswith("result.")}
+    if not written & set(RESULT_DRAFT_TOTAL_NAMES):
+        why_not.append(("result-drafts-total", "never written"))
+    if not written & set(RESULT_DRAFT_PER_REQ_NAMES):
+        why_not.append(("result-drafts-per-row", "never written"))
+    feeds_controller = CONTROLLER_CALL in log.calls
+    if not feeds_controller:
+        why_not.append(("controller-feed", "never called"))
+    if not written & set(RESULT_BLOCK_CAP_TOTAL_NAMES):
+        why_not.append(("result-block-cap", "never written"))
+
+    stride: str | None = next((k for k in _STRIDE_KEYS if k in log.reads), None)
+    if (
+        stride == "result.speculative_output_stride"
+        and "result.speculative_num_draft_tokens" in log.reads
+    ):
+        stride += ", else result.speculative_num_draft_tokens"
+    elif stride == "self.draft_worker.speculative_num_draft_tokens":
+        stride += " (the worker's current value)"
+
+    convention, reason = _convention(window, run)
+    return ApiShape(
+        spellings=spellings,
+        first=_text(window.low),
+        last=_text(window.high) if window.high is not None else None,
+        mixed=mixed,
+        stride_source=stride,
+        not_judged=frozenset(a for a, _ in why_not),
+        not_judged_why=tuple(why_not),
+        feeds_controller=feeds_controller,
+        convention=convention,
+        convention_reason=reason,
+        probe_error=run.error,
+    )
+
+
+_CACHE: weakref.WeakKeyDictionary[Callable[..., Any], ApiShape] = weakref.WeakKeyDictionary()
+
+
+def shape_of(
+    resolver: Callable[..., Any], self_methods: Mapping[str, Callable[..., Any]] | None = None
+) -> ApiShape:
+    """`detect_api_shape`, cached per resolver function."""
+    try:
+        cached = _CACHE.get(resolver)
+    except TypeError:  # not weak-referenceable: probe every time
+        return detect_api_shape(resolver, self_methods)
+    if cached is None:
+        cached = _CACHE[resolver] = detect_api_shape(resolver, self_methods)
+    return cached
