@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,15 @@ def test_options_have_their_own_group(pytester: pytest.Pytester) -> None:
         "--kvcheck-no-replay",
     ):
         assert option in text
+
+
+def test_loading_the_plugin_imports_neither_torch_nor_hypothesis() -> None:
+    code = (
+        "import sys, kvcheck.pytest_plugin; "
+        "print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_nothing_is_added_without_options(pytester: pytest.Pytester) -> None:
@@ -169,3 +180,13 @@ def test_bad_counterexample_files_are_collection_errors(
     errors = [line for line in outcome.stdout.lines if line.startswith("kvcheck: ")]
     assert len(errors) == 1 and needle in errors[0], outcome.stdout.str()
     assert "Traceback" not in outcome.stdout.str()
+
+
+def test_items_spread_over_xdist_workers(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--kvcheck-target", "builtin:seed-prefix", *FAST, "-v"
+    )
+    result.assert_outcomes(failed=2, passed=2)
+    out = result.stdout.str()
+    assert "[gw0]" in out and "[gw1]" in out
+    assert "timeline  builtin:seed-prefix" in out and "replay with: kvcheck replay" in out

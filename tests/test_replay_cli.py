@@ -27,8 +27,8 @@ FAST = ["--max-examples", "100", "--seed", "0", "--no-database"]
 STALE_FINISHED = scenario(Admit("r0", 10, 3), Step(), Step((2,)), Step((3,)), Step(), stride=4)
 
 
-def python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1"}
+def python(*args: str, cwd: Path, hashseed: str = "0") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONHASHSEED": hashseed}
     return subprocess.run(
         [sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120
     )
@@ -71,7 +71,10 @@ def test_check_writes_a_file_that_replays_in_a_fresh_process(tmp_path: Path) -> 
     assert saved.violation is not None
     assert saved.violation.invariant == report["violation"]["invariant"]
 
-    replayed = python("-c", NO_HYPOTHESIS, "replay", str(path), "--json", cwd=tmp_path)
+    # Another interpreter with other string hashes: nothing may depend on set or dict order.
+    replayed = python(
+        "-c", NO_HYPOTHESIS, "replay", str(path), "--json", cwd=tmp_path, hashseed="4242"
+    )
     assert replayed.returncode == 1, replayed.stderr
     again = json.loads(replayed.stdout)
     assert again["replay"] == "same"
@@ -244,3 +247,15 @@ def test_regress_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["regress", str(path), "--target", "builtin:nope"]) == 2
     assert "unknown builtin 'nope'" in capsys.readouterr().err
     assert main(["regress", str(tmp_path / "missing.kvcheck.json")]) == 2
+
+
+def test_database_entries_are_keyed_by_target_and_options() -> None:
+    from hypothesis.database import InMemoryExampleDatabase
+
+    from kvcheck.search import search
+
+    db = InMemoryExampleDatabase()
+    outcome = search(load_target("builtin:seed-prefix"), convention="preclaim", database=db)
+    assert outcome.failure is not None
+    keys = {key for key in db.data if not key.startswith(b".hypothesis")}
+    assert b"kvcheck.search|builtin:seed-prefix|preclaim|ideal|False|None" in keys

@@ -135,3 +135,12 @@ def test_print_timeline_uses_rich_only_on_a_terminal(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setenv("NO_COLOR", "1")
     assert not use_rich(tty)
+
+
+def test_without_overlap_launch_and_delivery_share_an_event() -> None:
+    sync = scenario(Admit("r0", 10, 20), Step(), Step((3,)), stride=4, overlap=False)
+    t = timeline("builtin:reference", sync)
+    cell = t.rows[2].cells[0]
+    assert (cell.launched, cell.delivered, cell.in_flight) == (2, 2, ())
+    text = render_plain(t)
+    assert "decode launch 2 (stride 4)" in text and "in flight" not in text
