@@ -222,6 +222,7 @@ def save(counterexample: Counterexample, directory: str | os.PathLike[str] = DEF
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(counterexample.to_json())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these files are meant to be shared
         os.replace(tmp, path)
     except OSError as exc:
         raise ScenarioFormatError(

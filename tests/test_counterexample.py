@@ -59,6 +59,7 @@ def test_same_finding_same_name_and_metadata_does_not_matter(tmp_path: Path) -> 
     first = save(cx, tmp_path)
     second = save(attrs.evolve(cx, convention_reason="other", kvcheck_version="9.9"), tmp_path)
     assert first == second and first.name.endswith(SUFFIX)
+    assert first.stat().st_mode & 0o777 == 0o644
     assert first.name.startswith("builtin-seed-prefix-committed-finished-frozen-")
     assert [p.name for p in tmp_path.iterdir()] == [first.name]
     other_target = save(cx.retarget("builtin:reference"), tmp_path)
