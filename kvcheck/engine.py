@@ -313,8 +313,13 @@ class Engine:
         feeds_before = len(self.scheduler.model_worker.verify_feeds)
         try:
             returned = self.resolver(self.scheduler, result, launch.batch)
-        except UnmodeledAttributeError as exc:
+        except (UnmodeledAttributeError, KvcheckUsageError) as exc:
+            # Includes a name the source loader could not provide, reached at run time.
             raise UnsupportedTargetError(str(exc)) from None
+        except ImportError as exc:
+            raise UnsupportedTargetError(
+                f"target imports at run time what kvcheck cannot provide: {exc}"
+            ) from None
         except Exception as exc:
             target_error = f"{type(exc).__name__}: {exc}"
         runs = _normalise_runs(returned)

@@ -259,7 +259,7 @@ def _modelled_names(owner: str) -> tuple[str, ...]:
 def spellings_table() -> str:
     """The supported spellings as a Markdown table (README "Check your SGLang checkout")."""
     lines = [
-        "| spelling | meaning | SGLang versions | kvcheck |",
+        "| spelling | meaning | SGLang resolvers using it | kvcheck |",
         "|---|---|---|---|",
     ]
     for s in SPELLINGS:

@@ -16,7 +16,7 @@ import time
 from typing import Any, Final, Literal
 
 import attrs
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
 from hypothesis.strategies import SearchStrategy
@@ -28,15 +28,32 @@ from kvcheck.run import RunResult, run_scenario
 from kvcheck.scenario import (
     CONVENTIONS,
     GLOBAL_COUNTER_MODES,
+    Admit,
+    Config,
     Convention,
     GlobalCounterMode,
     Scenario,
+    Step,
+    SwitchStride,
 )
 from kvcheck.shrink import shrink
 from kvcheck.strategies import label_run, scenarios
 from kvcheck.targets import Target, load_target
 
 ConventionChoice = Literal["auto", "preclaim", "honest"]
+
+# semantics.md §3.4: two live rows and a stride switch between a launch and its delivery. Random
+# generation reaches it only now and then (the switch must land while a launch of two or more
+# rows is in flight), so every adaptive search tries this witness first.
+STRIDE_SWITCH_WITNESS: Final = (
+    Admit("r0", prompt_len=8, max_new_tokens=16),
+    Admit("r1", prompt_len=8, max_new_tokens=16),
+    Step(),
+    Step((2, 3)),
+    SwitchStride(2),
+    Step((2, 2)),
+    Step(),
+)
 DEFAULT_MAX_EXAMPLES: Final = 300
 
 
@@ -108,8 +125,11 @@ def search(
     unsupported: list[Exception] = []
     counter = {"examples": 0, "to_failure": 0}
 
+    # The explicit stride-switch witness counts as one of the `max_examples` scenarios.
+    with_witness = adaptive and overlap is not False
+
     @settings(
-        max_examples=max_examples,
+        max_examples=max(1, max_examples - 1) if with_witness else max_examples,
         deadline=None,
         database=database,
         derandomize=False,
@@ -135,6 +155,12 @@ def search(
             failures.append(result)
             raise _ViolationFound(result.violation.invariant)
 
+    if with_witness:
+        witness = Scenario(
+            Config(convention, True, 4, True, global_counters=global_counters),
+            STRIDE_SWITCH_WITNESS,
+        )
+        property_holds = example(witness)(property_holds)
     if seed is not None:
         property_holds = hypothesis_seed(seed)(property_holds)
     # A key that names the search rather than hashing this function's source, so saved failures
