@@ -240,8 +240,8 @@ def loads(text: str, source: str = "counterexample") -> Counterexample:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ScenarioFormatError(
-            f"{source} is not valid JSON (corrupt or truncated?): {exc.msg} at line {exc.lineno} "
-            f"column {exc.colno}"
+            f"{source} is not valid JSON (corrupt or truncated?): {exc.msg} (line {exc.lineno}, "
+            f"column {exc.colno})"
         ) from None
     try:
         return from_dict(data)
