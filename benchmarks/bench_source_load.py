@@ -4,7 +4,9 @@ Generates a ~3,000-line module shaped like SGLang's batch-result processor (many
 methods and helpers, the resolver, a module-level stride helper it calls, a sibling method it
 reaches through `self`), then prints:
 
-- the median time of `load_from_source` over 20 runs (the target: well under 0.3 s);
+- the median time of `load_from_source` over 20 runs, of the API-shape probe kvcheck runs once
+  per target before judging it, and of the two together (loading and preparing a target; the
+  aim is under 0.3 s);
 - the median time per resolver call, loaded from source and imported normally, and their ratio.
 
 Figures only, no timed asserts. Run: `python benchmarks/bench_source_load.py`.
@@ -27,6 +29,7 @@ from typing import Any
 
 import torch
 
+from kvcheck.api_shape import detect_api_shape
 from kvcheck.source_target import load_from_source
 
 QUALNAME = "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
@@ -179,6 +182,17 @@ def main() -> None:
         print(f"file: {lines} lines")
         print(f"ast.parse alone:        median {parse * 1e3:7.2f} ms over 20 runs")
         print(f"load_from_source:       median {load * 1e3:7.2f} ms over 20 runs")
+
+        def prepare() -> object:
+            target = load_from_source(str(path), QUALNAME)
+            return detect_api_shape(target.resolver, target.self_methods)
+
+        probed = load_from_source(str(path), QUALNAME)
+        detect_api_shape(probed.resolver, probed.self_methods)  # warm: torch's first tensors
+        probe = median_seconds(lambda: detect_api_shape(probed.resolver, probed.self_methods), 20)
+        both = median_seconds(prepare, 20)
+        print(f"api-shape probe:        median {probe * 1e3:7.2f} ms over 20 runs")
+        print(f"load + probe (prepare): median {both * 1e3:7.2f} ms over 20 runs")
 
         loaded = load_from_source(str(path), QUALNAME)
         spec = importlib.util.spec_from_file_location("bench_generated_module", path)

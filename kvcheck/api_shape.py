@@ -6,7 +6,7 @@ proxies (`kvcheck.fakes.traced`). What the target touched gives:
 
 - the SGLang versions whose resolvers use those spellings (`kvcheck.fakes.SPELLINGS`), e.g.
   `req.kv.kv_committed_len` means 0.5.19+; a target that never consults a grammar predates
-  0.5.14;
+  0.5.14 where its spellings allow that;
 - what it is held to: the histogram only if it updates one or its spellings are from 0.5.9 on
   (code from before the histogram existed is not faulted for lacking it); a result counter only
   if it writes that counter; the adaptive controller's feed only if it calls the controller;
@@ -171,21 +171,23 @@ class _Window:
 
 
 def _window(keys: Iterable[str], consults_grammar: bool) -> _Window:
+    """The versions whose resolvers use every spelling in `keys`. Never consulting a grammar is
+    weaker evidence (a simplified resolver may just leave it out): it narrows the window to
+    0.5.13 and earlier only where the spellings allow that."""
     low, high = _v(OLDEST), None
     low_by: str | None = None
     high_by: str | None = None
-    bounds: list[tuple[str, str | None, str | None]] = []
     for key in sorted(keys):
         spelling = SPELLINGS_BY_KEY.get(key)
-        if spelling is not None:
-            bounds.append((key, spelling.first, spelling.last))
-    if not consults_grammar:
-        bounds.append(("no grammar handling", None, NO_GRAMMAR_UNTIL))
-    for label, first, last in bounds:
-        if first is not None and _v(first) > low:
-            low, low_by = _v(first), label
-        if last is not None and (high is None or _v(last) < high):
-            high, high_by = _v(last), label
+        if spelling is None:
+            continue
+        if spelling.first is not None and _v(spelling.first) > low:
+            low, low_by = _v(spelling.first), key
+        if spelling.last is not None and (high is None or _v(spelling.last) < high):
+            high, high_by = _v(spelling.last), key
+    until = _v(NO_GRAMMAR_UNTIL)
+    if not consults_grammar and low <= until and (high is None or until < high):
+        high, high_by = until, "no grammar handling"
     return _Window(low, high, low_by, high_by)
 
 
