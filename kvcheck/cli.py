@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -180,6 +181,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KvcheckUsageError as exc:
         print(f"kvcheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader went away (`kvcheck check --json | head`): stop quietly, and keep Python
+        # from failing again while flushing stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_VIOLATION
 
 
 if __name__ == "__main__":

@@ -127,3 +127,20 @@ def test_bare_kvcheck_reports_on_the_seed_resolvers(capsys: pytest.CaptureFixtur
     assert code == 0
     assert "builtin:seed-prefix" in out and "builtin:seed-fixed" in out
     assert "summary: 2 of 2 built-in targets break an invariant" in out
+
+
+def test_a_closed_pipe_is_not_a_traceback() -> None:
+    # `kvcheck check --json | head -0`: the reader is gone before kvcheck writes.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kvcheck.cli", "check", "builtin:seed-prefix", "--json"]
+        + ["--no-save", "--no-database", *SMALL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    stderr = process.stderr.read()
+    process.wait(timeout=120)
+    assert "Traceback" not in stderr
+    assert process.returncode == 1
