@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from kvcheck import counterexample_cli
+from kvcheck.counterexample import DEFAULT_DIR, replay_command
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.report import format_verdict, verdict_to_json
 from kvcheck.scenario import GLOBAL_COUNTER_MODES
@@ -146,10 +147,14 @@ def _run_default_job() -> int:
 
     print("kvcheck: checking the built-in seed resolvers (kvcheck check TARGET for your own)\n")
     verdicts: list[Verdict] = []
+    save_options = argparse.Namespace(save_dir=str(DEFAULT_DIR), no_save=False, html=None)
     for spec in DEFAULT_TARGETS:
         verdict = check(spec, seed=0)
         verdicts.append(verdict)
         print(format_verdict(verdict))
+        saved = counterexample_cli.save_failure(verdict, save_options)
+        if saved is not None:
+            print(f"replay with: {replay_command(saved.path)}")
         print()
     found = sum(not v.passed for v in verdicts)
     print(

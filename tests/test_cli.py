@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -122,11 +123,17 @@ def test_bad_input_in_a_real_process_has_no_traceback() -> None:
         assert len(completed.stderr.strip().splitlines()) == 1
 
 
-def test_bare_kvcheck_reports_on_the_seed_resolvers(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bare_kvcheck_reports_on_the_seed_resolvers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
     code, out, _ = run_cli(capsys)
     assert code == 0
     assert "builtin:seed-prefix" in out and "builtin:seed-fixed" in out
     assert "summary: 2 of 2 built-in targets break an invariant" in out
+    saved = sorted(p.name for p in (tmp_path / ".kvcheck" / "counterexamples").iterdir())
+    assert len(saved) == 2
+    assert out.count("replay with: kvcheck replay .kvcheck/counterexamples/") == 2
 
 
 def test_a_closed_pipe_is_not_a_traceback() -> None:
