@@ -12,6 +12,7 @@ import pytest
 from kvcheck.cli import main
 
 SMALL = ["--max-examples", "300", "--seed", "3"]
+QUIET = ["--no-save", "--no-database", *SMALL]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -139,8 +140,7 @@ def test_bare_kvcheck_reports_on_the_seed_resolvers(
 def test_a_closed_pipe_is_not_a_traceback() -> None:
     # `kvcheck check --json | head -0`: the reader is gone before kvcheck writes.
     process = subprocess.Popen(
-        [sys.executable, "-m", "kvcheck.cli", "check", "builtin:seed-prefix", "--json"]
-        + ["--no-save", "--no-database", *SMALL],
+        [sys.executable, "-m", "kvcheck.cli", "check", "builtin:seed-prefix", "--json", *QUIET],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
