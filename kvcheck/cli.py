@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from kvcheck import counterexample_cli
+from kvcheck import counterexample_cli, measure_cli
 from kvcheck.counterexample import DEFAULT_DIR, replay_command
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.report import format_verdict, verdict_to_json
@@ -109,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     counterexample_cli.add_check_options(check_parser)
     counterexample_cli.add_commands(commands)
+    measure_cli.add_commands(commands)
     commands.add_parser(
         "spellings",
         help="print the SGLang attribute spellings kvcheck's fakes model (a Markdown table)",
@@ -182,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return counterexample_cli.run_replay(args)
         if args.command == "regress":
             return counterexample_cli.run_regress(args)
+        if args.command in measure_cli.COMMANDS:
+            return measure_cli.run(args)
         return _run_default_job()
     except KvcheckUsageError as exc:
         print(f"kvcheck: error: {exc}", file=sys.stderr)

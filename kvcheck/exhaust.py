@@ -1,0 +1,527 @@
+"""Bounded exhaustive checking: every scenario within small bounds, breadth-first by length.
+
+Where `kvcheck check` samples scenarios with Hypothesis, `kvcheck exhaust` enumerates them: from
+each starting config it applies every event the bounds allow, level by level (every scenario of
+length 1, then 2, ...), and checks the invariants after every event exactly as `run_scenario`
+does. The first level with a violation therefore holds the shortest counterexamples within the
+bounds, and a search that runs dry proves that no scenario within the bounds breaks an invariant.
+
+It reuses the harness itself, not a copy of it: states are `kvcheck.engine.Engine` and
+`kvcheck.model.ReferenceModel` objects, branched by copying them, and every event is judged with
+`kvcheck.invariants.check_event`. Scenarios that reach the same state (equal
+`Engine.state_key()` and `ReferenceModel.state_key()`) are merged, which is what makes the search
+scale: distinct states grow far more slowly than event lists.
+
+Bounds (`Bounds`):
+
+- `requests`: request ids `r0..r{n-1}`; each is admitted at most once (re-admission after a
+  retraction goes through the scheduler, as in every scenario).
+- `events`: the longest scenario, every event kind counted. `steps`: at most this many `Step`
+  events (None: only `events` bounds them). With `events=None` only steps are bounded; the search
+  still ends, because between two steps the other events can change the state finitely often.
+- `max_accept`: accept lengths 1..max_accept for each row a step launches (clamped to the launch
+  stride, as in every scenario). Only the rows of the decode batch a step actually launches get
+  a choice, so a step that launches a prefill, or nothing, is enumerated once.
+- `strides`: the initial strides, and the targets of `SwitchStride` events (which are only
+  enumerated when stride switching is on: by default when there are two strides or more).
+- `kinds`: which event kinds are enumerated (`step` is always on).
+- `prompt_lens`, `max_new`, `eos`: the `Admit` parameters. An EOS position at or after
+  `max_new_tokens` is skipped: the length limit stops the request first there.
+- `overlap`: which overlap settings start a search (without overlap no row is ever stale, but
+  every other invariant applies).
+
+Reductions, each sound for the invariants kvcheck checks:
+
+- Request ids are interchangeable, so requests are admitted in id order (`r0` before `r1`):
+  every other scenario is a renaming of one that does this.
+- Events the model ignores at their point (retracting a request that is not running, aborting a
+  finished one, switching to the current stride) leave the state unchanged and are not branched.
+- State keys abstract token ids (which encode launch numbers) to output lengths. A target that
+  branched on token values or launch counts could tell merged states apart; no resolver does.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+import types
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+import attrs
+
+from kvcheck.engine import Engine
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.invariants import Violation, check_event
+from kvcheck.model import Expectation, Launch, ReferenceModel
+from kvcheck.run import RunResult, run_scenario
+from kvcheck.scenario import (
+    CONVENTIONS,
+    EVENT_TYPES,
+    GLOBAL_COUNTER_MODES,
+    MAX_STRIDE,
+    MIN_STRIDE,
+    Abort,
+    Admit,
+    Config,
+    Convention,
+    Event,
+    GlobalCounterMode,
+    Retract,
+    Scenario,
+    Step,
+    SwitchStride,
+)
+from kvcheck.targets import Target
+
+EVENT_KINDS: Final[tuple[str, ...]] = tuple(EVENT_TYPES)  # admit, step, retract, abort, switch
+
+
+def _tuple(values: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(values)
+
+
+def _lists(_: object, __: object, value: Any) -> Any:
+    """attrs value serializer: tuples as lists, the JSON form."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+@attrs.frozen
+class Bounds:
+    """What `exhaust` enumerates. The defaults are the bounds `builtin:reference` is proven on:
+    two requests, scenarios of up to 8 events, accept lengths up to 3, strides 2 and 3, every
+    event kind."""
+
+    requests: int = 2
+    events: int | None = 8
+    steps: int | None = None
+    max_accept: int = 3
+    strides: tuple[int, ...] = attrs.field(default=(2, 3), converter=_tuple)
+    kinds: tuple[str, ...] = attrs.field(default=EVENT_KINDS, converter=_tuple)
+    prompt_lens: tuple[int, ...] = attrs.field(default=(3,), converter=_tuple)
+    max_new: tuple[int, ...] = attrs.field(default=(1, 4), converter=_tuple)
+    eos: tuple[int | None, ...] = attrs.field(default=(None, 2), converter=_tuple)
+    overlap: tuple[bool, ...] = attrs.field(default=(True, False), converter=_tuple)
+
+    def __attrs_post_init__(self) -> None:
+        problems = []
+        if not 1 <= self.requests <= 9:
+            problems.append(f"requests must be in 1..9, got {self.requests}")
+        if self.events is None and self.steps is None:
+            problems.append("give a bound on events or on steps (or both)")
+        if self.events is not None and self.events < 1:
+            problems.append(f"events must be >= 1, got {self.events}")
+        if self.steps is not None and self.steps < 0:
+            problems.append(f"steps must be >= 0, got {self.steps}")
+        if self.max_accept < 1:
+            problems.append(f"max accept must be >= 1, got {self.max_accept}")
+        if not self.strides or any(not MIN_STRIDE <= s <= MAX_STRIDE for s in self.strides):
+            problems.append(f"strides must be in {MIN_STRIDE}..{MAX_STRIDE}, got {self.strides}")
+        unknown = [k for k in self.kinds if k not in EVENT_KINDS]
+        if unknown:
+            problems.append(f"unknown event kinds {unknown}; known: {', '.join(EVENT_KINDS)}")
+        if not self.prompt_lens or any(p < 1 for p in self.prompt_lens):
+            problems.append(f"prompt lengths must be >= 1, got {self.prompt_lens}")
+        if not self.max_new or any(m < 1 for m in self.max_new):
+            problems.append(f"max_new_tokens values must be >= 1, got {self.max_new}")
+        if any(e is not None and e < 1 for e in self.eos):
+            problems.append(f"EOS positions must be >= 1, got {self.eos}")
+        if not self.overlap:
+            problems.append("at least one overlap setting is needed")
+        if problems:
+            raise KvcheckUsageError("bounds: " + "; ".join(problems))
+
+    @property
+    def rids(self) -> tuple[str, ...]:
+        return tuple(f"r{i}" for i in range(self.requests))
+
+    def describe(self) -> str:
+        def ints(values: Sequence[int | None]) -> str:
+            return "{" + ",".join("none" if v is None else str(v) for v in values) + "}"
+
+        length = "any length" if self.events is None else f"up to {self.events} events"
+        steps = "" if self.steps is None else f", at most {self.steps} steps"
+        overlap = "{" + ",".join("on" if o else "off" for o in self.overlap) + "}"
+        return (
+            f"{self.requests} requests, {length}{steps}, accept <= {self.max_accept}, "
+            f"strides {ints(self.strides)}, kinds {','.join(self.kinds)}; admit prompt "
+            f"{ints(self.prompt_lens)} max_new {ints(self.max_new)} eos {ints(self.eos)}; "
+            f"overlap {overlap}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self, value_serializer=_lists)
+
+
+@attrs.frozen
+class ExhaustResult:
+    target: str
+    convention: Convention
+    global_counters: GlobalCounterMode
+    adaptive: bool
+    bounds: Bounds
+    # Event lists evaluated (one per transition tried) and distinct states reached.
+    scenarios: int
+    states: int
+    # The longest scenario length searched completely (the counterexample's, on failure).
+    depth: int
+    seconds: float
+    # The shortest counterexample, re-run with `run_scenario` (recorded), or None.
+    failure: RunResult | None
+    # Every invariant broken by some shortest counterexample (first-reported per scenario).
+    minimal_invariants: frozenset[str]
+    # False when a state or time limit stopped the search before the bounds were cleared.
+    complete: bool
+
+    @property
+    def verdict(self) -> str:
+        if self.failure is not None:
+            return "fail"
+        return "pass" if self.complete else "incomplete"
+
+    @property
+    def violation(self) -> Violation | None:
+        return self.failure.violation if self.failure is not None else None
+
+    @property
+    def counterexample(self) -> Scenario | None:
+        return self.failure.scenario if self.failure is not None else None
+
+    @property
+    def states_per_second(self) -> float:
+        return self.states / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Node:
+    """A state in the search: engine and model after `events`, and the steps they used."""
+
+    __slots__ = ("config", "engine", "events", "model", "steps")
+
+    def __init__(
+        self,
+        config: Config,
+        engine: Engine,
+        model: ReferenceModel,
+        events: tuple[Event, ...],
+        steps: int,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.model = model
+        self.events = events
+        self.steps = steps
+
+
+class _Stop(Exception):
+    """A state or time limit was reached."""
+
+
+def default_adaptive(bounds: Bounds) -> bool:
+    """Stride switching is on when switch events are enumerated between two or more strides."""
+    return "switch_stride" in bounds.kinds and len(set(bounds.strides)) > 1
+
+
+def exhaust(
+    target: Target,
+    bounds: Bounds | None = None,
+    *,
+    convention: Convention = "preclaim",
+    global_counters: GlobalCounterMode = "ideal",
+    adaptive: bool | None = None,
+    merge: bool = True,
+    max_states: int | None = None,
+    time_limit: float | None = None,
+) -> ExhaustResult:
+    """Search every scenario within `bounds`, breadth-first; stop after the first level with a
+    violation and return its first counterexample (re-run and recorded by `run_scenario`).
+
+    `merge=False` turns state merging off (every event list is its own state): exponentially
+    slower, for cross-checking the merge on small bounds. `max_states` and `time_limit` (seconds)
+    stop the search early with `complete == False`. Raises `UnsupportedTargetError` like
+    `run_scenario` does for a target kvcheck cannot judge.
+    """
+    bounds = bounds or Bounds()
+    if convention not in CONVENTIONS:
+        raise KvcheckUsageError(f"unknown convention {convention!r}; choose preclaim or honest")
+    if global_counters not in GLOBAL_COUNTER_MODES:
+        raise KvcheckUsageError(
+            f"unknown global-counter mode {global_counters!r}; choose ideal, sglang or off"
+        )
+    adaptive = default_adaptive(bounds) if adaptive is None else adaptive
+    started = time.perf_counter()
+    deadline = None if time_limit is None else started + time_limit
+    seen: dict[Any, int] = {}
+    frontier: list[_Node] = []
+    for overlap in dict.fromkeys(bounds.overlap):
+        for stride in dict.fromkeys(bounds.strides):
+            config = Config(
+                convention=convention,
+                overlap=overlap,
+                stride=stride,
+                adaptive=adaptive,
+                global_counters=global_counters,
+            )
+            engine = Engine(config, target.resolver, target.self_methods)
+            model = ReferenceModel(config)
+            key = (engine.state_key(), model.state_key()) if merge else len(seen)
+            if key not in seen:
+                seen[key] = 0
+                frontier.append(_Node(config, engine, model, (), 0))
+
+    scenarios = 0
+    depth = 0
+    complete = True
+    found: list[tuple[Config, tuple[Event, ...], str]] = []
+    try:
+        while frontier and (bounds.events is None or depth < bounds.events):
+            next_frontier: list[_Node] = []
+            for node in frontier:
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise _Stop
+                for child, violation in _expand(node, bounds):
+                    scenarios += 1
+                    if violation is not None:
+                        found.append((node.config, child.events, violation))
+                        continue
+                    if found:
+                        continue  # this level already has a counterexample: only collect
+                    key = (
+                        (child.engine.state_key(), child.model.state_key()) if merge else len(seen)
+                    )
+                    best = seen.get(key)
+                    if best is not None and best <= child.steps:
+                        continue
+                    seen[key] = child.steps
+                    next_frontier.append(child)
+                    if max_states is not None and len(seen) >= max_states:
+                        raise _Stop
+            depth += 1
+            if found:
+                break
+            frontier = next_frontier
+    except _Stop:
+        complete = False
+    elapsed = time.perf_counter() - started
+
+    failure: RunResult | None = None
+    if found:
+        config, events, _ = found[0]
+        failure = run_scenario(Scenario(config, events), target, record=True)
+        if failure.violation is None:  # the search and run_scenario disagree: a kvcheck bug
+            raise AssertionError(f"exhaustive counterexample does not replay: {events}")
+    return ExhaustResult(
+        target=target.spec,
+        convention=convention,
+        global_counters=global_counters,
+        adaptive=adaptive,
+        bounds=bounds,
+        scenarios=scenarios,
+        states=len(seen),
+        depth=depth,
+        seconds=elapsed,
+        failure=failure,
+        minimal_invariants=frozenset(invariant for _, _, invariant in found),
+        complete=complete and not found,
+    )
+
+
+def _expand(node: _Node, bounds: Bounds) -> Iterator[tuple[_Node, str | None]]:
+    """Every child of `node`, with the invariant its last event broke (None: none broke).
+
+    The last child takes over the node's own engine and model instead of copies: a node is
+    expanded once, and nothing reads its state afterwards.
+    """
+    model = node.model
+    kinds = bounds.kinds
+    others: list[Event] = []
+    if "admit" in kinds:
+        rid = next((r for r in bounds.rids if r not in model.requests), None)
+        if rid is not None:
+            for prompt_len, max_new, eos in itertools.product(
+                bounds.prompt_lens, bounds.max_new, bounds.eos
+            ):
+                if eos is None or eos < max_new:
+                    others.append(Admit(rid, prompt_len, max_new, eos))
+    for rid, req in model.requests.items():
+        if "retract" in kinds and req.phase == "running" and not req.retract_pending:
+            others.append(Retract(rid))
+        if "abort" in kinds and req.phase != "finished":
+            others.append(Abort(rid))
+    if "switch_stride" in kinds and node.config.adaptive:
+        others.extend(
+            SwitchStride(s) for s in dict.fromkeys(bounds.strides) if s != model.worker_stride
+        )
+    events: list[Event] = []
+    if bounds.steps is None or node.steps < bounds.steps:
+        # Accept lengths matter only for the rows of the decode batch this step launches, so
+        # the all-ones step goes first and shows which rows, at which stride, that launch has.
+        first, expected, violation = _child(node, Step(()))
+        yield first, violation
+        launch = _launched_decode(first.model, expected)
+        if launch is not None:
+            top = min(bounds.max_accept, launch.stride)
+            for accepts in itertools.product(range(1, top + 1), repeat=len(launch.rids)):
+                trimmed = _trim_ones(accepts)
+                if trimmed:
+                    events.append(Step(trimmed))
+    events.extend(others)
+    for index, event in enumerate(events):
+        child, _, violation = _child(node, event, reuse=index == len(events) - 1)
+        yield child, violation
+
+
+def _child(
+    node: _Node, event: Event, *, reuse: bool = False
+) -> tuple[_Node, Expectation, str | None]:
+    engine = node.engine if reuse else branch(node.engine)
+    model = node.model if reuse else branch(node.model)
+    expected = model.apply(event)
+    observed = engine.apply(event)
+    violations = check_event(len(node.events), expected, observed)
+    steps = node.steps + (1 if isinstance(event, Step) else 0)
+    child = _Node(node.config, engine, model, (*node.events, event), steps)
+    return child, expected, violations[0].invariant if violations else None
+
+
+def _launched_decode(after: ReferenceModel, expected: Expectation) -> Launch | None:
+    """The decode batch the step just applied launched, if any."""
+    launch: Launch | None
+    if after.config.overlap:
+        launch = after.in_flight[-1] if after.in_flight else None
+        if launch is not None and launch.number != after.launches:
+            launch = None
+    else:  # launched and delivered in the same step
+        launch = expected.delivery.launch if expected.delivery is not None else None
+    return launch if launch is not None and launch.kind == "decode" else None
+
+
+def _trim_ones(accepts: tuple[int, ...]) -> tuple[int, ...]:
+    trimmed = list(accepts)
+    while trimmed and trimmed[-1] == 1:
+        trimmed.pop()
+    return tuple(trimmed)
+
+
+# --- branching ------------------------------------------------------------------------------
+#
+# `Engine.clone()` and `ReferenceModel.clone()` are `copy.deepcopy`, which spends most of an
+# exhaustive search's time in its generic machinery. `branch` is the same deep copy, specialised
+# for what those states are made of (plain objects, attrs classes, lists, dicts, tuples), about
+# four times faster on an engine. It shares what `Engine.clone()` shares (functions, the
+# resolver) plus immutable values (frozen attrs instances and tuples whose contents need no
+# copy), and hands anything else, such as a tensor a target stored on a fake, to
+# `copy.deepcopy`. tests/test_exhaust.py checks that it branches exactly like `clone()`.
+
+_SHARED: Final = frozenset(
+    {
+        int,
+        float,
+        complex,
+        str,
+        bytes,
+        bool,
+        type(None),
+        type,
+        range,
+        types.FunctionType,
+        types.BuiltinFunctionType,
+    }
+)
+
+
+def branch(state: Any) -> Any:
+    """A deep copy of an `Engine` or `ReferenceModel` (or anything), sharing functions and,
+    like `Engine.clone()`, the engine's resolver whatever it is."""
+    memo: dict[int, Any] = {}
+    resolver = getattr(state, "resolver", None)
+    if isinstance(state, Engine) and resolver is not None:
+        memo[id(resolver)] = resolver
+    return _copy(state, memo)
+
+
+def _copy(value: Any, memo: dict[int, Any]) -> Any:
+    cls = type(value)
+    if cls in _SHARED:
+        return value
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    shared = _SHARED
+    if cls is list:
+        new_list: list[Any] = []
+        memo[key] = new_list
+        new_list.extend([v if type(v) in shared else _copy(v, memo) for v in value])
+        return new_list
+    if cls is dict:
+        new_dict = {k: v if type(v) in shared else _copy(v, memo) for k, v in value.items()}
+        memo[key] = new_dict
+        return new_dict
+    if cls is tuple or cls is frozenset:
+        items = [v if type(v) in shared else _copy(v, memo) for v in value]
+        same = all(a is b for a, b in zip(items, value, strict=True))
+        memo[key] = result = value if same else cls(items)
+        return result
+    if cls is set:
+        memo[key] = new_set = {v if type(v) in shared else _copy(v, memo) for v in value}
+        return new_set
+    if cls is types.MethodType:
+        return types.MethodType(value.__func__, _copy(value.__self__, memo))
+    how = _HOW.get(cls)
+    if how is None:
+        how = _HOW[cls] = _how_to_copy(cls)
+    if how == "plain":
+        new = object.__new__(cls)
+        memo[key] = new
+        new_state = new.__dict__
+        for k, v in value.__dict__.items():
+            new_state[k] = v if type(v) in shared else _copy(v, memo)
+        return new
+    if how == "attrs" or how == "frozen-attrs":
+        names = _FIELDS[cls]
+        olds = [getattr(value, name) for name in names]
+        news = [v if type(v) in shared else _copy(v, memo) for v in olds]
+        if how == "frozen-attrs" and all(a is b for a, b in zip(news, olds, strict=True)):
+            memo[key] = value
+            return value
+        new = object.__new__(cls)
+        memo[key] = new
+        for name, item in zip(names, news, strict=True):
+            object.__setattr__(new, name, item)
+        return new
+    return copy.deepcopy(value, memo)
+
+
+# How instances of a class are copied: "plain" (its __dict__), "attrs" / "frozen-attrs" (slotted
+# attrs fields), or "deepcopy" (anything else: a __deepcopy__, a custom __reduce__, a tensor).
+_HOW: dict[type, str] = {}
+_OBJECT_REDUCE_EX: Final = object.__reduce_ex__
+_OBJECT_REDUCE: Final = object.__reduce__
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _how_to_copy(cls: type) -> str:
+    if hasattr(cls, "__deepcopy__"):
+        return "deepcopy"
+    if attrs.has(cls) and "__slots__" in cls.__dict__:
+        _FIELDS[cls] = tuple(field.name for field in attrs.fields(cls))
+        return "frozen-attrs" if _frozen(cls) else "attrs"
+    if (
+        "__dict__" in dir(cls)
+        and "__slots__" not in cls.__dict__
+        and getattr(cls, "__reduce_ex__", None) is _OBJECT_REDUCE_EX
+        and getattr(cls, "__reduce__", None) is _OBJECT_REDUCE
+    ):
+        return "plain"
+    return "deepcopy"
+
+
+def _frozen(cls: type) -> bool:
+    params = getattr(cls, "__attrs_props__", None)
+    if params is not None:
+        return bool(params.is_frozen)
+    try:
+        instance_setattr = cls.__setattr__
+    except AttributeError:
+        return False
+    return getattr(instance_setattr, "__name__", "") == "_frozen_setattrs"

@@ -1,0 +1,173 @@
+"""SGLang resolver API generations, as the mutant corpus speaks them.
+
+A `Generation` names what one range of SGLang releases calls things (semantics.md §1.1): the
+per-request draft counter, the histogram method, the result counters, where the stride comes
+from, whether the committed length lives on `req` or on `req.kv`, how the adaptive controller is
+fed, and which committed-length convention the scheduler of those releases follows (§1.2).
+
+Every mutant and rewrite in `kvcheck.mutants.corpus` is written once against these helpers and
+bound to one generation, so the same bug can be planted in code of another generation by binding
+it again, and a new SGLang generation is one more `Generation` here (plus, if it introduces a
+spelling kvcheck's fakes do not model yet, that spelling in `kvcheck.fakes`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import attrs
+
+from kvcheck.scenario import Convention
+
+StrideSource = Literal["worker", "result", "output-stride"]
+ControllerCall = Literal["none", "per-req", "batch-size"]
+
+
+@attrs.frozen
+class Generation:
+    name: str  # short id used in entry names and tables, e.g. "0.5.12"
+    versions: str  # the SGLang releases whose resolvers spell things this way
+    convention: Convention  # what those releases' decode launch does to the committed length
+    draft_counter: str  # per-request accepted-draft counter on `req`
+    histogram_method: str  # per-request histogram update method on `req`
+    result_total: str  # batch draft total written on `result`
+    result_per_row: str  # per-row draft list written on `result`
+    stride_source: StrideSource
+    controller: ControllerCall
+    kv_on_req_kv: bool  # committed length at req.kv.kv_committed_len (0.5.19+)
+    k_from_result: bool  # non-draft tokens per row read from the result (0.5.20+)
+
+    # -- what a resolver of this generation reads and writes ---------------------------------
+
+    def stride(self, scheduler: Any, result: Any) -> int:
+        """The row width as this generation's resolver reads it."""
+        if self.stride_source == "worker":
+            return int(scheduler.draft_worker.speculative_num_draft_tokens)
+        if self.stride_source == "output-stride":
+            stride = result.speculative_output_stride
+            if stride is None:
+                stride = result.speculative_num_draft_tokens
+            if stride is None or stride < 1:
+                raise ValueError(f"invalid speculative output stride {stride!r}")
+            return int(stride)
+        return int(result.speculative_num_draft_tokens)
+
+    def non_draft(self, result: Any) -> int:
+        """k: tokens per row that are not drafts (the bonus token; UNO adds one)."""
+        return int(result.num_non_draft_tokens_per_req) if self.k_from_result else 1
+
+    def committed(self, req: Any) -> Any:
+        return req.kv.kv_committed_len if self.kv_on_req_kv else req.kv_committed_len
+
+    def set_committed(self, req: Any, value: Any) -> None:
+        if self.kv_on_req_kv:
+            req.kv.kv_committed_len = value
+        else:
+            req.kv_committed_len = value
+
+    def add_committed(self, req: Any, delta: Any) -> None:
+        self.set_committed(req, self.committed(req) + delta)
+
+    def drafts(self, req: Any) -> Any:
+        return getattr(req, self.draft_counter)
+
+    def add_drafts(self, req: Any, drafts: Any) -> None:
+        setattr(req, self.draft_counter, getattr(req, self.draft_counter) + drafts)
+
+    def set_drafts(self, req: Any, drafts: Any) -> None:
+        setattr(req, self.draft_counter, drafts)
+
+    def record_histogram(self, req: Any, bucket: int) -> None:
+        getattr(req, self.histogram_method)(bucket)
+
+    def count_row(self, req: Any, drafts: int) -> None:
+        """The per-request statistics of one applied row."""
+        req.spec_verify_ct += 1
+        self.add_drafts(req, drafts)
+        self.record_histogram(req, drafts)
+
+    def write_totals(self, result: Any, total: Any, per_row: Any) -> None:
+        setattr(result, self.result_total, total)
+        setattr(result, self.result_per_row, per_row)
+
+    def feed_controller(self, scheduler: Any, per_row: list[int], batch_size: Any = None) -> None:
+        """Feed the adaptive controller (0.5.12+); `batch_size` defaults to the rows fed."""
+        if self.controller == "per-req":
+            scheduler.model_worker.on_verify_complete_cpu(per_row)
+        elif self.controller == "batch-size":
+            size = len(per_row) if batch_size is None else batch_size
+            scheduler.model_worker.on_verify_complete_cpu(per_row, batch_size=size)
+
+    @property
+    def feeds_controller(self) -> bool:
+        return self.controller != "none"
+
+
+_OLD_NAMES: Final = {
+    "draft_counter": "spec_accepted_tokens",
+    "histogram_method": "update_spec_acceptance_histogram",
+    "result_total": "num_accepted_tokens",
+    "result_per_row": "accept_length_per_req_cpu",
+}
+_CORRECT_DRAFTS_NAMES: Final = {
+    "draft_counter": "spec_num_correct_drafts",
+    "histogram_method": "update_spec_correct_drafts_histogram",
+    "result_total": "num_correct_drafts",
+    "result_per_row": "num_correct_drafts_per_req_cpu",
+}
+
+G0_5_10: Final = Generation(
+    name="0.5.10",
+    versions="0.5.9-0.5.10",
+    convention="honest",
+    stride_source="worker",
+    controller="none",
+    kv_on_req_kv=False,
+    k_from_result=False,
+    **_OLD_NAMES,
+)
+G0_5_11: Final = Generation(
+    name="0.5.11",
+    versions="0.5.11",
+    convention="preclaim",
+    draft_counter="spec_accepted_drafts",
+    histogram_method="update_spec_acceptance_histogram",
+    result_total="num_accepted_drafts",
+    result_per_row="num_accepted_drafts_per_req_cpu",
+    stride_source="worker",
+    controller="none",
+    kv_on_req_kv=False,
+    k_from_result=False,
+)
+G0_5_12: Final = Generation(
+    name="0.5.12",
+    versions="0.5.12",
+    convention="preclaim",
+    stride_source="result",
+    controller="per-req",
+    kv_on_req_kv=False,
+    k_from_result=False,
+    **_CORRECT_DRAFTS_NAMES,
+)
+G0_5_13: Final = attrs.evolve(
+    G0_5_12, name="0.5.13", versions="0.5.13-0.5.14", controller="batch-size"
+)
+G0_5_15: Final = attrs.evolve(G0_5_13, name="0.5.15", versions="0.5.15", convention="honest")
+G0_5_19: Final = attrs.evolve(G0_5_15, name="0.5.19", versions="0.5.19", kv_on_req_kv=True)
+G0_5_20: Final = attrs.evolve(
+    G0_5_19,
+    name="0.5.20",
+    versions="0.5.20-0.5.23",
+    stride_source="output-stride",
+    k_from_result=True,
+)
+
+GENERATIONS: Final[tuple[Generation, ...]] = (
+    G0_5_10,
+    G0_5_11,
+    G0_5_12,
+    G0_5_13,
+    G0_5_15,
+    G0_5_19,
+    G0_5_20,
+)

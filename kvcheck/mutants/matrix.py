@@ -1,0 +1,347 @@
+"""The kill matrix: every corpus entry through kvcheck's search, and every mutant through the
+exhaustive search for its shortest counterexample.
+
+Per mutant: killed or not, scenarios and wall time to the first failure, the shrunk
+counterexample's length and the invariant it breaks (and whether that is the annotated one), the
+shortest counterexample within `MINIMUM_BOUNDS` (`kvcheck.exhaust`) and the shrink ratio
+(shrunk length / exhaustive minimum; 1.0 is optimal). Per rewrite: pass, or a false positive.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import multiprocessing
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import attrs
+
+from kvcheck.exhaust import Bounds, exhaust
+from kvcheck.mutants import BY_NAME, ENTRIES, Entry
+from kvcheck.scenario import event_to_dict
+
+# Where each mutant's shortest counterexample is looked for: the default exhaustive bounds plus a
+# length cap of 2 so over-shoot by length is reachable in one decode row.
+MINIMUM_BOUNDS: Final = Bounds(events=8, max_new=(1, 2, 4))
+DEFAULT_SEED: Final = 0
+
+
+def _lists(_: object, __: object, value: Any) -> Any:
+    """attrs value serializer: tuples as lists, the JSON form."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+@attrs.frozen
+class Row:
+    name: str
+    kind: str
+    generation: str
+    convention: str
+    global_counters: str
+    adaptive: bool
+    expect: str | None
+    origin: str
+    summary: str
+    # Mutants: was a violation found. Rewrites: None.
+    killed: bool | None
+    # Rewrites: no violation found. Mutants: None.
+    passed: bool | None
+    examples: int
+    examples_to_failure: int | None
+    seconds_to_failure: float | None
+    seconds: float
+    invariant: str | None
+    shrunk_length: int | None
+    shrunk_events: tuple[dict[str, Any], ...] = ()
+    exhaustive_length: int | None = None
+    exhaustive_invariants: tuple[str, ...] = ()
+    exhaustive_seconds: float | None = None
+    shrink_note: str = ""
+
+    @property
+    def invariant_matches(self) -> bool | None:
+        if self.kind != "mutant" or self.invariant is None:
+            return None
+        return self.invariant == self.expect
+
+    @property
+    def shrink_ratio(self) -> float | None:
+        if self.shrunk_length is None or not self.exhaustive_length:
+            return None
+        return self.shrunk_length / self.exhaustive_length
+
+    @property
+    def status(self) -> str:
+        if self.kind == "rewrite":
+            return "pass" if self.passed else "FALSE POSITIVE"
+        return "killed" if self.killed else "SURVIVED"
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.passed) if self.kind == "rewrite" else bool(self.killed)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self, value_serializer=_lists)
+        data["status"] = self.status
+        data["invariant_matches"] = self.invariant_matches
+        data["shrink_ratio"] = None if self.shrink_ratio is None else round(self.shrink_ratio, 3)
+        for key in ("seconds", "seconds_to_failure", "exhaustive_seconds"):
+            if data[key] is not None:
+                data[key] = round(data[key], 4)
+        return data
+
+
+@attrs.frozen
+class Summary:
+    mutants: int
+    killed: int
+    rewrites: int
+    false_positives: int
+    annotated_invariant: int
+    shrink_optimal: int
+    shrink_compared: int
+    median_seconds_to_kill: float | None
+    p90_seconds_to_kill: float | None
+
+    @property
+    def passed(self) -> bool:
+        return self.killed == self.mutants and self.false_positives == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self, value_serializer=_lists)
+        for key in ("median_seconds_to_kill", "p90_seconds_to_kill"):
+            if data[key] is not None:
+                data[key] = round(data[key], 4)
+        return data
+
+
+@attrs.frozen
+class Matrix:
+    rows: tuple[Row, ...]
+    max_examples: int
+    seed: int | None
+    exhaustive: bool
+    seconds: float
+
+    @property
+    def summary(self) -> Summary:
+        mutants = [r for r in self.rows if r.kind == "mutant"]
+        rewrites = [r for r in self.rows if r.kind == "rewrite"]
+        compared = [r for r in mutants if r.shrink_ratio is not None]
+        kills = [r.seconds_to_failure for r in mutants if r.seconds_to_failure is not None]
+        return Summary(
+            mutants=len(mutants),
+            killed=sum(bool(r.killed) for r in mutants),
+            rewrites=len(rewrites),
+            false_positives=sum(not r.passed for r in rewrites),
+            annotated_invariant=sum(bool(r.invariant_matches) for r in mutants),
+            shrink_optimal=sum(r.shrink_ratio == 1.0 for r in compared),
+            shrink_compared=len(compared),
+            median_seconds_to_kill=statistics.median(kills) if kills else None,
+            p90_seconds_to_kill=quantile(kills, 0.9) if kills else None,
+        )
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile by the nearest-rank method (p90 of 10 values is the 9th smallest)."""
+    ordered = sorted(values)
+    rank = min(len(ordered), max(1, math.ceil(q * len(ordered))))
+    return ordered[rank - 1]
+
+
+def run_entry(
+    entry: Entry,
+    *,
+    max_examples: int,
+    seed: int | None = DEFAULT_SEED,
+    exhaustive: bool = True,
+    bounds: Bounds = MINIMUM_BOUNDS,
+) -> Row:
+    """Search one entry under its annotated options; for a killed mutant also find the
+    exhaustive minimum."""
+    from kvcheck.search import search
+
+    target = entry.target()
+    outcome = search(
+        target,
+        convention=entry.convention,
+        global_counters=entry.global_counters,
+        adaptive=entry.adaptive,
+        max_examples=max_examples,
+        seed=seed,
+        database=None,
+    )
+    failure = outcome.failure
+    violation = failure.violation if failure is not None else None
+    row = Row(
+        name=entry.name,
+        kind=entry.kind,
+        generation=entry.generation.name,
+        convention=entry.convention,
+        global_counters=entry.global_counters,
+        adaptive=entry.adaptive,
+        expect=entry.expect,
+        origin=entry.origin,
+        summary=entry.summary,
+        killed=(violation is not None) if entry.kind == "mutant" else None,
+        passed=(violation is None) if entry.kind == "rewrite" else None,
+        examples=outcome.examples,
+        examples_to_failure=outcome.examples_to_failure,
+        seconds_to_failure=outcome.seconds_to_failure,
+        seconds=outcome.seconds,
+        invariant=violation.invariant if violation is not None else None,
+        shrunk_length=len(failure.scenario.events) if failure is not None else None,
+        shrunk_events=tuple(event_to_dict(e) for e in failure.scenario.events)
+        if failure is not None
+        else (),
+        shrink_note=entry.shrink_note,
+    )
+    if entry.kind == "mutant" and exhaustive:
+        minimum = exhaustive_minimum(entry, bounds)
+        row = attrs.evolve(
+            row,
+            exhaustive_length=minimum.depth if minimum.failure is not None else None,
+            exhaustive_invariants=tuple(sorted(minimum.minimal_invariants)),
+            exhaustive_seconds=minimum.seconds,
+        )
+    return row
+
+
+def exhaustive_minimum(entry: Entry, bounds: Bounds = MINIMUM_BOUNDS) -> Any:
+    """The exhaustive search for `entry` under its annotated options (an `ExhaustResult`)."""
+    return exhaust(
+        entry.target(),
+        bounds,
+        convention=entry.convention,
+        global_counters=entry.global_counters,
+        adaptive=entry.adaptive,
+    )
+
+
+def _run_named(name: str, max_examples: int, seed: int | None, exhaustive: bool) -> Row:
+    return run_entry(BY_NAME[name], max_examples=max_examples, seed=seed, exhaustive=exhaustive)
+
+
+def run_matrix(
+    entries: Sequence[Entry] = ENTRIES,
+    *,
+    max_examples: int,
+    seed: int | None = DEFAULT_SEED,
+    exhaustive: bool = True,
+    jobs: int = 1,
+    progress: Callable[[Row], None] | None = None,
+) -> Matrix:
+    """Run every entry; `jobs > 1` spreads them over worker processes (spawned, not forked:
+    torch and fork do not mix). Rows come back in corpus order."""
+    started = time.perf_counter()
+    rows: dict[str, Row] = {}
+    if jobs <= 1:
+        for entry in entries:
+            row = run_entry(entry, max_examples=max_examples, seed=seed, exhaustive=exhaustive)
+            rows[entry.name] = row
+            if progress is not None:
+                progress(row)
+    else:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            futures = [
+                pool.submit(_run_named, entry.name, max_examples, seed, exhaustive)
+                for entry in entries
+            ]
+            for future in concurrent.futures.as_completed(futures):
+                row = future.result()
+                rows[row.name] = row
+                if progress is not None:
+                    progress(row)
+    ordered = tuple(rows[entry.name] for entry in entries)
+    return Matrix(ordered, max_examples, seed, exhaustive, time.perf_counter() - started)
+
+
+def default_jobs() -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, cpus or 1)
+
+
+# --- reports ------------------------------------------------------------------------------------
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def format_row(row: Row) -> str:
+    if row.kind == "rewrite":
+        detail = (
+            f"{row.examples} scenarios, no violation"
+            if row.passed
+            else f"{row.invariant} on a {row.shrunk_length}-event scenario"
+        )
+        return f"{row.status:<15} {row.name:<32} {detail} ({row.seconds:.2f} s)"
+    if not row.killed:
+        return f"{row.status:<15} {row.name:<32} no violation in {row.examples} scenarios"
+    match = "" if row.invariant_matches else f" (annotated {row.expect})"
+    minimum = "-" if row.exhaustive_length is None else str(row.exhaustive_length)
+    ratio = "-" if row.shrink_ratio is None else f"{row.shrink_ratio:.2f}"
+    return (
+        f"{row.status:<15} {row.name:<32} {row.invariant}{match}; after "
+        f"{row.examples_to_failure} scenarios / {_seconds(row.seconds_to_failure)} s; "
+        f"shrunk {row.shrunk_length} events, exhaustive minimum {minimum}, ratio {ratio}"
+    )
+
+
+def format_summary(matrix: Matrix) -> str:
+    s = matrix.summary
+    rate = 100.0 * s.killed / s.mutants if s.mutants else 100.0
+    parts = [f"summary: {s.killed}/{s.mutants} mutants killed ({rate:.0f}%)"]
+    if s.mutants:
+        parts.append(f"annotated invariant hit {s.annotated_invariant}/{s.killed}")
+    if s.shrink_compared:
+        share = 100.0 * s.shrink_optimal / s.shrink_compared
+        parts.append(
+            f"shrunk length = exhaustive minimum {s.shrink_optimal}/{s.shrink_compared} "
+            f"({share:.0f}%)"
+        )
+    if s.median_seconds_to_kill is not None:
+        parts.append(
+            f"time to kill median {s.median_seconds_to_kill:.3f} s, "
+            f"p90 {s.p90_seconds_to_kill:.3f} s"
+        )
+    parts.append(f"{s.false_positives} false positives in {s.rewrites} rewrites")
+    parts.append(f"{matrix.seconds:.1f} s")
+    return "; ".join(parts)
+
+
+def format_matrix(matrix: Matrix) -> str:
+    lines = [
+        f"kill matrix: {len(matrix.rows)} entries, --max-examples {matrix.max_examples}, "
+        f"seed {matrix.seed}"
+    ]
+    lines += [format_row(row) for row in matrix.rows]
+    off = [r for r in matrix.rows if r.shrink_ratio is not None and r.shrink_ratio != 1.0]
+    if off:
+        lines.append("")
+        lines.append("shrunk length differs from the exhaustive minimum:")
+        for row in off:
+            why = row.shrink_note or "no note"
+            lines.append(
+                f"  {row.name}: shrunk {row.shrunk_length}, minimum {row.exhaustive_length} "
+                f"({', '.join(row.exhaustive_invariants)}); {why}"
+            )
+    lines.append("")
+    lines.append(format_summary(matrix))
+    return "\n".join(lines)
+
+
+def matrix_to_json(matrix: Matrix) -> dict[str, Any]:
+    return {
+        "summary": matrix.summary.to_dict(),
+        "max_examples": matrix.max_examples,
+        "seed": matrix.seed,
+        "exhaustive_bounds": MINIMUM_BOUNDS.to_dict() if matrix.exhaustive else None,
+        "seconds": round(matrix.seconds, 3),
+        "rows": [row.to_dict() for row in matrix.rows],
+    }
