@@ -4,23 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kvcheck.scenario import Scenario, config_to_dict, describe_event, event_to_dict
+from kvcheck.scenario import (
+    Scenario,
+    config_to_dict,
+    describe_config,
+    describe_event,
+    event_to_dict,
+)
 
 if TYPE_CHECKING:
     from kvcheck.search import Verdict
-
-
-def describe_config(scenario: Scenario) -> str:
-    config = scenario.config
-    parts = [
-        f"{config.convention} convention",
-        f"overlap {'on' if config.overlap else 'off'}",
-        f"stride {config.stride}",
-    ]
-    if config.adaptive:
-        parts.append("adaptive stride")
-    parts.append(f"global counters {config.global_counters}")
-    return ", ".join(parts)
 
 
 def format_events(scenario: Scenario, mark: int | None = None) -> list[str]:
@@ -53,7 +46,7 @@ def format_verdict(verdict: Verdict) -> str:
         f"FAIL        {violation.invariant} at event {violation.event_index}{where}: "
         f"expected {violation.expected!r}, observed {violation.observed!r}",
         f"            {violation.message}",
-        f"counterexample: {len(scenario.events)} events; {describe_config(scenario)}",
+        f"counterexample: {len(scenario.events)} events; {describe_config(scenario.config)}",
         *format_events(scenario, violation.event_index),
         f"found after {verdict.outcome.examples_to_failure} scenarios; "
         f"{verdict.examples} run in {verdict.seconds:.2f} s including shrinking",

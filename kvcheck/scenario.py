@@ -162,6 +162,21 @@ def describe_event(event: Event) -> str:
     raise AssertionError(f"unknown event {event!r}")
 
 
+def describe_config(config: Config) -> str:
+    """A short human description of a config, as used in reports and timelines."""
+    parts = [
+        f"{config.convention} convention",
+        f"overlap {'on' if config.overlap else 'off'}",
+        f"stride {config.stride}",
+    ]
+    if config.adaptive:
+        parts.append("adaptive stride")
+    if config.page_size != 1:
+        parts.append(f"page size {config.page_size}")
+    parts.append(f"global counters {config.global_counters}")
+    return ", ".join(parts)
+
+
 # --- JSON -------------------------------------------------------------------------------------
 
 

@@ -20,7 +20,15 @@ from typing import IO, TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-from kvcheck.scenario import Abort, Admit, Config, Scenario, SwitchStride, describe_event
+from kvcheck.scenario import (
+    Abort,
+    Admit,
+    Config,
+    Scenario,
+    SwitchStride,
+    describe_config,
+    describe_event,
+)
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -91,20 +99,6 @@ class Timeline:
     def title(self) -> str:
         who = f"{self.target}: " if self.target else ""
         return f"{who}{describe_config(self.config)}"
-
-
-def describe_config(config: Config) -> str:
-    parts = [
-        f"{config.convention} convention",
-        f"overlap {'on' if config.overlap else 'off'}",
-        f"stride {config.stride}",
-    ]
-    if config.adaptive:
-        parts.append("adaptive stride")
-    if config.page_size != 1:
-        parts.append(f"page size {config.page_size}")
-    parts.append(f"global counters {config.global_counters}")
-    return ", ".join(parts)
 
 
 # --- facts about a recorded run -----------------------------------------------------------------
