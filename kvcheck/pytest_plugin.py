@@ -133,6 +133,20 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return collector
 
 
+class _KvcheckItem(pytest.Item):
+    """Reports a kvcheck finding as its own text (timeline, file, replay command) and a load
+    error as one line, instead of a traceback into kvcheck."""
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: pytest.ExceptionInfo[BaseException]
+    ) -> str | Any:
+        if isinstance(excinfo.value, KvcheckViolation):
+            return str(excinfo.value)
+        if isinstance(excinfo.value, KvcheckUsageError):
+            return f"kvcheck: {_one_line(excinfo.value)}"
+        return super().repr_failure(excinfo)
+
+
 class CounterexampleFile(pytest.File):
     """A `*.kvcheck.json` file: one replay item."""
 
@@ -161,7 +175,7 @@ class CounterexampleFile(pytest.File):
         return super().repr_failure(excinfo)
 
 
-class ReplayItem(pytest.Item):
+class ReplayItem(_KvcheckItem):
     def __init__(self, *, counterexample: Counterexample, target: Target, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.counterexample = counterexample
@@ -173,15 +187,6 @@ class ReplayItem(pytest.Item):
         replayed = replay(self.counterexample, self.target, path=_relative(self.path))
         if replayed.violation is not None:
             raise KvcheckViolation(replayed.failure_report())
-
-    def repr_failure(  # type: ignore[override]
-        self, excinfo: pytest.ExceptionInfo[BaseException]
-    ) -> str | Any:
-        if isinstance(excinfo.value, KvcheckViolation):
-            return str(excinfo.value)
-        if isinstance(excinfo.value, KvcheckUsageError):
-            return f"kvcheck: {_one_line(excinfo.value)}"
-        return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         saved = self.counterexample.violation
@@ -310,7 +315,7 @@ def _property_items(
     return items
 
 
-class PropertyItem(pytest.Item):
+class PropertyItem(_KvcheckItem):
     def __init__(
         self,
         *,
@@ -368,15 +373,6 @@ class PropertyItem(pytest.Item):
             f"replay with: {replay_command(path)}",
         ]
         raise KvcheckViolation("\n".join(lines))
-
-    def repr_failure(  # type: ignore[override]
-        self, excinfo: pytest.ExceptionInfo[BaseException]
-    ) -> str | Any:
-        if isinstance(excinfo.value, KvcheckViolation):
-            return str(excinfo.value)
-        if isinstance(excinfo.value, KvcheckUsageError):
-            return f"kvcheck: {_one_line(excinfo.value)}"
-        return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.name
