@@ -13,7 +13,7 @@ from typing import Any
 
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.exhaust import EVENT_KINDS, Bounds, ExhaustResult
-from kvcheck.scenario import GLOBAL_COUNTER_MODES
+from kvcheck.scenario import GLOBAL_COUNTER_MODES, describe_config
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 COMMANDS = ("mutants", "exhaust")
@@ -236,7 +236,8 @@ def run_mutants(args: argparse.Namespace) -> int:
         entries = tuple(mutants.get(name) for name in dict.fromkeys(args.only))
     if args.list:
         return _list_corpus(entries, as_json=args.json)
-    _warm_up()
+    if not args.json:
+        print(matrix.format_header(len(entries), args.max_examples, args.seed), flush=True)
 
     def progress(row: matrix.Row) -> None:
         if not args.json:
@@ -253,9 +254,7 @@ def run_mutants(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(matrix.matrix_to_json(result), indent=2, default=repr))
     else:
-        text = matrix.format_matrix(result)
-        # The rows were printed as they finished; print the rest.
-        print(text.split("\n", len(result.rows) + 1)[-1])
+        print(matrix.format_tail(result))  # the rows were printed as they finished
     return EXIT_OK if result.summary.passed else EXIT_VIOLATION
 
 
@@ -285,16 +284,6 @@ def _list_corpus(entries: Any, *, as_json: bool) -> int:
             f"{row['convention']:<9} {expect:<26} {row['summary']}"
         )
     return EXIT_OK
-
-
-def _warm_up() -> None:
-    """Import torch and probe once, so the first entry's time to kill is not an import."""
-    from kvcheck.run import run_scenario
-    from kvcheck.scenario import Admit, Config, Scenario, Step
-    from kvcheck.targets import load_target
-
-    scenario = Scenario(Config(), (Admit("r0", 2, 4), Step(), Step(), Step()))
-    run_scenario(scenario, load_target("builtin:reference"))
 
 
 # --- kvcheck exhaust ------------------------------------------------------------------------
@@ -446,19 +435,13 @@ def format_exhaust(
         f"{violation.invariant} at event {violation.event_index}{where}: "
         f"expected {violation.expected!r}, observed {violation.observed!r}",
         f"            {violation.message}",
-        f"counterexample: {len(scenario.events)} events; " + _describe_config(scenario.config),
+        f"counterexample: {len(scenario.events)} events; " + describe_config(scenario.config),
         *format_events(scenario, violation.event_index),
     ]
     others = sorted(result.minimal_invariants - {violation.invariant})
     if others:
         lines.append(f"other counterexamples of this length break: {', '.join(others)}")
     return "\n".join(lines)
-
-
-def _describe_config(config: Any) -> str:
-    from kvcheck.timeline import describe_config
-
-    return describe_config(config)
 
 
 def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:

@@ -396,14 +396,24 @@ def live_runs_only(g: Generation, self: Any, result: Any, batch: Any) -> Any:
     ]
 
 
-@mutant("runs-not-returned", G0_5_15, expect="runs-aligned", origin="new")
-def runs_not_returned(g: Generation, self: Any, result: Any, batch: Any) -> Any:
-    """Updates every request correctly and builds the runs, but forgets to return them."""
+@mutant("return-inside-loop", G0_5_15, expect="runs-aligned", origin="new")
+def return_inside_loop(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """`return runs` indented into the row loop: the resolver returns after the first row, so
+    later rows get neither their run nor their accounting."""
     tokens, accepts = _tensors(result)
-    _correct_rows(g, batch, accepts, 1)
-    _publish(g, self, result, batch, accepts)
-    runs = _padded_runs(tokens, accepts, g.stride(self, result))
-    del runs
+    stride = g.stride(self, result)
+    runs: list[list[int]] = []
+    fed: list[int] = []
+    for i, (req, accepted) in enumerate(zip(batch.reqs, accepts, strict=True)):
+        runs.append(tokens[i * stride : i * stride + accepted])
+        if not _stale(req):
+            g.add_committed(req, accepted)
+            g.count_row(req, accepted - 1)
+            fed.append(accepted - 1)
+        g.write_totals(result, sum(fed), [a - 1 for a in accepts])
+        g.feed_controller(self, fed)
+        return runs
+    return runs
 
 
 @mutant("stride-from-longest-run", G0_5_11, expect="runs-aligned", origin="new")

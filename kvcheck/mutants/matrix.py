@@ -22,7 +22,7 @@ import attrs
 
 from kvcheck.exhaust import Bounds, exhaust
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
-from kvcheck.scenario import event_to_dict
+from kvcheck.scenario import config_to_dict, event_to_dict
 
 # Where each mutant's shortest counterexample is looked for: the default exhaustive bounds plus a
 # length cap of 2 so over-shoot by length is reachable in one decode row.
@@ -57,9 +57,12 @@ class Row:
     invariant: str | None
     shrunk_length: int | None
     shrunk_events: tuple[dict[str, Any], ...] = ()
+    shrunk_config: dict[str, Any] | None = None
     exhaustive_length: int | None = None
     exhaustive_invariants: tuple[str, ...] = ()
     exhaustive_seconds: float | None = None
+    exhaustive_events: tuple[dict[str, Any], ...] = ()
+    exhaustive_config: dict[str, Any] | None = None
     shrink_note: str = ""
 
     @property
@@ -73,6 +76,21 @@ class Row:
         if self.shrunk_length is None or not self.exhaustive_length:
             return None
         return self.shrunk_length / self.exhaustive_length
+
+    @property
+    def shrink_reason(self) -> str:
+        """Why the shrunk counterexample is longer than the shortest one ("" when it is not)."""
+        ratio = self.shrink_ratio
+        if ratio is None or ratio == 1.0:
+            return ""
+        if ratio < 1.0:
+            return (
+                "the search found a counterexample outside the exhaustive bounds "
+                f"({MINIMUM_BOUNDS.describe()})"
+            )
+        if self.shrink_note:
+            return self.shrink_note
+        return shrink_gap_reason(self)
 
     @property
     def status(self) -> str:
@@ -89,6 +107,7 @@ class Row:
         data["status"] = self.status
         data["invariant_matches"] = self.invariant_matches
         data["shrink_ratio"] = None if self.shrink_ratio is None else round(self.shrink_ratio, 3)
+        data["shrink_reason"] = self.shrink_reason
         for key in ("seconds", "seconds_to_failure", "exhaustive_seconds"):
             if data[key] is not None:
                 data[key] = round(data[key], 4)
@@ -153,6 +172,33 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+def shrink_gap_reason(row: Row) -> str:
+    """A reason, read off the two scenarios, why shrinking stopped above the minimum."""
+    shrunk, shortest = row.shrunk_config or {}, row.exhaustive_config or {}
+    if row.invariant not in row.exhaustive_invariants:
+        return (
+            f"the search first hit {row.invariant}, and the shrinker keeps the invariant it "
+            f"found; the shortest counterexamples break {', '.join(row.exhaustive_invariants)}"
+        )
+    if shrunk.get("overlap") != shortest.get("overlap"):
+        on = "on" if shortest.get("overlap") else "off"
+        return (
+            f"a local minimum of the shrinker: the shortest form runs with overlap {on} and "
+            "needs other admission parameters, a change no single shrink step makes"
+        )
+
+    def requests(events: Sequence[dict[str, Any]]) -> int:
+        return len({e["rid"] for e in events if e["kind"] == "admit"})
+
+    if requests(row.shrunk_events) != requests(row.exhaustive_events):
+        return (
+            f"a local minimum of the shrinker: the shortest form uses "
+            f"{requests(row.exhaustive_events)} request(s), the shrunk one "
+            f"{requests(row.shrunk_events)}"
+        )
+    return "a local minimum of the shrinker: no single deletion or simplification still fails"
+
+
 def run_entry(
     entry: Entry,
     *,
@@ -198,6 +244,7 @@ def run_entry(
         shrunk_events=tuple(event_to_dict(e) for e in failure.scenario.events)
         if failure is not None
         else (),
+        shrunk_config=config_to_dict(failure.scenario.config) if failure is not None else None,
         shrink_note=entry.shrink_note,
     )
     if entry.kind == "mutant" and exhaustive:
@@ -206,6 +253,12 @@ def run_entry(
             row,
             exhaustive_length=minimum.depth if minimum.failure is not None else None,
             exhaustive_invariants=tuple(sorted(minimum.minimal_invariants)),
+            exhaustive_events=tuple(event_to_dict(e) for e in minimum.counterexample.events)
+            if minimum.counterexample is not None
+            else (),
+            exhaustive_config=config_to_dict(minimum.counterexample.config)
+            if minimum.counterexample is not None
+            else None,
             exhaustive_seconds=minimum.seconds,
         )
     return row
@@ -220,6 +273,15 @@ def exhaustive_minimum(entry: Entry, bounds: Bounds = MINIMUM_BOUNDS) -> Any:
         global_counters=entry.global_counters,
         adaptive=entry.adaptive,
     )
+
+
+def warm_up() -> None:
+    """Import torch, probe and search once, so that the first entry's time to kill in a
+    process is not spent importing and building strategies."""
+    from kvcheck.search import search
+    from kvcheck.targets import load_target
+
+    search(load_target("builtin:reference"), convention="preclaim", max_examples=5, seed=0)
 
 
 def _run_named(name: str, max_examples: int, seed: int | None, exhaustive: bool) -> Row:
@@ -237,6 +299,7 @@ def run_matrix(
 ) -> Matrix:
     """Run every entry; `jobs > 1` spreads them over worker processes (spawned, not forked:
     torch and fork do not mix). Rows come back in corpus order."""
+    warm_up()
     started = time.perf_counter()
     rows: dict[str, Row] = {}
     if jobs <= 1:
@@ -247,7 +310,9 @@ def run_matrix(
                 progress(row)
     else:
         context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        with concurrent.futures.ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=warm_up
+        ) as pool:
             futures = [
                 pool.submit(_run_named, entry.name, max_examples, seed, exhaustive)
                 for entry in entries
@@ -315,18 +380,19 @@ def format_summary(matrix: Matrix) -> str:
     return "; ".join(parts)
 
 
-def format_matrix(matrix: Matrix) -> str:
-    lines = [
-        f"kill matrix: {len(matrix.rows)} entries, --max-examples {matrix.max_examples}, "
-        f"seed {matrix.seed}"
-    ]
-    lines += [format_row(row) for row in matrix.rows]
+def format_header(entries: int, max_examples: int, seed: int | None) -> str:
+    return f"kill matrix: {entries} entries, --max-examples {max_examples}, seed {seed}"
+
+
+def format_tail(matrix: Matrix) -> str:
+    """What follows the rows: mutants whose shrunk length is not minimal, and the summary."""
+    lines = []
     off = [r for r in matrix.rows if r.shrink_ratio is not None and r.shrink_ratio != 1.0]
     if off:
         lines.append("")
         lines.append("shrunk length differs from the exhaustive minimum:")
         for row in off:
-            why = row.shrink_note or "no note"
+            why = row.shrink_reason
             lines.append(
                 f"  {row.name}: shrunk {row.shrunk_length}, minimum {row.exhaustive_length} "
                 f"({', '.join(row.exhaustive_invariants)}); {why}"
@@ -334,6 +400,16 @@ def format_matrix(matrix: Matrix) -> str:
     lines.append("")
     lines.append(format_summary(matrix))
     return "\n".join(lines)
+
+
+def format_matrix(matrix: Matrix) -> str:
+    return "\n".join(
+        [
+            format_header(len(matrix.rows), matrix.max_examples, matrix.seed),
+            *(format_row(row) for row in matrix.rows),
+            format_tail(matrix),
+        ]
+    )
 
 
 def matrix_to_json(matrix: Matrix) -> dict[str, Any]:
