@@ -53,6 +53,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.counterexample import jsonable
 from kvcheck.engine import Engine
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.invariants import Violation, check_event
@@ -84,11 +85,6 @@ _COLLECT_GENERATION: Final = 0
 
 def _tuple(values: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(values)
-
-
-def _lists(_: object, __: object, value: Any) -> Any:
-    """attrs value serializer: tuples as lists, the JSON form."""
-    return list(value) if isinstance(value, tuple) else value
 
 
 @attrs.frozen
@@ -155,7 +151,8 @@ class Bounds:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self, value_serializer=_lists)
+        data: dict[str, Any] = jsonable(attrs.asdict(self))
+        return data
 
 
 @attrs.frozen

@@ -81,13 +81,6 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -98,18 +91,14 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _seed(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
-
-
 # --- registration ---------------------------------------------------------------------------
 
 
 def add_commands(commands: Any) -> None:
     """Add `mutants` and `exhaust` to the front door's subparsers."""
+    from kvcheck.cli import _positive_int as _positive
+    from kvcheck.cli import _seed
+
     mutants = commands.add_parser(
         "mutants",
         help="run the mutant kill matrix: every corpus mutant must be caught, every rewrite pass",
@@ -462,14 +451,7 @@ def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
     }
     violation, scenario = result.violation, result.counterexample
     if violation is not None and scenario is not None:
-        data["violation"] = {
-            "invariant": violation.invariant,
-            "event_index": violation.event_index,
-            "rid": violation.rid,
-            "expected": violation.expected,
-            "observed": violation.observed,
-            "message": violation.message,
-        }
+        data["violation"] = violation.to_dict()
         data["events"] = [event_to_dict(e) for e in scenario.events]
         data["config"] = config_to_dict(scenario.config)
         data["minimal_invariants"] = sorted(result.minimal_invariants)

@@ -27,6 +27,7 @@ from kvcheck.mutants.generations import (
     G0_5_12,
     G0_5_13,
     G0_5_15,
+    G0_5_16,
     G0_5_19,
     G0_5_20,
     Generation,
@@ -798,6 +799,23 @@ def controller_batch_size_all_rows(g: Generation, self: Any, result: Any, batch:
     return _padded_runs(tokens, accepts, g.stride(self, result))
 
 
+@mutant(
+    "block-total-from-accept-lens",
+    G0_5_16,
+    expect="global-counters",
+    origin="API generation 0.5.16",
+)
+def block_total_from_accept_lens(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """A 0.5.16 port that falls back to accept_lens when the result has no block-accept
+    lengths, so an EAGLE batch reports block-accept tokens it never had."""
+    tokens, accepts = _tensors(result)
+    _correct_rows(g, batch, accepts, 1)
+    _publish(g, self, result, batch, accepts)
+    block = result.block_accept_lens
+    result.num_block_accept_tokens = int(sum(accepts if block is None else block))
+    return _padded_runs(tokens, accepts, g.stride(self, result))
+
+
 # =============================================================================================
 # Correct rewrites: different code, the same behaviour. Each must pass.
 # =============================================================================================
@@ -960,8 +978,8 @@ def sglang_counters_0_5_13(g: Generation, self: Any, result: Any, batch: Any) ->
     return _padded_runs(tokens, accepts, g.stride(self, result))
 
 
-@rewrite("early-exit-0.5.15", G0_5_15)
-def early_exit_0_5_15(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+@rewrite("early-exit-0.5.16", G0_5_16)
+def early_exit_0_5_16(g: Generation, self: Any, result: Any, batch: Any) -> Any:
     """Honest convention with a while loop and the stale test spelled as one early `continue`
     on a combined predicate; the run is sliced before anything else."""
     tokens, accepts = _tensors(result)

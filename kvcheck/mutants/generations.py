@@ -36,6 +36,7 @@ class Generation:
     controller: ControllerCall
     kv_on_req_kv: bool  # committed length at req.kv.kv_committed_len (0.5.19+)
     k_from_result: bool  # non-draft tokens per row read from the result (0.5.20+)
+    block_cap: bool = False  # writes the block-accept and cap totals on the result (0.5.16+)
 
     # -- what a resolver of this generation reads and writes ---------------------------------
 
@@ -89,6 +90,10 @@ class Generation:
     def write_totals(self, result: Any, total: Any, per_row: Any) -> None:
         setattr(result, self.result_total, total)
         setattr(result, self.result_per_row, per_row)
+        if self.block_cap:
+            block, cap = result.block_accept_lens, result.cap_lens
+            result.num_block_accept_tokens = 0 if block is None else int(sum(block))
+            result.num_cap_tokens = 0 if cap is None else int(sum(cap))
 
     def feed_controller(self, scheduler: Any, per_row: list[int], batch_size: Any = None) -> None:
         """Feed the adaptive controller (0.5.12+); `batch_size` defaults to the rows fed."""
@@ -103,19 +108,6 @@ class Generation:
         return self.controller != "none"
 
 
-_OLD_NAMES: Final = {
-    "draft_counter": "spec_accepted_tokens",
-    "histogram_method": "update_spec_acceptance_histogram",
-    "result_total": "num_accepted_tokens",
-    "result_per_row": "accept_length_per_req_cpu",
-}
-_CORRECT_DRAFTS_NAMES: Final = {
-    "draft_counter": "spec_num_correct_drafts",
-    "histogram_method": "update_spec_correct_drafts_histogram",
-    "result_total": "num_correct_drafts",
-    "result_per_row": "num_correct_drafts_per_req_cpu",
-}
-
 G0_5_10: Final = Generation(
     name="0.5.10",
     versions="0.5.9-0.5.10",
@@ -124,7 +116,10 @@ G0_5_10: Final = Generation(
     controller="none",
     kv_on_req_kv=False,
     k_from_result=False,
-    **_OLD_NAMES,
+    draft_counter="spec_accepted_tokens",
+    histogram_method="update_spec_acceptance_histogram",
+    result_total="num_accepted_tokens",
+    result_per_row="accept_length_per_req_cpu",
 )
 G0_5_11: Final = Generation(
     name="0.5.11",
@@ -147,13 +142,17 @@ G0_5_12: Final = Generation(
     controller="per-req",
     kv_on_req_kv=False,
     k_from_result=False,
-    **_CORRECT_DRAFTS_NAMES,
+    draft_counter="spec_num_correct_drafts",
+    histogram_method="update_spec_correct_drafts_histogram",
+    result_total="num_correct_drafts",
+    result_per_row="num_correct_drafts_per_req_cpu",
 )
 G0_5_13: Final = attrs.evolve(
     G0_5_12, name="0.5.13", versions="0.5.13-0.5.14", controller="batch-size"
 )
 G0_5_15: Final = attrs.evolve(G0_5_13, name="0.5.15", versions="0.5.15", convention="honest")
-G0_5_19: Final = attrs.evolve(G0_5_15, name="0.5.19", versions="0.5.19", kv_on_req_kv=True)
+G0_5_16: Final = attrs.evolve(G0_5_15, name="0.5.16", versions="0.5.16-0.5.18", block_cap=True)
+G0_5_19: Final = attrs.evolve(G0_5_16, name="0.5.19", versions="0.5.19", kv_on_req_kv=True)
 G0_5_20: Final = attrs.evolve(
     G0_5_19,
     name="0.5.20",
@@ -168,6 +167,7 @@ GENERATIONS: Final[tuple[Generation, ...]] = (
     G0_5_12,
     G0_5_13,
     G0_5_15,
+    G0_5_16,
     G0_5_19,
     G0_5_20,
 )

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.counterexample import jsonable
 from kvcheck.exhaust import Bounds, exhaust
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
 from kvcheck.scenario import config_to_dict, event_to_dict
@@ -28,11 +29,6 @@ from kvcheck.scenario import config_to_dict, event_to_dict
 # length cap of 2 so over-shoot by length is reachable in one decode row.
 MINIMUM_BOUNDS: Final = Bounds(events=8, max_new=(1, 2, 4))
 DEFAULT_SEED: Final = 0
-
-
-def _lists(_: object, __: object, value: Any) -> Any:
-    """attrs value serializer: tuples as lists, the JSON form."""
-    return list(value) if isinstance(value, tuple) else value
 
 
 @attrs.frozen
@@ -103,7 +99,7 @@ class Row:
         return bool(self.passed) if self.kind == "rewrite" else bool(self.killed)
 
     def to_dict(self) -> dict[str, Any]:
-        data = attrs.asdict(self, value_serializer=_lists)
+        data: dict[str, Any] = jsonable(attrs.asdict(self))
         data["status"] = self.status
         data["invariant_matches"] = self.invariant_matches
         data["shrink_ratio"] = None if self.shrink_ratio is None else round(self.shrink_ratio, 3)
@@ -131,7 +127,7 @@ class Summary:
         return self.killed == self.mutants and self.false_positives == 0
 
     def to_dict(self) -> dict[str, Any]:
-        data = attrs.asdict(self, value_serializer=_lists)
+        data: dict[str, Any] = jsonable(attrs.asdict(self))
         for key in ("median_seconds_to_kill", "p90_seconds_to_kill"):
             if data[key] is not None:
                 data[key] = round(data[key], 4)
