@@ -14,12 +14,12 @@ target mutated. Its state is plain objects, so `clone()` is a deep copy.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
+from kvcheck.copying import deep_copy
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.fakes import (
     ControllerFeed,
@@ -127,8 +127,8 @@ class Engine:
 
     def clone(self) -> Engine:
         # The resolver and bound methods are shared; fakes and queues are copied.
-        memo: dict[int, Any] = {id(self.resolver): self.resolver}
-        return copy.deepcopy(self, memo)
+        copied: Engine = deep_copy(self, share=(self.resolver,))
+        return copied
 
     def state_key(self) -> tuple[Any, ...]:
         """A hashable summary of everything later events and checks depend on (exhaustive mode).

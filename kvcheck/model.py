@@ -17,12 +17,12 @@ C == P + L - 1 + n_prefill_in_flight + H * n_decode_in_flight (§2.9 invariant 1
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from typing import Literal, TypeAlias
 
 import attrs
 
+from kvcheck.copying import deep_copy
 from kvcheck.scenario import (
     Abort,
     Admit,
@@ -131,7 +131,8 @@ class ReferenceModel:
     # -- public -------------------------------------------------------------------------------
 
     def clone(self) -> ReferenceModel:
-        return copy.deepcopy(self)
+        copied: ReferenceModel = deep_copy(self)
+        return copied
 
     def state_key(self) -> tuple[object, ...]:
         """A hashable summary of the ledger for exhaustive mode: everything later expectations
