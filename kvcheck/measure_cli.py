@@ -13,7 +13,7 @@ from typing import Any
 
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.exhaust import EVENT_KINDS, Bounds, ExhaustResult
-from kvcheck.scenario import GLOBAL_COUNTER_MODES, describe_config
+from kvcheck.scenario import GLOBAL_COUNTER_MODES
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 COMMANDS = ("mutants", "exhaust")
@@ -392,7 +392,7 @@ def format_exhaust(
     adaptive_reason: str = "",
     description: str = "",
 ) -> str:
-    from kvcheck.report import format_events
+    from kvcheck.report import format_failure
 
     about = f"  ({description})" if description else ""
     conv = f"  ({convention_reason})" if convention_reason else ""
@@ -417,16 +417,9 @@ def format_exhaust(
                 "or state limit stopped the search before the bounds were cleared"
             )
         return "\n".join(lines)
-    where = f" ({violation.rid})" if violation.rid else ""
     scenario = failure.scenario
-    lines += [
-        f"FAIL        shortest counterexample ({len(scenario.events)} events): "
-        f"{violation.invariant} at event {violation.event_index}{where}: "
-        f"expected {violation.expected!r}, observed {violation.observed!r}",
-        f"            {violation.message}",
-        f"counterexample: {len(scenario.events)} events; " + describe_config(scenario.config),
-        *format_events(scenario, violation.event_index),
-    ]
+    headline = f"shortest counterexample ({len(scenario.events)} events): "
+    lines += format_failure(violation, scenario, headline)
     others = sorted(result.minimal_invariants - {violation.invariant})
     if others:
         lines.append(f"other counterexamples of this length break: {', '.join(others)}")

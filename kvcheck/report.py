@@ -13,6 +13,7 @@ from kvcheck.scenario import (
 )
 
 if TYPE_CHECKING:
+    from kvcheck.invariants import Violation
     from kvcheck.search import Verdict
 
 
@@ -41,17 +42,24 @@ def format_verdict(verdict: Verdict) -> str:
             f"PASS        no violation in {verdict.examples} scenarios ({verdict.seconds:.2f} s)"
         )
         return "\n".join(lines)
-    where = f" ({violation.rid})" if violation.rid else ""
     lines += [
-        f"FAIL        {violation.invariant} at event {violation.event_index}{where}: "
-        f"expected {violation.expected!r}, observed {violation.observed!r}",
-        f"            {violation.message}",
-        f"counterexample: {len(scenario.events)} events; {describe_config(scenario.config)}",
-        *format_events(scenario, violation.event_index),
+        *format_failure(violation, scenario),
         f"found after {verdict.outcome.examples_to_failure} scenarios; "
         f"{verdict.examples} run in {verdict.seconds:.2f} s including shrinking",
     ]
     return "\n".join(lines)
+
+
+def format_failure(violation: Violation, scenario: Scenario, headline: str = "") -> list[str]:
+    """The FAIL line, the explanation and the numbered events of a counterexample."""
+    where = f" ({violation.rid})" if violation.rid else ""
+    return [
+        f"FAIL        {headline}{violation.invariant} at event {violation.event_index}{where}: "
+        f"expected {violation.expected!r}, observed {violation.observed!r}",
+        f"            {violation.message}",
+        f"counterexample: {len(scenario.events)} events; {describe_config(scenario.config)}",
+        *format_events(scenario, violation.event_index),
+    ]
 
 
 def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
