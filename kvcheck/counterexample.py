@@ -124,6 +124,8 @@ class Counterexample:
     explanation: str = ""
     # The target it was found against, when the file now names another (e.g. the fixed one).
     found_against: str | None = None
+    # The target was loaded with --allow-unavailable-imports; replay must load it the same way.
+    allow_unavailable_imports: bool = False
 
     @property
     def digest(self) -> str:
@@ -161,6 +163,8 @@ class Counterexample:
         }
         if self.found_against is not None:
             out["found_against"] = self.found_against
+        if self.allow_unavailable_imports:
+            out["allow_unavailable_imports"] = True
         out["violation"] = None if self.violation is None else self.violation.to_dict()
         if self.explanation:
             out["explanation"] = self.explanation
@@ -182,7 +186,13 @@ def _slug(text: str) -> str:
 # --- building -----------------------------------------------------------------------------------
 
 
-def from_run(result: RunResult, target: str, *, convention_reason: str = "") -> Counterexample:
+def from_run(
+    result: RunResult,
+    target: str,
+    *,
+    convention_reason: str = "",
+    allow_unavailable_imports: bool = False,
+) -> Counterexample:
     """The counterexample of a failing run (recorded or not)."""
     from kvcheck.timeline import explain
 
@@ -195,15 +205,23 @@ def from_run(result: RunResult, target: str, *, convention_reason: str = "") -> 
         violation=SavedViolation.from_violation(violation),
         convention_reason=convention_reason,
         explanation=explain(result),
+        allow_unavailable_imports=allow_unavailable_imports,
     )
 
 
-def from_verdict(verdict: Verdict) -> Counterexample | None:
+def from_verdict(
+    verdict: Verdict, *, allow_unavailable_imports: bool = False
+) -> Counterexample | None:
     """The counterexample of a failing verdict; None when it passed."""
     failure = verdict.outcome.failure
     if failure is None or failure.violation is None:
         return None
-    return from_run(failure, verdict.target, convention_reason=verdict.convention_reason)
+    return from_run(
+        failure,
+        verdict.target,
+        convention_reason=verdict.convention_reason,
+        allow_unavailable_imports=allow_unavailable_imports,
+    )
 
 
 # --- files --------------------------------------------------------------------------------------
@@ -303,7 +321,15 @@ def from_dict(data: Any) -> Counterexample:
         convention_reason=_optional_str(data, "convention_reason") or "",
         explanation=_optional_str(data, "explanation") or "",
         found_against=_optional_str(data, "found_against"),
+        allow_unavailable_imports=_optional_bool(data, "allow_unavailable_imports"),
     )
+
+
+def _optional_bool(data: Mapping[str, Any], key: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise ScenarioFormatError(f"{key!r} must be true or false, got {value!r}")
+    return value
 
 
 def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
@@ -393,15 +419,16 @@ def replay(
         if counterexample.target is None:
             raise ScenarioFormatError("the counterexample names no target; give one with --target")
         target = counterexample.target
+    allow = counterexample.allow_unavailable_imports
     if isinstance(target, Target):
         loaded = target
     elif path is not None and target == counterexample.target:
         try:
-            loaded = load_target(target)
+            loaded = load_target(target, allow_unavailable=allow)
         except KvcheckUsageError as exc:
             raise type(exc)(f"{path}: its saved target {target!r} does not load: {exc}") from None
     else:
-        loaded = load_target(target)
+        loaded = load_target(target, allow_unavailable=allow)
     result = run_scenario(counterexample.scenario, loaded, record=True)
     return Replay(counterexample, loaded.spec, result, None if path is None else str(path))
 

@@ -87,7 +87,8 @@ class Saved:
 
 def save_failure(verdict: Verdict, args: argparse.Namespace) -> Saved | None:
     """Write the failing verdict's counterexample file (and HTML); None when it passed."""
-    counterexample = from_verdict(verdict)
+    allow = bool(getattr(args, "allow_unavailable_imports", False))
+    counterexample = from_verdict(verdict, allow_unavailable_imports=allow)
     if counterexample is None:
         return None
     path = "" if getattr(args, "no_save", False) else str(save(counterexample, args.save_dir))

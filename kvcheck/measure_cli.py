@@ -381,7 +381,12 @@ def _save(
         return None, None
     from kvcheck.counterexample import from_run, replay_command, save
 
-    counterexample = from_run(result.failure, result.target, convention_reason=convention_reason)
+    counterexample = from_run(
+        result.failure,
+        result.target,
+        convention_reason=convention_reason,
+        allow_unavailable_imports=args.allow_unavailable_imports,
+    )
     path = str(save(counterexample, args.save_dir))
     return path, replay_command(path)
 

@@ -158,7 +158,10 @@ class CounterexampleFile(pytest.File):
         if counterexample.target is None:
             raise KvcheckUsageError(f"{self.path} names no target to replay against")
         try:
-            target = load_target(counterexample.target)
+            target = load_target(
+                counterexample.target,
+                allow_unavailable=counterexample.allow_unavailable_imports,
+            )
         except KvcheckUsageError as exc:
             raise KvcheckUsageError(
                 f"{self.path}: its target {counterexample.target!r} does not load: {exc}"
