@@ -85,7 +85,7 @@ def configs(
 
 # Relative frequencies of event kinds. `step` is first so shrinking turns other events into steps.
 _EVENT_KINDS: Final = ("step",) * 6 + ("admit",) * 3 + ("retract",) * 3 + ("abort",)
-_ADAPTIVE_EVENT_KINDS: Final = (*_EVENT_KINDS, "switch")
+_ADAPTIVE_EVENT_KINDS: Final = (*_EVENT_KINDS, "switch", "switch")
 _MAX_ACCEPT_CODE: Final = MAX_GENERATED_STRIDE**MAX_REQUESTS - 1
 
 # Events are drawn from a few integers each, with strategies built once here: Hypothesis draws
