@@ -22,7 +22,7 @@ from typing import Any, Final
 Resolver = Callable[[Any, Any, Any], list[list[int]]]
 
 
-def _padded_runs(next_token_ids: list[int], accept_lens: list[int], stride: int) -> list[list[int]]:
+def padded_runs(next_token_ids: list[int], accept_lens: list[int], stride: int) -> list[list[int]]:
     """Row i's accepted run is its first accept_len tokens in a row of width `stride`."""
     return [
         next_token_ids[row * stride : row * stride + accepted]
@@ -30,7 +30,7 @@ def _padded_runs(next_token_ids: list[int], accept_lens: list[int], stride: int)
     ]
 
 
-def _commit_live_row(req: Any, accepted: int) -> None:
+def commit_live_row(req: Any, accepted: int) -> None:
     """A live row under pre-claim: the launch already claimed one slot for the bonus token."""
     req.kv_committed_len += accepted - 1
     req.spec_verify_ct += 1
@@ -45,8 +45,8 @@ def seed_prefix(self: Any, result: Any, batch: Any) -> list[list[int]]:
     result.num_accepted_drafts_per_req_cpu = [a - 1 for a in accept_lens]
     stride = self.draft_worker.speculative_num_draft_tokens
     for req, accepted in zip(batch.reqs, accept_lens, strict=True):
-        _commit_live_row(req, accepted)
-    return _padded_runs(next_token_ids, accept_lens, stride)
+        commit_live_row(req, accepted)
+    return padded_runs(next_token_ids, accept_lens, stride)
 
 
 def seed_fixed(self: Any, result: Any, batch: Any) -> list[list[int]]:
@@ -61,8 +61,8 @@ def seed_fixed(self: Any, result: Any, batch: Any) -> list[list[int]]:
         if req.finished():
             req.kv_committed_len -= 1  # give back the slot the launch pre-claimed
             continue
-        _commit_live_row(req, accepted)
-    return _padded_runs(next_token_ids, accept_lens, stride)
+        commit_live_row(req, accepted)
+    return padded_runs(next_token_ids, accept_lens, stride)
 
 
 def reference(self: Any, result: Any, batch: Any) -> list[list[int]]:
@@ -78,11 +78,11 @@ def reference(self: Any, result: Any, batch: Any) -> list[list[int]]:
         if req.finished():
             req.kv_committed_len -= 1
             continue
-        _commit_live_row(req, accepted)
+        commit_live_row(req, accepted)
         live_drafts += accepted - 1
     result.num_accepted_drafts = live_drafts
     result.num_accepted_drafts_per_req_cpu = per_request
-    return _padded_runs(next_token_ids, accept_lens, stride)
+    return padded_runs(next_token_ids, accept_lens, stride)
 
 
 BUILTINS: Final[dict[str, Resolver]] = {

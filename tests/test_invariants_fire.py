@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import kvcheck
-from kvcheck.builtins import reference
+from kvcheck.builtins import commit_live_row, padded_runs, reference
 from kvcheck.invariants import INVARIANTS
 from kvcheck.run import run_scenario
 from kvcheck.scenario import Admit, Retract, Step, SwitchStride
@@ -22,17 +22,6 @@ from tests.helpers import scenario, target
 
 def _rows(result: Any) -> tuple[list[int], list[int]]:
     return result.next_token_ids.tolist(), result.accept_lens.tolist()
-
-
-def _slices(tokens: list[int], accepts: list[int], stride: int) -> list[list[int]]:
-    return [tokens[i * stride : i * stride + a] for i, a in enumerate(accepts)]
-
-
-def _apply_live(req: Any, accepted: int) -> None:
-    req.kv_committed_len += accepted - 1
-    req.spec_verify_ct += 1
-    req.spec_accepted_drafts += accepted - 1
-    req.update_spec_acceptance_histogram(accepted - 1)
 
 
 def raises_on_stale(self: Any, result: Any, batch: Any) -> list[list[int]]:
@@ -56,13 +45,13 @@ def decrements_retracted(self: Any, result: Any, batch: Any) -> list[list[int]]:
         if req.is_retracted or req.finished():
             req.kv_committed_len -= 1
             continue
-        _apply_live(req, accepted)
+        commit_live_row(req, accepted)
     result.num_accepted_drafts = sum(
         a - 1
         for req, a in zip(batch.reqs, accepts, strict=True)
         if not req.finished() and not req.is_retracted
     )
-    return _slices(tokens, accepts, result.speculative_num_draft_tokens)
+    return padded_runs(tokens, accepts, result.speculative_num_draft_tokens)
 
 
 def adds_bonus_twice(self: Any, result: Any, batch: Any) -> list[list[int]]:
@@ -84,10 +73,10 @@ def applies_to_retracted(self: Any, result: Any, batch: Any) -> list[list[int]]:
         elif req.is_retracted:
             req.kv_committed_len += accepted - 1
         else:
-            _apply_live(req, accepted)
+            commit_live_row(req, accepted)
             live += accepted - 1
     result.num_accepted_drafts = live
-    return _slices(tokens, accepts, result.speculative_num_draft_tokens)
+    return padded_runs(tokens, accepts, result.speculative_num_draft_tokens)
 
 
 def counts_stale_verifies(self: Any, result: Any, batch: Any) -> list[list[int]]:
@@ -124,7 +113,7 @@ def histogram_off_by_one(self: Any, result: Any, batch: Any) -> list[list[int]]:
         req.update_spec_acceptance_histogram(accepted)
         live += accepted - 1
     result.num_accepted_drafts = live
-    return _slices(tokens, accepts, result.speculative_num_draft_tokens)
+    return padded_runs(tokens, accepts, result.speculative_num_draft_tokens)
 
 
 def global_counter_all_rows(self: Any, result: Any, batch: Any) -> list[list[int]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from kvcheck.builtins import padded_runs
 from kvcheck.mutants.generations import (
     G0_5_10,
     G0_5_11,
@@ -43,10 +44,6 @@ rewrite = corpus.rewrite
 
 def _tensors(result: Any) -> tuple[list[int], list[int]]:
     return result.next_token_ids.tolist(), result.accept_lens.tolist()
-
-
-def _padded_runs(tokens: list[int], accepts: list[int], stride: int) -> list[list[int]]:
-    return [tokens[i * stride : i * stride + a] for i, a in enumerate(accepts)]
 
 
 def _stale(req: Any) -> bool:
@@ -100,7 +97,7 @@ def stale_rows_applied_honest(g: Generation, self: Any, result: Any, batch: Any)
         g.add_committed(req, accepted)
         g.count_row(req, accepted - 1)
     g.write_totals(result, sum(accepts) - len(accepts), [a - 1 for a in accepts])
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -117,7 +114,7 @@ def stale_rows_applied_preclaim(g: Generation, self: Any, result: Any, batch: An
         g.add_committed(req, accepted - 1)
         g.count_row(req, accepted - 1)
     g.write_totals(result, sum(accepts) - len(accepts), [a - 1 for a in accepts])
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("stale-rows-counted", G0_5_13, expect="stats-verify-count", origin="semantics §3.3")
@@ -134,7 +131,7 @@ def stale_rows_counted(g: Generation, self: Any, result: Any, batch: Any) -> Any
             continue
         _commit_live(g, req, accepted)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -156,7 +153,7 @@ def finished_giveback_honest(g: Generation, self: Any, result: Any, batch: Any) 
         g.add_committed(req, accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -175,7 +172,7 @@ def finished_no_giveback(g: Generation, self: Any, result: Any, batch: Any) -> A
         _commit_live(g, req, accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("retracted-giveback", G0_5_13, expect="no-negative", origin="semantics §4.3")
@@ -190,7 +187,7 @@ def retracted_giveback(g: Generation, self: Any, result: Any, batch: Any) -> Any
         _commit_live(g, req, accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -210,7 +207,7 @@ def retracted_applied(g: Generation, self: Any, result: Any, batch: Any) -> Any:
         _commit_live(g, req, accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -229,7 +226,7 @@ def retracted_applied_honest(g: Generation, self: Any, result: Any, batch: Any) 
         g.add_committed(req, accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -248,7 +245,7 @@ def finished_applied(g: Generation, self: Any, result: Any, batch: Any) -> Any:
         _commit_live(g, req, accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -274,7 +271,7 @@ def finishing_run_dropped(g: Generation, self: Any, result: Any, batch: Any) -> 
         _commit_live(g, req, accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -293,7 +290,7 @@ def abort_pending_skipped(g: Generation, self: Any, result: Any, batch: Any) -> 
         g.add_committed(req, accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -317,7 +314,7 @@ def retracted_stats_reset(g: Generation, self: Any, result: Any, batch: Any) -> 
         _commit_live(g, req, accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 # =============================================================================================
@@ -338,7 +335,7 @@ def worker_stride(g: Generation, self: Any, result: Any, batch: Any) -> Any:
     tokens, accepts = _tensors(result)
     _correct_rows(g, batch, accepts, 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, self.draft_worker.speculative_num_draft_tokens)
+    return padded_runs(tokens, accepts, self.draft_worker.speculative_num_draft_tokens)
 
 
 @mutant("cumulative-offsets", G0_5_11, expect="runs-aligned", origin="semantics §4.7")
@@ -358,7 +355,7 @@ def stride_without_bonus(g: Generation, self: Any, result: Any, batch: Any) -> A
     tokens, accepts = _tensors(result)
     _correct_rows(g, batch, accepts, 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result) - 1)
+    return padded_runs(tokens, accepts, g.stride(self, result) - 1)
 
 
 @mutant("whole-padded-row", G0_5_10, expect="runs-aligned", origin="new")
@@ -423,7 +420,7 @@ def stride_from_longest_run(g: Generation, self: Any, result: Any, batch: Any) -
     tokens, accepts = _tensors(result)
     _correct_rows(g, batch, accepts, 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, max(accepts))
+    return padded_runs(tokens, accepts, max(accepts))
 
 
 @mutant(
@@ -463,7 +460,7 @@ def drafts_include_bonus(g: Generation, self: Any, result: Any, batch: Any) -> A
         g.add_drafts(req, accepted)
         g.record_histogram(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("histogram-off-by-one", G0_5_10, expect="stats-histogram", origin="semantics §4.9")
@@ -478,7 +475,7 @@ def histogram_off_by_one(g: Generation, self: Any, result: Any, batch: Any) -> A
         g.add_drafts(req, accepted - 1)
         g.record_histogram(req, accepted)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -501,7 +498,7 @@ def verify_skipped_without_drafts(g: Generation, self: Any, result: Any, batch: 
         if accepted - 1 > 0:
             g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("histogram-skips-zero", G0_5_19, expect="stats-histogram", origin="new")
@@ -518,7 +515,7 @@ def histogram_skips_zero(g: Generation, self: Any, result: Any, batch: Any) -> A
         if accepted > 1:
             g.record_histogram(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("verify-counts-tokens", G0_5_13, expect="stats-verify-count", origin="new")
@@ -536,7 +533,7 @@ def verify_counts_tokens(g: Generation, self: Any, result: Any, batch: Any) -> A
         g.add_drafts(req, accepted - 1)
         g.record_histogram(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("drafts-assigned", G0_5_15, expect="stats-accepted-drafts", origin="new")
@@ -551,7 +548,7 @@ def drafts_assigned(g: Generation, self: Any, result: Any, batch: Any) -> Any:
         g.set_drafts(req, accepted - 1)
         g.record_histogram(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("histogram-dropped", G0_5_12, expect="stats-histogram", origin="API generation 0.5.12")
@@ -569,7 +566,7 @@ def histogram_dropped(g: Generation, self: Any, result: Any, batch: Any) -> Any:
         req.spec_verify_ct += 1
         g.add_drafts(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -591,7 +588,7 @@ def drafts_minus_k_and_bonus(g: Generation, self: Any, result: Any, batch: Any) 
         g.add_drafts(req, accepted - 1 - k)
         g.record_histogram(req, accepted - k)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 # =============================================================================================
@@ -618,7 +615,7 @@ def honest_commit_under_preclaim(g: Generation, self: Any, result: Any, batch: A
         g.add_committed(req, accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -637,7 +634,7 @@ def preclaim_commit_under_honest(g: Generation, self: Any, result: Any, batch: A
         g.add_committed(req, accepted - 1)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("kv-local-copy", G0_5_19, expect="committed-live", origin="API generation 0.5.19")
@@ -652,7 +649,7 @@ def kv_local_copy(g: Generation, self: Any, result: Any, batch: Any) -> Any:
         committed += accepted
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -675,7 +672,7 @@ def commit_capped_at_max_new(g: Generation, self: Any, result: Any, batch: Any) 
         _commit_live(g, req, min(accepted, max(room, 1)))
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -697,7 +694,7 @@ def preclaim_only_with_overlap(g: Generation, self: Any, result: Any, batch: Any
         g.add_committed(req, accepted - 1 if batch.enable_overlap else accepted)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("tensor-commit", G0_5_15, expect="committed-live", origin="new")
@@ -711,7 +708,7 @@ def tensor_commit(g: Generation, self: Any, result: Any, batch: Any) -> Any:
         g.add_committed(req, result.accept_lens[i])
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 # =============================================================================================
@@ -726,7 +723,7 @@ def global_counts_stale(g: Generation, self: Any, result: Any, batch: Any) -> An
     tokens, accepts = _tensors(result)
     _correct_rows(g, batch, accepts, 1)
     g.write_totals(result, sum(accepts) - len(accepts), [a - 1 for a in accepts])
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -744,7 +741,7 @@ def ideal_total_in_sglang_mode(g: Generation, self: Any, result: Any, batch: Any
     live = [a - 1 for req, a in zip(batch.reqs, accepts, strict=True) if not _stale(req)]
     g.write_totals(result, sum(live), [a - 1 for a in accepts])
     g.feed_controller(self, [a - 1 for a in accepts])
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("total-includes-bonus", G0_5_10, expect="global-counters", origin="new")
@@ -755,7 +752,7 @@ def total_includes_bonus(g: Generation, self: Any, result: Any, batch: Any) -> A
     _correct_rows(g, batch, accepts, 1)
     live = [a for req, a in zip(batch.reqs, accepts, strict=True) if not _stale(req)]
     g.write_totals(result, sum(live), [a - 1 for a in accepts])
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -772,7 +769,7 @@ def controller_fed_stale_rows(g: Generation, self: Any, result: Any, batch: Any)
     live = [a - 1 for req, a in zip(batch.reqs, accepts, strict=True) if not _stale(req)]
     g.write_totals(result, sum(live), [a - 1 for a in accepts])
     g.feed_controller(self, [a - 1 for a in accepts])
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("per-row-list-live-only", G0_5_13, expect="global-counters", origin="new")
@@ -784,7 +781,7 @@ def per_row_list_live_only(g: Generation, self: Any, result: Any, batch: Any) ->
     live = [a - 1 for req, a in zip(batch.reqs, accepts, strict=True) if not _stale(req)]
     g.write_totals(result, sum(live), live)
     g.feed_controller(self, live)
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant("controller-batch-size-all-rows", G0_5_13, expect="global-counters", origin="new")
@@ -796,7 +793,7 @@ def controller_batch_size_all_rows(g: Generation, self: Any, result: Any, batch:
     live = [a - 1 for req, a in zip(batch.reqs, accepts, strict=True) if not _stale(req)]
     g.write_totals(result, sum(live), [a - 1 for a in accepts])
     g.feed_controller(self, live, batch_size=batch.batch_size())
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @mutant(
@@ -813,7 +810,7 @@ def block_total_from_accept_lens(g: Generation, self: Any, result: Any, batch: A
     _publish(g, self, result, batch, accepts)
     block = result.block_accept_lens
     result.num_block_accept_tokens = int(sum(accepts if block is None else block))
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 # =============================================================================================
@@ -975,7 +972,7 @@ def sglang_counters_0_5_13(g: Generation, self: Any, result: Any, batch: Any) ->
     drafts = [a - 1 for a in accepts]
     g.write_totals(result, sum(drafts), drafts)
     g.feed_controller(self, drafts, batch_size=batch.batch_size())
-    return _padded_runs(tokens, accepts, g.stride(self, result))
+    return padded_runs(tokens, accepts, g.stride(self, result))
 
 
 @rewrite("early-exit-0.5.16", G0_5_16)
