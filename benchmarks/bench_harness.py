@@ -29,7 +29,7 @@ from kvcheck.strategies import scenarios
 
 from kvcheck.exhaust import Bounds, exhaust
 from kvcheck.mutants import MUTANTS
-from kvcheck.mutants.matrix import exhaustive_minimum, quantile
+from kvcheck.mutants.matrix import exhaustive_minimum, quantile, search_entry
 from kvcheck.run import run_scenario
 from kvcheck.scenario import Scenario, Step
 from kvcheck.search import search
@@ -190,18 +190,10 @@ def bench_time_to_kill(seeds: int, max_examples: int) -> dict[str, Any]:
     failure, and of the whole search including shrinking."""
     rows = []
     for entry in MUTANTS:
-        target = entry.target()
         minimum = exhaustive_minimum(entry).depth
         to_fail, examples, total, lengths = [], [], [], []
         for seed in range(seeds):
-            outcome = search(
-                target,
-                convention=entry.convention,
-                global_counters=entry.global_counters,
-                adaptive=entry.adaptive,
-                max_examples=max_examples,
-                seed=seed,
-            )
+            outcome = search_entry(entry, max_examples=max_examples, seed=seed)
             if outcome.failure is None or outcome.seconds_to_failure is None:
                 to_fail.append(float("inf"))
                 continue

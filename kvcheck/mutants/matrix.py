@@ -195,6 +195,21 @@ def shrink_gap_reason(row: Row) -> str:
     return "a local minimum of the shrinker: no single deletion or simplification still fails"
 
 
+def search_entry(entry: Entry, *, max_examples: int, seed: int | None) -> Any:
+    """`kvcheck check`'s search on one entry under its annotated options (no database)."""
+    from kvcheck.search import search
+
+    return search(
+        entry.target(),
+        convention=entry.convention,
+        global_counters=entry.global_counters,
+        adaptive=entry.adaptive,
+        max_examples=max_examples,
+        seed=seed,
+        database=None,
+    )
+
+
 def run_entry(
     entry: Entry,
     *,
@@ -205,18 +220,7 @@ def run_entry(
 ) -> Row:
     """Search one entry under its annotated options; for a killed mutant also find the
     exhaustive minimum."""
-    from kvcheck.search import search
-
-    target = entry.target()
-    outcome = search(
-        target,
-        convention=entry.convention,
-        global_counters=entry.global_counters,
-        adaptive=entry.adaptive,
-        max_examples=max_examples,
-        seed=seed,
-        database=None,
-    )
+    outcome = search_entry(entry, max_examples=max_examples, seed=seed)
     failure = outcome.failure
     violation = failure.violation if failure is not None else None
     row = Row(
