@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kvcheck.scenario import Config, Event, Scenario
+from kvcheck.scenario import Admit, Config, Event, Scenario, Step, SwitchStride
 from kvcheck.targets import Target
 
 
@@ -16,3 +16,15 @@ def scenario(*events: Event, **config: Any) -> Scenario:
 def target(resolver: Callable[..., Any], name: str | None = None) -> Target:
     label = name or resolver.__name__
     return Target(f"test:{label}", resolver, f"test resolver {label}")
+
+
+# semantics.md §3.4: two live rows launched at stride 4, a switch to 2 before their delivery, so
+# a resolver reading the worker's stride misreads row 1.
+STRIDE_SWITCH_BEFORE_DELIVERY = (
+    Admit("r0", 10, 20),
+    Admit("r1", 10, 20),
+    Step(),
+    Step((2, 3)),
+    SwitchStride(2),
+    Step(),
+)

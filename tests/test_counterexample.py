@@ -22,10 +22,10 @@ from kvcheck.counterexample import (
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
 from kvcheck.invariants import Violation
 from kvcheck.run import RunResult, run_scenario
-from kvcheck.scenario import SCHEMA_VERSION, Admit, Retract, Scenario, Step, SwitchStride
+from kvcheck.scenario import SCHEMA_VERSION, Admit, Retract, Scenario, Step
 from kvcheck.targets import load_target
 from kvcheck.timeline import explain
-from tests.helpers import scenario
+from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario
 
 COMMITTED = Path(__file__).parent / "counterexamples"
 
@@ -190,16 +190,7 @@ def test_explains_global_counters_and_a_misread_row() -> None:
     assert "batch-global accepted-draft counter as 2" in counters
     assert "ideal rule (stale rows excluded) gives 0" in counters
 
-    switched = scenario(
-        Admit("r0", 10, 20),
-        Admit("r1", 10, 20),
-        Step(),
-        Step((2, 3)),
-        SwitchStride(2),
-        Step(),
-        stride=4,
-        adaptive=True,
-    )
+    switched = scenario(*STRIDE_SWITCH_BEFORE_DELIVERY, stride=4, adaptive=True)
     text = explain(failing_run(switched, "builtin:seed-fixed"))
     assert "launched at event 3 with stride 4" in text
     assert "switched to 2 at event 4" in text and "row 1 (r1)" in text

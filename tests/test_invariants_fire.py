@@ -16,8 +16,8 @@ import kvcheck
 from kvcheck.builtins import commit_live_row, padded_runs, reference
 from kvcheck.invariants import INVARIANTS
 from kvcheck.run import run_scenario
-from kvcheck.scenario import Admit, Retract, Step, SwitchStride
-from tests.helpers import scenario, target
+from kvcheck.scenario import Admit, Retract, Step
+from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario, target
 
 
 def _rows(result: Any) -> tuple[list[int], list[int]]:
@@ -130,7 +130,7 @@ Resolver = Callable[[Any, Any, Any], list[list[int]]]
 FINISH_ON_PREFILL = (Admit("r0", 10, 1), Step(), Step((3,)), Step())
 RETRACT_IN_FLIGHT = (Admit("r0", 10, 50), Step(), Step((3,)), Retract("r0"), Step())
 LIVE_ROWS = (Admit("r0", 10, 50), Step(), Step((3,)), Step((2,)))
-SWITCH = (Admit("r0", 10, 50), Admit("r1", 10, 50), Step(), Step((2, 3)), SwitchStride(2), Step())
+SWITCH = STRIDE_SWITCH_BEFORE_DELIVERY
 
 CASES: list[tuple[str, Resolver, tuple[Any, ...], dict[str, Any]]] = [
     ("target-raised", raises_on_stale, FINISH_ON_PREFILL, {}),

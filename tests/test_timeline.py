@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from kvcheck.run import run_scenario
-from kvcheck.scenario import Admit, Retract, Step, SwitchStride
+from kvcheck.scenario import Admit, Retract, Step
 from kvcheck.targets import load_target
 from kvcheck.timeline import (
     Timeline,
@@ -18,7 +18,7 @@ from kvcheck.timeline import (
     render_rich,
     use_rich,
 )
-from tests.helpers import scenario
+from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario
 
 # r1 finishes by length on launch 2's result while r0 keeps running; launch 3 then carries a
 # stale row for r1 (semantics.md §3.1 with a bystander).
@@ -86,16 +86,7 @@ def test_retraction_and_stride_switch_notes() -> None:
     assert "retracted: KV released, C reset to 0" in text
     assert ">> retracted  C exp 0 / obs 2" in text
 
-    switched = scenario(
-        Admit("r0", 10, 20),
-        Admit("r1", 10, 20),
-        Step(),
-        Step((2, 3)),
-        SwitchStride(2),
-        Step(),
-        stride=4,
-        adaptive=True,
-    )
+    switched = scenario(*STRIDE_SWITCH_BEFORE_DELIVERY, stride=4, adaptive=True)
     text = render_plain(timeline("builtin:seed-fixed", switched))
     assert "worker stride is now 2" in text and "launch 3: decode of r0, r1, stride 2" in text
 
