@@ -432,7 +432,7 @@ def format_exhaust(
 
 
 def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
-    from kvcheck.scenario import config_to_dict, event_to_dict
+    from kvcheck.report import failure_to_json
 
     data: dict[str, Any] = {
         "verdict": result.verdict,
@@ -449,8 +449,6 @@ def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
     }
     violation, scenario = result.violation, result.counterexample
     if violation is not None and scenario is not None:
-        data["violation"] = violation.to_dict()
-        data["events"] = [event_to_dict(e) for e in scenario.events]
-        data["config"] = config_to_dict(scenario.config)
+        data |= failure_to_json(violation, scenario)
         data["minimal_invariants"] = sorted(result.minimal_invariants)
     return data

@@ -62,6 +62,15 @@ def format_failure(violation: Violation, scenario: Scenario, headline: str = "")
     ]
 
 
+def failure_to_json(violation: Violation, scenario: Scenario) -> dict[str, Any]:
+    """The `violation`, `events` and `config` fields of a failing report."""
+    return {
+        "violation": violation.to_dict(),
+        "events": [event_to_dict(e) for e in scenario.events],
+        "config": config_to_dict(scenario.config),
+    }
+
+
 def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
     data: dict[str, Any] = {
         "verdict": verdict.verdict,
@@ -77,16 +86,7 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
     }
     violation, scenario = verdict.violation, verdict.counterexample
     if violation is not None and scenario is not None:
-        data["violation"] = {
-            "invariant": violation.invariant,
-            "event_index": violation.event_index,
-            "rid": violation.rid,
-            "expected": violation.expected,
-            "observed": violation.observed,
-            "message": violation.message,
-        }
-        data["events"] = [event_to_dict(e) for e in scenario.events]
-        data["config"] = config_to_dict(scenario.config)
+        data |= failure_to_json(violation, scenario)
         data["examples_to_failure"] = verdict.outcome.examples_to_failure
         data["counterexample_file"] = None
     return data
