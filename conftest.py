@@ -11,7 +11,7 @@ import os
 
 from hypothesis import settings
 
-from kvcheck.profiles import register_profiles
+from kvcheck.search.profiles import register_profiles
 
 register_profiles()
 settings.load_profile(

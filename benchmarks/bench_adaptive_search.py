@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import kvcheck.search as search_module
-from kvcheck.scenario import Step
-from kvcheck.targets import load_target
+import kvcheck.search.check as search_module
+from kvcheck.core.scenario import Step
+from kvcheck.targets.loading import load_target
 
 
 def main() -> None:

@@ -15,8 +15,8 @@ import platform
 import statistics
 import time
 
-from kvcheck.search import search
-from kvcheck.targets import load_target
+from kvcheck.search.check import search
+from kvcheck.targets.loading import load_target
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -27,13 +27,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from kvcheck.strategies import scenarios
 
-from kvcheck.exhaust import Bounds, exhaust
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Scenario, Step
 from kvcheck.mutants import MUTANTS
 from kvcheck.mutants.matrix import exhaustive_minimum, quantile, search_entry
-from kvcheck.run import run_scenario
-from kvcheck.scenario import Scenario, Step
-from kvcheck.search import search
-from kvcheck.targets import Target, load_target
+from kvcheck.search.check import search
+from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.targets.loading import Target, load_target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,9 +150,9 @@ def bench_throughput(repeats: int, count: int) -> dict[str, Any]:
 def bench_breakdown(count: int) -> dict[str, float]:
     """Where replay time goes: the reference model, the engine around the target, the
     invariant checks and the target itself. The loop is `run_scenario`'s, timed piecewise."""
-    from kvcheck.engine import Engine
-    from kvcheck.invariants import check_event
-    from kvcheck.model import ReferenceModel
+    from kvcheck.core.engine import Engine
+    from kvcheck.core.invariants import check_event
+    from kvcheck.core.model import ReferenceModel
 
     timed = TimedTarget(load_target("builtin:reference"))
     corpus = draw_scenarios(count, seed=4321)

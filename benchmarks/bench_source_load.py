@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from kvcheck.api_shape import detect_api_shape
-from kvcheck.source_target import load_from_source
+from kvcheck.targets.api_shape import detect_api_shape
+from kvcheck.targets.source import load_from_source
 
 QUALNAME = "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
 ROWS = 64

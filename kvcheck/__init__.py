@@ -3,25 +3,26 @@ decoding resolvers under overlap scheduling (SGLang's spec-v2 path first)."""
 
 from typing import TYPE_CHECKING, Any
 
-from kvcheck.scenario import Abort, Admit, Config, Retract, Scenario, Step, SwitchStride
+from kvcheck.core.scenario import Abort, Admit, Config, Retract, Scenario, Step, SwitchStride
 
 if TYPE_CHECKING:
-    from kvcheck.run import RunResult, run_scenario
-    from kvcheck.search import Verdict, check, detect_convention
-    from kvcheck.targets import Target, load_target
+    from kvcheck.core.run import RunResult, run_scenario
+    from kvcheck.search.check import Verdict, check, detect_convention
+    from kvcheck.targets.loading import Target, load_target
 
 __version__ = "0.1.0"
 
-# Imported on first use: `kvcheck.search` pulls in Hypothesis and the engine pulls in torch, and
-# neither may load for `kvcheck replay` (no Hypothesis) or when pytest merely loads the plugin.
+# Imported on first use: `kvcheck.search.check` pulls in Hypothesis and the engine pulls in
+# torch, and neither may load for `kvcheck replay` (no Hypothesis) or when pytest merely loads
+# the plugin.
 _LAZY = {
-    "Verdict": "kvcheck.search",
-    "check": "kvcheck.search",
-    "detect_convention": "kvcheck.search",
-    "RunResult": "kvcheck.run",
-    "run_scenario": "kvcheck.run",
-    "Target": "kvcheck.targets",
-    "load_target": "kvcheck.targets",
+    "Verdict": "kvcheck.search.check",
+    "check": "kvcheck.search.check",
+    "detect_convention": "kvcheck.search.check",
+    "RunResult": "kvcheck.core.run",
+    "run_scenario": "kvcheck.core.run",
+    "Target": "kvcheck.targets.loading",
+    "load_target": "kvcheck.targets.loading",
 }
 
 

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
-from kvcheck.counterexample import SUFFIX
+from kvcheck.counterexamples.fileformat import SUFFIX
 from kvcheck.errors import KvcheckUsageError
 
 if TYPE_CHECKING:
     from hypothesis.database import ExampleDatabase
 
-    from kvcheck.counterexample import Counterexample
-    from kvcheck.scenario import Convention, GlobalCounterMode
-    from kvcheck.targets import Target
+    from kvcheck.core.scenario import Convention, GlobalCounterMode
+    from kvcheck.counterexamples.fileformat import Counterexample
+    from kvcheck.targets.loading import Target
 
 GROUP: Final = "kvcheck"
 
@@ -151,8 +151,8 @@ class CounterexampleFile(pytest.File):
     """A `*.kvcheck.json` file: one replay item."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        from kvcheck.counterexample import load
-        from kvcheck.targets import load_target
+        from kvcheck.counterexamples.fileformat import load
+        from kvcheck.targets.loading import load_target
 
         counterexample = load(self.path)
         if counterexample.target is None:
@@ -185,7 +185,7 @@ class ReplayItem(_KvcheckItem):
         self.target = target
 
     def runtest(self) -> None:
-        from kvcheck.counterexample import replay
+        from kvcheck.counterexamples.fileformat import replay
 
         replayed = replay(self.counterexample, self.target, path=_relative(self.path))
         if replayed.violation is not None:
@@ -236,7 +236,7 @@ class _SearchOptions:
         from hypothesis import settings
         from hypothesis.errors import InvalidArgument
 
-        from kvcheck.profiles import PROFILE_EXAMPLES, register_profiles
+        from kvcheck.search.profiles import PROFILE_EXAMPLES, register_profiles
 
         name: str | None = config.getoption("kvcheck_profile", None)
         if name is None:
@@ -277,8 +277,8 @@ class _SearchOptions:
 def _property_items(
     session: pytest.Session, spec: str, options: _SearchOptions
 ) -> list[pytest.Item]:
-    from kvcheck.search import detect_convention
-    from kvcheck.targets import load_target
+    from kvcheck.search.check import detect_convention
+    from kvcheck.targets.loading import load_target
 
     try:
         target = load_target(spec)
@@ -339,9 +339,9 @@ class PropertyItem(_KvcheckItem):
         self.options = options
 
     def runtest(self) -> None:
-        from kvcheck.counterexample import from_run, replay_command, save
-        from kvcheck.search import search
-        from kvcheck.timeline import build_timeline, render_plain
+        from kvcheck.counterexamples.fileformat import from_run, replay_command, save
+        from kvcheck.reporting.timeline import build_timeline, render_plain
+        from kvcheck.search.check import search
 
         outcome = search(
             self.target,

@@ -1,6 +1,6 @@
 """Hypothesis strategies for kvcheck scenarios (installed as `kvcheck.strategies`).
 
-A scenario is a `Config` plus a list of events (`kvcheck.scenario`). The strategies here draw
+A scenario is a `Config` plus a list of events (`kvcheck.core.scenario`). The strategies here draw
 request lifecycles for 1-6 requests: admissions with short or long generations and optional EOS
 positions, scheduler steps with per-row accept lengths, retractions (which re-admit the request
 through prefill at a later step), aborts, and, when adaptive switching is on, stride switches
@@ -19,7 +19,7 @@ from typing import Final
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 
-from kvcheck.scenario import (
+from kvcheck.core.scenario import (
     Abort,
     Admit,
     Config,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kvcheck.scenario import Admit, Config, Event, Scenario, Step, SwitchStride
-from kvcheck.targets import Target
+from kvcheck.core.scenario import Admit, Config, Event, Scenario, Step, SwitchStride
+from kvcheck.targets.loading import Target
 
 
 def scenario(*events: Event, **config: Any) -> Scenario:

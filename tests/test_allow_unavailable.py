@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.cli import main
+from kvcheck.cli.main import main
 
 # Like a real checkout: a module-level import of a name the resolver only uses on a path kvcheck
 # never takes (a grammar error), and a stale-row bug kvcheck does find.

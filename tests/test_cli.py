@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.cli import main
+from kvcheck.cli.main import main
 
 SMALL = ["--max-examples", "300", "--seed", "3"]
 QUIET = ["--no-save", "--no-database", *SMALL]
@@ -90,9 +90,9 @@ def test_explicit_convention_is_reported(capsys: pytest.CaptureFixture[str]) -> 
         (["check", "builtin:nope"], "unknown builtin 'nope'; builtins: builtin:seed-prefix"),
         (["check", "not a target"], "malformed target"),
         (["check", "no_such_module_kv:fn"], "cannot import 'no_such_module_kv'"),
-        (["check", "kvcheck.builtins:refrence"], "did you mean reference"),
-        (["check", "kvcheck.builtins:BUILTINS"], "not a function"),
-        (["check", "kvcheck.scenario:describe_event"], "must accept (self, result, batch)"),
+        (["check", "kvcheck.targets.builtins:refrence"], "did you mean reference"),
+        (["check", "kvcheck.targets.builtins:BUILTINS"], "not a function"),
+        (["check", "kvcheck.core.scenario:describe_event"], "must accept (self, result, batch)"),
         (["check", "builtin:reference", "--max-examples", "0"], "positive integer"),
         (["check", "builtin:reference", "--max-examples", "many"], "positive integer"),
         (["check", "builtin:reference", "--seed", "x"], "integer seed"),

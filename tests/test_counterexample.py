@@ -8,7 +8,10 @@ from pathlib import Path
 import attrs
 import pytest
 
-from kvcheck.counterexample import (
+from kvcheck.core.invariants import Violation
+from kvcheck.core.run import RunResult, run_scenario
+from kvcheck.core.scenario import SCHEMA_VERSION, Admit, Retract, Scenario, Step
+from kvcheck.counterexamples.fileformat import (
     SUFFIX,
     Counterexample,
     SavedViolation,
@@ -20,11 +23,8 @@ from kvcheck.counterexample import (
     save,
 )
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
-from kvcheck.invariants import Violation
-from kvcheck.run import RunResult, run_scenario
-from kvcheck.scenario import SCHEMA_VERSION, Admit, Retract, Scenario, Step
-from kvcheck.targets import load_target
-from kvcheck.timeline import explain
+from kvcheck.reporting.timeline import explain
+from kvcheck.targets.loading import load_target
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario
 
 COMMITTED = Path(__file__).parent / "counterexamples"

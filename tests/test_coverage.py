@@ -9,10 +9,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, seed, settings
 from kvcheck.strategies import ADAPTIVE_COVERAGE_TARGETS, COVERAGE_TARGETS, label_run, scenarios
 
-from kvcheck.builtins import reference
-from kvcheck.profiles import PROFILE_EXAMPLES
-from kvcheck.run import run_scenario
-from kvcheck.scenario import Scenario
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Scenario
+from kvcheck.search.profiles import PROFILE_EXAMPLES
+from kvcheck.targets.builtins import reference
 from tests.helpers import target
 
 CI_BUDGET = PROFILE_EXAMPLES["ci"]

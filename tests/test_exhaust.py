@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.cli import main
-from kvcheck.engine import Engine
-from kvcheck.exhaust import Bounds, exhaust
-from kvcheck.model import ReferenceModel
-from kvcheck.run import run_scenario
-from kvcheck.scenario import Abort, Admit, Config, Event, Retract, Step, SwitchStride
-from kvcheck.targets import load_target
+from kvcheck.cli.main import main
+from kvcheck.core.engine import Engine
+from kvcheck.core.model import ReferenceModel
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Abort, Admit, Config, Event, Retract, Step, SwitchStride
+from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.targets.loading import load_target
 
 REFERENCE = load_target("builtin:reference")
 SEED_PREFIX = load_target("builtin:seed-prefix")

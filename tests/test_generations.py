@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from kvcheck.api_shape import shape_of
-from kvcheck.cli import main
-from kvcheck.fakes import (
+from kvcheck.cli.main import main
+from kvcheck.core.fakes import (
     SPELLINGS,
     FakeBatch,
     FakeReq,
@@ -29,8 +28,9 @@ from kvcheck.fakes import (
     UnmodeledAttributeError,
     spellings_table,
 )
-from kvcheck.search import check
-from kvcheck.targets import Target, load_target
+from kvcheck.search.check import check
+from kvcheck.targets.api_shape import shape_of
+from kvcheck.targets.loading import Target, load_target
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 INDEX = json.loads((FIXTURES / "index.json").read_text())

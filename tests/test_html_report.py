@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.html_report import VIOLATION_STROKE, render_html, write_html
-from kvcheck.run import run_scenario
-from kvcheck.scenario import Admit, Step
-from kvcheck.targets import load_target
-from kvcheck.timeline import Timeline, build_timeline
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Admit, Step
+from kvcheck.reporting.html import VIOLATION_STROKE, render_html, write_html
+from kvcheck.reporting.timeline import Timeline, build_timeline
+from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
 
 TWO_REQUESTS = scenario(

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from kvcheck.strategies import scenarios
 
-from kvcheck.model import Expectation, ReferenceModel, RequestExpectation
-from kvcheck.scenario import Abort, Admit, Config, Retract, Scenario, Step, SwitchStride
+from kvcheck.core.model import Expectation, ReferenceModel, RequestExpectation
+from kvcheck.core.scenario import Abort, Admit, Config, Retract, Scenario, Step, SwitchStride
 
 
 def replay(scenario: Scenario) -> list[Expectation]:

@@ -15,13 +15,13 @@ from collections import Counter
 import attrs
 import pytest
 
-from kvcheck.cli import main
-from kvcheck.exhaust import Bounds, exhaust
-from kvcheck.invariants import INVARIANTS
+from kvcheck.cli.main import main
+from kvcheck.core.invariants import INVARIANTS
 from kvcheck.mutants import BY_NAME, ENTRIES, MUTANTS, REWRITES, get
 from kvcheck.mutants import matrix as matrix_module
 from kvcheck.mutants.matrix import Matrix, Row, run_matrix
-from kvcheck.targets import load_target
+from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.targets.loading import load_target
 
 # The CI budget: every mutant dies within a few dozen scenarios, so 150 examples mostly cost the
 # rewrites, which must survive all of them.

@@ -10,19 +10,19 @@ from pathlib import Path
 import pytest
 import torch
 
-import kvcheck.search
-import kvcheck.timeline
-from kvcheck.counterexample import SUFFIX, from_run, save
-from kvcheck.run import run_scenario
-from kvcheck.scenario import Admit, Step
-from kvcheck.targets import load_target
+import kvcheck.reporting.timeline
+import kvcheck.search.check
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Admit, Step
+from kvcheck.counterexamples.fileformat import SUFFIX, from_run, save
+from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
 
 pytest_plugins = ["pytester"]
 
 # Loaded here, not first inside a pytester run: pytester drops the modules an inline run imported,
 # and importing torch's or Hypothesis's compiled extensions a second time crashes the process.
-PRELOADED = (torch, kvcheck.search, kvcheck.timeline)
+PRELOADED = (torch, kvcheck.search.check, kvcheck.reporting.timeline)
 
 COMMITTED = Path(__file__).parent / "counterexamples"
 FAST = [

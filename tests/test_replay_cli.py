@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck import cli
-from kvcheck.cli import main
-from kvcheck.counterexample import SUFFIX, from_run, load, save
-from kvcheck.run import run_scenario
-from kvcheck.scenario import Admit, Step
-from kvcheck.targets import load_target
+from kvcheck.cli.main import main
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Admit, Step
+from kvcheck.counterexamples.fileformat import SUFFIX, from_run, load, save
+from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
 
 FAST = ["--max-examples", "100", "--seed", "0", "--no-database"]
@@ -38,7 +37,7 @@ def python(*args: str, cwd: Path, hashseed: str = "0") -> subprocess.CompletedPr
 NO_HYPOTHESIS = """
 import sys
 sys.modules["hypothesis"] = None
-from kvcheck.cli import main
+from kvcheck.cli.main import main
 code = main(sys.argv[1:])
 assert not any(name.startswith("hypothesis.") for name in sys.modules), "hypothesis imported"
 sys.exit(code)
@@ -189,12 +188,6 @@ def test_replay_target_that_no_longer_exists_exits_2(
     assert "cannot import 'nowhere.module'" in capsys.readouterr().err
 
 
-def test_cli_default_examples_match_the_search_module() -> None:
-    from kvcheck.search import DEFAULT_MAX_EXAMPLES
-
-    assert cli.DEFAULT_MAX_EXAMPLES == DEFAULT_MAX_EXAMPLES
-
-
 # --- kvcheck regress ----------------------------------------------------------------------------
 
 
@@ -252,10 +245,10 @@ def test_regress_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_database_entries_are_keyed_by_target_and_options() -> None:
     from hypothesis.database import InMemoryExampleDatabase
 
-    from kvcheck.search import search
+    from kvcheck.search.check import search
 
     db = InMemoryExampleDatabase()
     outcome = search(load_target("builtin:seed-prefix"), convention="preclaim", database=db)
     assert outcome.failure is not None
     keys = {key for key in db.data if not key.startswith(b".hypothesis")}
-    assert b"kvcheck.search|builtin:seed-prefix|preclaim|ideal|False|None" in keys
+    assert b"kvcheck.search.check|builtin:seed-prefix|preclaim|ideal|False|None" in keys

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from kvcheck.strategies import scenarios
 
-from kvcheck.errors import ScenarioFormatError
-from kvcheck.scenario import (
+from kvcheck.core.scenario import (
     SCHEMA_VERSION,
     Admit,
     Config,
@@ -19,6 +18,7 @@ from kvcheck.scenario import (
     scenario_to_dict,
     to_json,
 )
+from kvcheck.errors import ScenarioFormatError
 
 
 @given(scenarios(adaptive=True) | scenarios(convention="honest", global_counters="sglang"))

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from kvcheck.errors import TargetLoadError
-from kvcheck.source_target import LoadedSource, load_from_source
+from kvcheck.targets.source import LoadedSource, load_from_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 GENERATIONS: list[dict[str, Any]] = json.loads((FIXTURES / "index.json").read_text())["generations"]

@@ -7,10 +7,9 @@ import io
 import pytest
 from rich.console import Console
 
-from kvcheck.run import run_scenario
-from kvcheck.scenario import Admit, Retract, Step
-from kvcheck.targets import load_target
-from kvcheck.timeline import (
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Admit, Retract, Step
+from kvcheck.reporting.timeline import (
     Timeline,
     build_timeline,
     print_timeline,
@@ -18,6 +17,7 @@ from kvcheck.timeline import (
     render_rich,
     use_rich,
 )
+from kvcheck.targets.loading import load_target
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario
 
 # r1 finishes by length on launch 2's result while r0 keeps running; launch 3 then carries a

@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from kvcheck.builtins import padded_runs
 from kvcheck.mutants.generations import (
     G0_5_10,
     G0_5_11,
@@ -34,6 +33,7 @@ from kvcheck.mutants.generations import (
     Generation,
 )
 from kvcheck.mutants.registry import Corpus
+from kvcheck.targets.builtins import padded_runs
 
 corpus = Corpus()
 mutant = corpus.mutant

@@ -8,7 +8,7 @@ fed, and which committed-length convention the scheduler of those releases follo
 Every mutant and rewrite in `kvcheck.mutants.corpus` is written once against these helpers and
 bound to one generation, so the same bug can be planted in code of another generation by binding
 it again, and a new SGLang generation is one more `Generation` here (plus, if it introduces a
-spelling kvcheck's fakes do not model yet, that spelling in `kvcheck.fakes`).
+spelling kvcheck's fakes do not model yet, that spelling in `kvcheck.core.fakes`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from kvcheck.scenario import Convention
+from kvcheck.core.scenario import Convention
 
 StrideSource = Literal["worker", "result", "output-stride"]
 ControllerCall = Literal["none", "per-req", "batch-size"]

@@ -3,7 +3,7 @@ exhaustive search for its shortest counterexample.
 
 Per mutant: killed or not, scenarios and wall time to the first failure, the shrunk
 counterexample's length and the invariant it breaks (and whether that is the annotated one), the
-shortest counterexample within `MINIMUM_BOUNDS` (`kvcheck.exhaust`) and the shrink ratio
+shortest counterexample within `MINIMUM_BOUNDS` (`kvcheck.search.exhaust`) and the shrink ratio
 (shrunk length / exhaustive minimum; 1.0 is optimal). Per rewrite: pass, or a false positive.
 """
 
@@ -20,10 +20,10 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.counterexample import jsonable
-from kvcheck.exhaust import Bounds, exhaust
+from kvcheck.core.scenario import config_to_dict, event_to_dict
+from kvcheck.counterexamples.fileformat import jsonable
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
-from kvcheck.scenario import config_to_dict, event_to_dict
+from kvcheck.search.exhaust import Bounds, exhaust
 
 # Where each mutant's shortest counterexample is looked for: the default exhaustive bounds plus a
 # length cap of 2 so over-shoot by length is reachable in one decode row.
@@ -197,7 +197,7 @@ def shrink_gap_reason(row: Row) -> str:
 
 def search_entry(entry: Entry, *, max_examples: int, seed: int | None) -> Any:
     """`kvcheck check`'s search on one entry under its annotated options (no database)."""
-    from kvcheck.search import search
+    from kvcheck.search.check import search
 
     return search(
         entry.target(),
@@ -278,8 +278,8 @@ def exhaustive_minimum(entry: Entry, bounds: Bounds = MINIMUM_BOUNDS) -> Any:
 def warm_up() -> None:
     """Import torch, probe and search once, so that the first entry's time to kill in a
     process is not spent importing and building strategies."""
-    from kvcheck.search import search
-    from kvcheck.targets import load_target
+    from kvcheck.search.check import search
+    from kvcheck.targets.loading import load_target
 
     search(load_target("builtin:reference"), convention="preclaim", max_examples=5, seed=0)
 

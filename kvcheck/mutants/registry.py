@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 import attrs
 
-from kvcheck.invariants import INVARIANTS
+from kvcheck.core.invariants import INVARIANTS
+from kvcheck.core.scenario import CONVENTIONS, GLOBAL_COUNTER_MODES, Convention, GlobalCounterMode
 from kvcheck.mutants.generations import Generation
-from kvcheck.scenario import CONVENTIONS, GLOBAL_COUNTER_MODES, Convention, GlobalCounterMode
-from kvcheck.targets import Target
+from kvcheck.targets.loading import Target
 
 Kind = Literal["mutant", "rewrite"]
 # A corpus function: a resolver body written against a `Generation`'s spellings.

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-from kvcheck.timeline import Cell, Timeline, render_plain
+from kvcheck.reporting.timeline import Cell, Timeline, render_plain
 
 COLUMN: Final = 160
 LANE: Final = 78

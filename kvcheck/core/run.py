@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import attrs
 
-from kvcheck.engine import Engine, Observation
-from kvcheck.invariants import Violation, check_event
-from kvcheck.model import Expectation, ReferenceModel
-from kvcheck.scenario import Event, Scenario
-from kvcheck.targets import Target
+from kvcheck.core.engine import Engine, Observation
+from kvcheck.core.invariants import Violation, check_event
+from kvcheck.core.model import Expectation, ReferenceModel
+from kvcheck.core.scenario import Event, Scenario
+from kvcheck.targets.loading import Target
 
 
 @attrs.frozen

@@ -13,19 +13,18 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from kvcheck import counterexample_cli, measure_cli
-from kvcheck.counterexample import DEFAULT_DIR, replay_command
+from kvcheck.cli import measure
+from kvcheck.cli import replay as counterexample_cli
+from kvcheck.core.scenario import GLOBAL_COUNTER_MODES
+from kvcheck.counterexamples.fileformat import DEFAULT_DIR, replay_command
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.report import format_verdict, verdict_to_json
-from kvcheck.scenario import GLOBAL_COUNTER_MODES
-from kvcheck.targets import DEFAULT_TARGETS
+from kvcheck.reporting.text import format_verdict, verdict_to_json
+from kvcheck.search import DEFAULT_MAX_EXAMPLES
+from kvcheck.targets.loading import DEFAULT_TARGETS
 
 if TYPE_CHECKING:
-    from kvcheck.search import Verdict
+    from kvcheck.search.check import Verdict
 
-# Hypothesis (kvcheck.search) is imported only by the commands that search: `kvcheck replay`
-# must run without it.
-DEFAULT_MAX_EXAMPLES = 300
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
@@ -109,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     counterexample_cli.add_check_options(check_parser)
     counterexample_cli.add_commands(commands)
-    measure_cli.add_commands(commands)
+    measure.add_commands(commands)
     commands.add_parser(
         "spellings",
         help="print the SGLang attribute spellings kvcheck's fakes model (a Markdown table)",
@@ -119,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_check(args: argparse.Namespace) -> int:
-    from kvcheck.search import check
-    from kvcheck.targets import load_target
+    from kvcheck.search.check import check
+    from kvcheck.targets.loading import load_target
 
     target = load_target(args.target, allow_unavailable=args.allow_unavailable_imports)
     verdict = check(
@@ -144,7 +143,7 @@ def _run_check(args: argparse.Namespace) -> int:
 
 def _run_default_job() -> int:
     """The main job on the built-in default: what kvcheck finds in the seed resolvers."""
-    from kvcheck.search import check
+    from kvcheck.search.check import check
 
     print("kvcheck: checking the built-in seed resolvers (kvcheck check TARGET for your own)\n")
     verdicts: list[Verdict] = []
@@ -175,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "check":
             return _run_check(args)
         if args.command == "spellings":
-            from kvcheck.fakes import spellings_table
+            from kvcheck.core.fakes import spellings_table
 
             print(spellings_table())
             return EXIT_OK
@@ -183,8 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return counterexample_cli.run_replay(args)
         if args.command == "regress":
             return counterexample_cli.run_regress(args)
-        if args.command in measure_cli.COMMANDS:
-            return measure_cli.run(args)
+        if args.command in measure.COMMANDS:
+            return measure.run(args)
         return _run_default_job()
     except KvcheckUsageError as exc:
         print(f"kvcheck: error: {exc}", file=sys.stderr)
@@ -195,7 +194,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_VIOLATION
-
-
-if __name__ == "__main__":
-    sys.exit(main())

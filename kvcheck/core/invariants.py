@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.engine import Observation, ObservedDelivery, ObservedRequest
-from kvcheck.model import Expectation, ExpectedDelivery, RequestExpectation
+from kvcheck.core.engine import Observation, ObservedDelivery, ObservedRequest
+from kvcheck.core.model import Expectation, ExpectedDelivery, RequestExpectation
 
 
 @attrs.frozen
@@ -214,7 +214,7 @@ def check_global_counters(
 ) -> Iterator[tuple[str | None, Any, Any, str]]:
     """The batch-level values a resolver leaves behind: the draft total and per-row list on the
     result, the adaptive controller's feed, the block/cap totals. Only those the target's API
-    generation maintains are judged (`not_judged`, from `kvcheck.api_shape`)."""
+    generation maintains are judged (`not_judged`, from `kvcheck.targets.api_shape`)."""
     if exp.global_drafts is None:  # global counters off
         return
     launch = exp.launch.number

@@ -6,9 +6,9 @@ length 1, then 2, ...), and checks the invariants after every event exactly as `
 does. The first level with a violation therefore holds the shortest counterexamples within the
 bounds, and a search that runs dry proves that no scenario within the bounds breaks an invariant.
 
-It reuses the harness itself, not a copy of it: states are `kvcheck.engine.Engine` and
-`kvcheck.model.ReferenceModel` objects, branched by copying them, and every event is judged with
-`kvcheck.invariants.check_event`. Scenarios that reach the same state (equal
+It reuses the harness itself, not a copy of it: states are `kvcheck.core.engine.Engine` and
+`kvcheck.core.model.ReferenceModel` objects, branched by copying them, and every event is judged
+with `kvcheck.core.invariants.check_event`. Scenarios that reach the same state (equal
 `Engine.state_key()` and `ReferenceModel.state_key()`) are merged, which is what makes the search
 scale: distinct states grow far more slowly than event lists.
 
@@ -51,13 +51,11 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.counterexample import jsonable
-from kvcheck.engine import Engine
-from kvcheck.errors import KvcheckUsageError
-from kvcheck.invariants import Violation, check_event
-from kvcheck.model import Expectation, Launch, ReferenceModel
-from kvcheck.run import RunResult, run_scenario
-from kvcheck.scenario import (
+from kvcheck.core.engine import Engine
+from kvcheck.core.invariants import Violation, check_event
+from kvcheck.core.model import Expectation, Launch, ReferenceModel
+from kvcheck.core.run import RunResult, run_scenario
+from kvcheck.core.scenario import (
     CONVENTIONS,
     EVENT_TYPES,
     GLOBAL_COUNTER_MODES,
@@ -74,7 +72,9 @@ from kvcheck.scenario import (
     Step,
     SwitchStride,
 )
-from kvcheck.targets import Target
+from kvcheck.counterexamples.fileformat import jsonable
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.targets.loading import Target
 
 EVENT_KINDS: Final[tuple[str, ...]] = tuple(EVENT_TYPES)  # admit, step, retract, abort, switch
 _COLLECT_EVERY: Final = 20_000

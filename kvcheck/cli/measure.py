@@ -1,6 +1,6 @@
 """`kvcheck mutants` (the kill matrix) and `kvcheck exhaust` (bounded exhaustive checking).
 
-`kvcheck.cli` stays the front door; this module adds the two subcommands that measure the
+`kvcheck.cli.main` stays the front door; this module adds the two subcommands that measure the
 harness itself, so the front door only registers and dispatches them.
 """
 
@@ -11,9 +11,9 @@ import json
 import sys
 from typing import Any
 
+from kvcheck.core.scenario import GLOBAL_COUNTER_MODES
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.exhaust import EVENT_KINDS, Bounds, ExhaustResult
-from kvcheck.scenario import GLOBAL_COUNTER_MODES
+from kvcheck.search.exhaust import EVENT_KINDS, Bounds, ExhaustResult
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 COMMANDS = ("mutants", "exhaust")
@@ -96,8 +96,8 @@ def _seconds(text: str) -> float:
 
 def add_commands(commands: Any) -> None:
     """Add `mutants` and `exhaust` to the front door's subparsers."""
-    from kvcheck.cli import _positive_int as _positive
-    from kvcheck.cli import _seed
+    from kvcheck.cli.main import _positive_int as _positive
+    from kvcheck.cli.main import _seed
 
     mutants = commands.add_parser(
         "mutants",
@@ -200,7 +200,7 @@ def add_commands(commands: Any) -> None:
     limits.add_argument(
         "--no-merge", action="store_true", help="do not merge equal states (slow; cross-check)"
     )
-    from kvcheck.counterexample import DEFAULT_DIR
+    from kvcheck.counterexamples.fileformat import DEFAULT_DIR
 
     limits.add_argument("--save-dir", default=str(DEFAULT_DIR), metavar="DIR")
     limits.add_argument("--no-save", action="store_true")
@@ -279,7 +279,7 @@ def _list_corpus(entries: Any, *, as_json: bool) -> int:
 
 
 def run_exhaust(args: argparse.Namespace) -> int:
-    from kvcheck.exhaust import default_adaptive, exhaust
+    from kvcheck.search.exhaust import default_adaptive, exhaust
 
     if args.events == 0 and args.steps is None:
         raise KvcheckUsageError("--events 0 (unbounded) needs a --steps bound")
@@ -332,7 +332,7 @@ def run_exhaust(args: argparse.Namespace) -> int:
     else:
         print(format_exhaust(result, convention_reason, adaptive_reason, target.description))
         if result.failure is not None:
-            from kvcheck.timeline import build_timeline, print_timeline
+            from kvcheck.reporting.timeline import build_timeline, print_timeline
 
             print()
             sys.stdout.flush()
@@ -358,7 +358,7 @@ def _load_exhaust_target(spec: str, allow_unavailable: bool) -> tuple[Any, dict[
             "adaptive": entry.adaptive,
         }
         return entry.target(), defaults
-    from kvcheck.targets import load_target
+    from kvcheck.targets.loading import load_target
 
     return load_target(spec, allow_unavailable=allow_unavailable), {}
 
@@ -368,7 +368,7 @@ def _exhaust_convention(choice: str, target: Any, defaults: dict[str, Any]) -> t
         return choice, f"convention {choice} (given)"
     if "convention" in defaults:
         return defaults["convention"], "as the corpus entry is annotated"
-    from kvcheck.api_shape import shape_of
+    from kvcheck.targets.api_shape import shape_of
 
     shape = shape_of(target.resolver, target.self_methods)
     return shape.convention, shape.convention_reason
@@ -379,7 +379,7 @@ def _save(
 ) -> tuple[str | None, str | None]:
     if result.failure is None or args.no_save:
         return None, None
-    from kvcheck.counterexample import from_run, replay_command, save
+    from kvcheck.counterexamples.fileformat import from_run, replay_command, save
 
     counterexample = from_run(
         result.failure,
@@ -397,7 +397,7 @@ def format_exhaust(
     adaptive_reason: str = "",
     description: str = "",
 ) -> str:
-    from kvcheck.report import format_failure
+    from kvcheck.reporting.text import format_failure
 
     about = f"  ({description})" if description else ""
     conv = f"  ({convention_reason})" if convention_reason else ""
@@ -432,7 +432,7 @@ def format_exhaust(
 
 
 def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
-    from kvcheck.report import failure_to_json
+    from kvcheck.reporting.text import failure_to_json
 
     data: dict[str, Any] = {
         "verdict": result.verdict,

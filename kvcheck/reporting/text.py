@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kvcheck.scenario import (
+from kvcheck.core.scenario import (
     Scenario,
     config_to_dict,
     describe_config,
@@ -13,8 +13,8 @@ from kvcheck.scenario import (
 )
 
 if TYPE_CHECKING:
-    from kvcheck.invariants import Violation
-    from kvcheck.search import Verdict
+    from kvcheck.core.invariants import Violation
+    from kvcheck.search.check import Verdict
 
 
 def format_events(scenario: Scenario, mark: int | None = None) -> list[str]:

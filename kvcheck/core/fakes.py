@@ -12,7 +12,7 @@ kvcheck cannot judge such a target, so it is reported as unsupported (exit 2), n
 violation. `UnmodeledAttributeError` is an `AttributeError`, so `getattr(x, name, default)` and
 `hasattr` version sniffing in a target keep working.
 
-`traced()` wraps the fakes in recording proxies for a probe run (`kvcheck.api_shape`): which
+`traced()` wraps the fakes in recording proxies for a probe run (`kvcheck.targets.api_shape`): which
 spellings a target touches tells which SGLang API generation it was written for.
 """
 

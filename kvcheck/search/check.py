@@ -1,6 +1,6 @@
 """`kvcheck.check()` lives here: search for a scenario on which a target breaks an invariant.
 
-Hypothesis draws scenarios (`kvcheck.strategies`), each is replayed by `kvcheck.run`, and the
+Hypothesis draws scenarios (`kvcheck.strategies`), each is replayed by `kvcheck.core.run`, and the
 first violation is shrunk to a minimal scenario. The counterexample is re-run deterministically
 without Hypothesis, so what is reported is exactly what `replay` reproduces.
 
@@ -21,11 +21,9 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
 from hypothesis.strategies import SearchStrategy
 
-from kvcheck.api_shape import ApiShape, shape_of
-from kvcheck.errors import KvcheckUsageError
-from kvcheck.invariants import Violation
-from kvcheck.run import RunResult, run_scenario
-from kvcheck.scenario import (
+from kvcheck.core.invariants import Violation
+from kvcheck.core.run import RunResult, run_scenario
+from kvcheck.core.scenario import (
     CONVENTIONS,
     GLOBAL_COUNTER_MODES,
     Admit,
@@ -36,9 +34,12 @@ from kvcheck.scenario import (
     Step,
     SwitchStride,
 )
-from kvcheck.shrink import shrink
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.search import DEFAULT_MAX_EXAMPLES
+from kvcheck.search.shrink import shrink
 from kvcheck.strategies import label_run, scenarios
-from kvcheck.targets import Target, load_target
+from kvcheck.targets.api_shape import ApiShape, shape_of
+from kvcheck.targets.loading import Target, load_target
 
 ConventionChoice = Literal["auto", "preclaim", "honest"]
 
@@ -54,7 +55,6 @@ STRIDE_SWITCH_WITNESS: Final = (
     Step((2, 2)),
     Step(),
 )
-DEFAULT_MAX_EXAMPLES: Final = 300
 
 
 @attrs.frozen
@@ -136,7 +136,8 @@ def search(
         report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
         print_blob=False,
-        # kvcheck shrinks the scenario itself (kvcheck.shrink): much faster than replaying draws.
+        # kvcheck shrinks the scenario itself (kvcheck.search.shrink): much faster than replaying
+        # draws.
         phases=(Phase.explicit, Phase.reuse, Phase.generate),
     )
     @given(_scenarios(convention, global_counters, adaptive, overlap))
@@ -165,7 +166,7 @@ def search(
         property_holds = hypothesis_seed(seed)(property_holds)
     # A key that names the search rather than hashing this function's source, so saved failures
     # survive edits of this module and one target's failures are not replayed against another.
-    key = f"kvcheck.search|{target.spec}|{convention}|{global_counters}|{adaptive}|{overlap}"
+    key = f"kvcheck.search.check|{target.spec}|{convention}|{global_counters}|{adaptive}|{overlap}"
     property_holds._hypothesis_internal_database_key = key.encode()  # type: ignore[attr-defined]
     started = time.perf_counter()
     with contextlib.suppress(_ViolationFound):
@@ -207,7 +208,8 @@ def _scenarios(
 def detect_convention(target: Target) -> tuple[Convention, str]:
     """Which convention the target follows, and why: from the SGLang versions its spellings
     fit, else from what it does to a finished request's stale row, else to a live row
-    (`kvcheck.api_shape`). Raises `UnsupportedTargetError` for a target kvcheck cannot judge."""
+    (`kvcheck.targets.api_shape`). Raises `UnsupportedTargetError` for a target kvcheck cannot
+    judge."""
     shape = shape_of(target.resolver, target.self_methods)
     return shape.convention, shape.convention_reason
 

@@ -1,7 +1,7 @@
 """Resolving a target spec into something the engine can call.
 
 Three forms (DESIGN.md §6):
-- `builtin:NAME`: one of kvcheck's own resolvers (`kvcheck.builtins`);
+- `builtin:NAME`: one of kvcheck's own resolvers (`kvcheck.targets.builtins`);
 - `package.module:Qualname.attr`: imported normally;
 - `path/to/file.py::Qualname.attr`: read from source without importing its module, so a resolver
   inside an SGLang checkout can be checked on a machine without SGLang's dependencies.
@@ -19,8 +19,8 @@ from typing import Any
 
 import attrs
 
-from kvcheck.builtins import BUILTINS
 from kvcheck.errors import TargetLoadError
+from kvcheck.targets.builtins import BUILTINS
 
 DEFAULT_TARGETS = ("builtin:seed-prefix", "builtin:seed-fixed")
 
@@ -65,7 +65,7 @@ def _load_source(spec: str, allow_unavailable: bool = False) -> Target:
     path, _, qualname = spec.partition("::")
     if not path or not qualname:
         raise TargetLoadError(f"malformed target {spec!r}; expected path/to/file.py::Qualname")
-    from kvcheck.source_target import load_from_source
+    from kvcheck.targets.source import load_from_source
 
     loaded = load_from_source(path, qualname, allow_unavailable=allow_unavailable)
     return Target(spec, loaded.resolver, loaded.description, dict(loaded.self_methods))

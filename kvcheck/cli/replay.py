@@ -1,6 +1,6 @@
 """The counterexample side of the command line: `check`'s saved files, `replay` and `regress`.
 
-`kvcheck.cli` stays the front door; this module adds the options and subcommands that deal with
+`kvcheck.cli.main` stays the front door; this module adds the options and subcommands that deal with
 counterexample files, so that importing it (and running `kvcheck replay`) never loads Hypothesis.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from kvcheck.counterexample import (
+from kvcheck.counterexamples.fileformat import (
     DEFAULT_DIR,
     Counterexample,
     Replay,
@@ -29,7 +29,7 @@ from kvcheck.errors import KvcheckUsageError
 if TYPE_CHECKING:
     from hypothesis.database import ExampleDatabase
 
-    from kvcheck.search import Verdict
+    from kvcheck.search.check import Verdict
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
@@ -71,7 +71,7 @@ def database_for(args: argparse.Namespace) -> ExampleDatabase | None:
         return None
     from hypothesis.database import DirectoryBasedExampleDatabase
 
-    from kvcheck.profiles import DEFAULT_DATABASE_DIR
+    from kvcheck.search.profiles import DEFAULT_DATABASE_DIR
 
     return DirectoryBasedExampleDatabase(getattr(args, "database", None) or DEFAULT_DATABASE_DIR)
 
@@ -94,8 +94,8 @@ def save_failure(verdict: Verdict, args: argparse.Namespace) -> Saved | None:
     path = "" if getattr(args, "no_save", False) else str(save(counterexample, args.save_dir))
     html = getattr(args, "html", None) or ""
     if html:
-        from kvcheck.html_report import write_html
-        from kvcheck.timeline import build_timeline
+        from kvcheck.reporting.html import write_html
+        from kvcheck.reporting.timeline import build_timeline
 
         failure = verdict.outcome.failure
         assert failure is not None
@@ -113,7 +113,7 @@ def print_failure(verdict: Verdict, saved: Saved | None) -> None:
     failure = verdict.outcome.failure
     if failure is None or saved is None:
         return
-    from kvcheck.timeline import build_timeline, print_timeline
+    from kvcheck.reporting.timeline import build_timeline, print_timeline
 
     print()
     sys.stdout.flush()
@@ -181,8 +181,8 @@ def run_replay(args: argparse.Namespace) -> int:
     counterexample = load(args.file)
     replayed = replay(counterexample, args.target, path=args.file)
     if args.html:
-        from kvcheck.html_report import write_html
-        from kvcheck.timeline import build_timeline
+        from kvcheck.reporting.html import write_html
+        from kvcheck.reporting.timeline import build_timeline
 
         write_html(
             build_timeline(replayed.result, target=replayed.target),
@@ -200,7 +200,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 def _print_replay(replayed: Replay) -> None:
-    from kvcheck.timeline import build_timeline, print_timeline
+    from kvcheck.reporting.timeline import build_timeline, print_timeline
 
     counterexample = replayed.counterexample
     which = "saved target" if replayed.target == counterexample.target else "given target"
@@ -236,8 +236,8 @@ def replay_to_json(replayed: Replay) -> dict[str, Any]:
         "events": counterexample.to_dict()["events"],
     }
     if violation is not None:
-        from kvcheck.counterexample import jsonable
-        from kvcheck.timeline import explain
+        from kvcheck.counterexamples.fileformat import jsonable
+        from kvcheck.reporting.timeline import explain
 
         data["violation"] = {
             "invariant": violation.invariant,
@@ -252,8 +252,8 @@ def replay_to_json(replayed: Replay) -> dict[str, Any]:
 
 
 def run_regress(args: argparse.Namespace) -> int:
-    from kvcheck.regress import function_name, regression_test
-    from kvcheck.targets import load_target
+    from kvcheck.counterexamples.regress import function_name, regression_test
+    from kvcheck.targets.loading import load_target
 
     counterexample = load(args.file)
     target = args.target or counterexample.target

@@ -22,8 +22,8 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from kvcheck.copying import deep_copy
-from kvcheck.scenario import (
+from kvcheck.core.copying import deep_copy
+from kvcheck.core.scenario import (
     Abort,
     Admit,
     Config,

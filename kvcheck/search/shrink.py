@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from kvcheck.run import RunResult, run_scenario
-from kvcheck.scenario import (
+from kvcheck.core.run import RunResult, run_scenario
+from kvcheck.core.scenario import (
     Abort,
     Admit,
     Config,
@@ -26,7 +26,7 @@ from kvcheck.scenario import (
     Step,
     SwitchStride,
 )
-from kvcheck.targets import Target
+from kvcheck.targets.loading import Target
 
 DEFAULT_MAX_RUNS = 4000
 # A stride below 2 leaves no room for a draft token; the generators never produce one either.

@@ -8,7 +8,7 @@ launches are still in flight. The cell of the violation is marked.
 
 `build_timeline` gives renderer-independent data; `render_plain` is text for logs and pipes,
 `render_rich` a `rich` table for terminals, `print_timeline` picks one for a stream, and
-`kvcheck.html_report` draws the same data as an SVG swimlane.
+`kvcheck.reporting.html` draws the same data as an SVG swimlane.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-from kvcheck.scenario import (
+from kvcheck.core.scenario import (
     Abort,
     Admit,
     Config,
@@ -33,9 +33,9 @@ from kvcheck.scenario import (
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from kvcheck.invariants import Violation
-    from kvcheck.model import ExpectedDelivery, Launch, RequestExpectation
-    from kvcheck.run import RunResult, TraceEntry
+    from kvcheck.core.invariants import Violation
+    from kvcheck.core.model import ExpectedDelivery, Launch, RequestExpectation
+    from kvcheck.core.run import RunResult, TraceEntry
 
 # What a line of a cell is about; renderers map kinds to colours.
 LineKind = Literal[
@@ -674,6 +674,6 @@ def print_timeline(timeline: Timeline, stream: IO[str] | None = None) -> None:
 
 def timeline_of(scenario: Scenario, target: Any, *, spec: str | None = None) -> Timeline:
     """Run `scenario` against a loaded target with recording and build its timeline."""
-    from kvcheck.run import run_scenario
+    from kvcheck.core.run import run_scenario
 
     return build_timeline(run_scenario(scenario, target, record=True), target=spec)

@@ -2,9 +2,9 @@
 
 The probe replays a fixed scenario (two requests; live rows, a finished request's stale row and a
 retracted request's stale row, all with accept length 3) with the fakes wrapped in recording
-proxies (`kvcheck.fakes.traced`). What the target touched gives:
+proxies (`kvcheck.core.fakes.traced`). What the target touched gives:
 
-- the SGLang versions whose resolvers use those spellings (`kvcheck.fakes.SPELLINGS`), e.g.
+- the SGLang versions whose resolvers use those spellings (`kvcheck.core.fakes.SPELLINGS`), e.g.
   `req.kv.kv_committed_len` means 0.5.19+; a target that never consults a grammar predates
   0.5.14 where its spellings allow that;
 - what it is held to: the histogram only if it updates one or its spellings are from 0.5.9 on
@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.fakes import (
+from kvcheck.core.fakes import (
     CONTROLLER_CALL,
     REQ_HISTOGRAM_METHODS,
     RESULT_BLOCK_CAP_TOTAL_NAMES,
@@ -39,7 +39,7 @@ from kvcheck.fakes import (
     traced,
     version_range,
 )
-from kvcheck.scenario import Admit, Config, Convention, Event, Retract, Scenario, Step
+from kvcheck.core.scenario import Admit, Config, Convention, Event, Retract, Scenario, Step
 
 __all__ = ["ASPECTS", "ApiShape", "detect_api_shape", "shape_of"]
 
@@ -225,7 +225,7 @@ class _ProbeRun:
 def _probe(
     resolver: Callable[..., Any], self_methods: Mapping[str, Callable[..., Any]]
 ) -> _ProbeRun:
-    from kvcheck.engine import Engine
+    from kvcheck.core.engine import Engine
 
     log = AccessLog()
 

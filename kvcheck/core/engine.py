@@ -19,9 +19,8 @@ from typing import Any
 
 import attrs
 
-from kvcheck.copying import deep_copy
-from kvcheck.errors import KvcheckUsageError
-from kvcheck.fakes import (
+from kvcheck.core.copying import deep_copy
+from kvcheck.core.fakes import (
     ControllerFeed,
     FakeBatch,
     FakeReq,
@@ -29,7 +28,7 @@ from kvcheck.fakes import (
     FakeScheduler,
     UnmodeledAttributeError,
 )
-from kvcheck.scenario import (
+from kvcheck.core.scenario import (
     Abort,
     Admit,
     Config,
@@ -40,6 +39,7 @@ from kvcheck.scenario import (
     accept_for_row,
     token_id,
 )
+from kvcheck.errors import KvcheckUsageError
 
 Resolver = Callable[[Any, Any, Any], Any]
 
@@ -81,7 +81,7 @@ class Observation:
     requests: tuple[ObservedRequest, ...]
     delivery: ObservedDelivery | None
     target_error: str | None = None
-    # Aspects the target is not held to (`kvcheck.api_shape.ASPECTS`): its API generation
+    # Aspects the target is not held to (`kvcheck.targets.api_shape.ASPECTS`): its API generation
     # does not maintain them.
     not_judged: frozenset[str] = frozenset()
 
@@ -105,9 +105,9 @@ class Engine:
         not_judged: frozenset[str] | None = None,
     ) -> None:
         """`not_judged` defaults to what the target's API shape does not maintain
-        (`kvcheck.api_shape.shape_of`, probed once per resolver)."""
+        (`kvcheck.targets.api_shape.shape_of`, probed once per resolver)."""
         if not_judged is None:
-            from kvcheck.api_shape import shape_of
+            from kvcheck.targets.api_shape import shape_of
 
             not_judged = shape_of(resolver, self_methods).not_judged
         self.not_judged = not_judged
