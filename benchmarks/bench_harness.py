@@ -23,17 +23,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from kvcheck.strategies import scenarios
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario, Step
+from kvcheck.core.target import Target
 from kvcheck.mutants import MUTANTS
 from kvcheck.mutants.matrix import exhaustive_minimum, quantile, search_entry
 from kvcheck.search.check import search
 from kvcheck.search.exhaust import Bounds, exhaust
-from kvcheck.targets.loading import Target, load_target
+from kvcheck.targets.loading import load_target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,7 +80,7 @@ class TimedTarget:
                 self.seconds += time.perf_counter() - started
                 self.calls += 1
 
-        self.target = Target(target.spec, resolver, target.description, target.self_methods)
+        self.target = attrs.evolve(target, resolver=resolver)
 
     def reset(self) -> None:
         self.seconds, self.calls = 0.0, 0
@@ -163,7 +165,9 @@ def bench_breakdown(count: int) -> dict[str, float]:
     started = clock()
     for scenario in corpus:
         model = ReferenceModel(scenario.config)
-        engine = Engine(scenario.config, timed.target.resolver)
+        engine = Engine(
+            scenario.config, timed.target.resolver, not_judged=timed.target.shape.not_judged
+        )
         for index, event in enumerate(scenario.events):
             t0 = clock()
             expected = model.apply(event)

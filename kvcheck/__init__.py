@@ -7,8 +7,9 @@ from kvcheck.core.scenario import Abort, Admit, Config, Retract, Scenario, Step,
 
 if TYPE_CHECKING:
     from kvcheck.core.run import RunResult, run_scenario
+    from kvcheck.core.target import Target
     from kvcheck.search.check import Verdict, check, detect_convention
-    from kvcheck.targets.loading import Target, load_target
+from kvcheck.targets.loading import load_target
 
 __version__ = "0.1.0"
 

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from hypothesis.database import ExampleDatabase
 
     from kvcheck.core.scenario import Convention, GlobalCounterMode
+    from kvcheck.core.target import Target
     from kvcheck.counterexamples.fileformat import Counterexample
-    from kvcheck.targets.loading import Target
 
 GROUP: Final = "kvcheck"
 

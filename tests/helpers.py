@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kvcheck.core.scenario import Admit, Config, Event, Scenario, Step, SwitchStride
-from kvcheck.targets.loading import Target
+from kvcheck.core.target import Target
+from kvcheck.targets.api_shape import probe_target
 
 
 def scenario(*events: Event, **config: Any) -> Scenario:
@@ -15,7 +16,7 @@ def scenario(*events: Event, **config: Any) -> Scenario:
 
 def target(resolver: Callable[..., Any], name: str | None = None) -> Target:
     label = name or resolver.__name__
-    return Target(f"test:{label}", resolver, f"test resolver {label}")
+    return probe_target(f"test:{label}", resolver, f"test resolver {label}")
 
 
 # semantics.md §3.4: two live rows launched at stride 4, a switch to 2 before their delivery, so

@@ -129,7 +129,7 @@ def _random_events(rng: random.Random, count: int) -> list[Event]:
 def test_clone_behaves_like_a_generic_deepcopy(seed: int) -> None:
     rng = random.Random(seed)
     config = Config(convention=rng.choice(["preclaim", "honest"]), stride=4, adaptive=True)
-    engine = Engine(config, REFERENCE.resolver)
+    engine = Engine(config, REFERENCE.resolver, not_judged=REFERENCE.shape.not_judged)
     model = ReferenceModel(config)
     for event in _random_events(rng, 10):
         engine.apply(event)

@@ -28,9 +28,9 @@ from kvcheck.core.fakes import (
     UnmodeledAttributeError,
     spellings_table,
 )
+from kvcheck.core.target import Target
 from kvcheck.search.check import check
-from kvcheck.targets.api_shape import shape_of
-from kvcheck.targets.loading import Target, load_target
+from kvcheck.targets.loading import load_target
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 INDEX = json.loads((FIXTURES / "index.json").read_text())
@@ -111,7 +111,7 @@ def test_report_names_the_api_shape(gen: dict[str, Any]) -> None:
 def test_spellings_place_the_resolver_in_its_versions(gen: dict[str, Any]) -> None:
     """The versions the probe reads off the correct resolver include its generation."""
     loaded = load_target(spec(gen, "correct"))
-    shape = shape_of(loaded.resolver, loaded.self_methods)
+    shape = loaded.shape
     assert shape.mixed is None
 
     def v(text: str) -> tuple[int, ...]:
@@ -188,7 +188,7 @@ def honest(tmp_path: Path, histogram: str = "", counters: str = "pass") -> Targe
 def test_a_resolver_that_writes_no_result_counter_is_not_faulted_on_it(tmp_path: Path) -> None:
     hist = "req.update_spec_correct_drafts_histogram(drafts[i])"
     target = honest(tmp_path, histogram=hist)
-    shape = shape_of(target.resolver, target.self_methods)
+    shape = target.shape
     assert {"result-drafts-total", "result-drafts-per-row", "controller-feed"} <= shape.not_judged
     verdict = check(target, max_examples=60, seed=1)  # ideal mode: nothing written, nothing judged
     assert verdict.passed, verdict.violation
@@ -198,7 +198,7 @@ def test_a_resolver_that_writes_no_result_counter_is_not_faulted_on_it(tmp_path:
 def test_a_modern_resolver_without_a_histogram_is_faulted(tmp_path: Path) -> None:
     """Its spellings are 0.5.19+, where every resolver keeps the histogram."""
     target = honest(tmp_path)
-    assert "histogram" not in shape_of(target.resolver).not_judged
+    assert "histogram" not in target.shape.not_judged
     verdict = check(target, max_examples=60, seed=1)
     assert verdict.violation is not None and verdict.violation.invariant == "stats-histogram"
 

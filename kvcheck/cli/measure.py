@@ -368,10 +368,7 @@ def _exhaust_convention(choice: str, target: Any, defaults: dict[str, Any]) -> t
         return choice, f"convention {choice} (given)"
     if "convention" in defaults:
         return defaults["convention"], "as the corpus entry is annotated"
-    from kvcheck.targets.api_shape import shape_of
-
-    shape = shape_of(target.resolver, target.self_methods)
-    return shape.convention, shape.convention_reason
+    return target.shape.convention, target.shape.convention_reason
 
 
 def _save(

@@ -81,7 +81,7 @@ class Observation:
     requests: tuple[ObservedRequest, ...]
     delivery: ObservedDelivery | None
     target_error: str | None = None
-    # Aspects the target is not held to (`kvcheck.targets.api_shape.ASPECTS`): its API generation
+    # Aspects the target is not held to (`kvcheck.core.target.ASPECTS`): its API generation
     # does not maintain them.
     not_judged: frozenset[str] = frozenset()
 
@@ -102,14 +102,10 @@ class Engine:
         resolver: Resolver,
         self_methods: Mapping[str, Callable[..., Any]] | None = None,
         *,
-        not_judged: frozenset[str] | None = None,
+        not_judged: frozenset[str],
     ) -> None:
-        """`not_judged` defaults to what the target's API shape does not maintain
-        (`kvcheck.targets.api_shape.shape_of`, probed once per resolver)."""
-        if not_judged is None:
-            from kvcheck.targets.api_shape import shape_of
-
-            not_judged = shape_of(resolver, self_methods).not_judged
+        """`not_judged`: the aspects (`kvcheck.core.target.ASPECTS`) the target is not held to,
+        from its probed shape (`Target.shape.not_judged`); the engine never probes."""
         self.not_judged = not_judged
         self.config = config
         self.resolver = resolver

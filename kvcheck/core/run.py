@@ -12,7 +12,7 @@ from kvcheck.core.engine import Engine, Observation
 from kvcheck.core.invariants import Violation, check_event
 from kvcheck.core.model import Expectation, ReferenceModel
 from kvcheck.core.scenario import Event, Scenario
-from kvcheck.targets.loading import Target
+from kvcheck.core.target import Target
 
 
 @attrs.frozen
@@ -42,7 +42,12 @@ def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) ->
     Raises `UnsupportedTargetError` when the target touches what kvcheck does not model.
     """
     model = ReferenceModel(scenario.config)
-    engine = Engine(scenario.config, target.resolver, target.self_methods)
+    engine = Engine(
+        scenario.config,
+        target.resolver,
+        target.self_methods,
+        not_judged=target.shape.not_judged,
+    )
     trace: list[TraceEntry] = []
     for index, event in enumerate(scenario.events):
         expected = model.apply(event)

@@ -40,8 +40,8 @@ from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
 if TYPE_CHECKING:
     from kvcheck.core.invariants import Violation
     from kvcheck.core.run import RunResult
+    from kvcheck.core.target import Target
     from kvcheck.search.check import Verdict
-    from kvcheck.targets.loading import Target
 
 FORMAT: Final = "kvcheck-counterexample"
 SUFFIX: Final = ".kvcheck.json"
@@ -414,7 +414,8 @@ def replay(
     Raises `KvcheckUsageError` (exit 2 material) when no target is known or it cannot be loaded.
     """
     from kvcheck.core.run import run_scenario
-    from kvcheck.targets.loading import Target, load_target
+    from kvcheck.core.target import Target
+    from kvcheck.targets.loading import load_target
 
     if target is None:
         if counterexample.target is None:

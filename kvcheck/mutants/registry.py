@@ -10,8 +10,9 @@ import attrs
 
 from kvcheck.core.invariants import INVARIANTS
 from kvcheck.core.scenario import CONVENTIONS, GLOBAL_COUNTER_MODES, Convention, GlobalCounterMode
+from kvcheck.core.target import Target
 from kvcheck.mutants.generations import Generation
-from kvcheck.targets.loading import Target
+from kvcheck.targets.api_shape import probe_target
 
 Kind = Literal["mutant", "rewrite"]
 # A corpus function: a resolver body written against a `Generation`'s spellings.
@@ -62,7 +63,8 @@ class Entry:
         return f"{IMPORT_MODULE}:{python_name(self.name)}"
 
     def target(self) -> Target:
-        return Target(self.spec, self.resolver, f"{self.kind} {self.name!r}: {self.summary}")
+        """The entry as a target, its API shape probed like any loaded target's."""
+        return probe_target(self.spec, self.resolver, f"{self.kind} {self.name!r}: {self.summary}")
 
 
 def bind(function: CorpusFunction, generation: Generation) -> Resolver:

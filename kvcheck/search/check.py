@@ -34,12 +34,12 @@ from kvcheck.core.scenario import (
     Step,
     SwitchStride,
 )
+from kvcheck.core.target import ApiShape, Target
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.shrink import shrink
 from kvcheck.strategies import label_run, scenarios
-from kvcheck.targets.api_shape import ApiShape, shape_of
-from kvcheck.targets.loading import Target, load_target
+from kvcheck.targets.loading import load_target
 
 ConventionChoice = Literal["auto", "preclaim", "honest"]
 
@@ -210,8 +210,7 @@ def detect_convention(target: Target) -> tuple[Convention, str]:
     fit, else from what it does to a finished request's stale row, else to a live row
     (`kvcheck.targets.api_shape`). Raises `UnsupportedTargetError` for a target kvcheck cannot
     judge."""
-    shape = shape_of(target.resolver, target.self_methods)
-    return shape.convention, shape.convention_reason
+    return target.shape.convention, target.shape.convention_reason
 
 
 def check(
@@ -244,7 +243,7 @@ def check(
     if max_examples < 1:
         raise KvcheckUsageError(f"max-examples must be at least 1, got {max_examples}")
     loaded = load_target(target) if isinstance(target, str) else target
-    shape = shape_of(loaded.resolver, loaded.self_methods)
+    shape = loaded.shape
     if adaptive is None:
         adaptive = shape.feeds_controller
         adaptive_reason = (

@@ -72,9 +72,9 @@ from kvcheck.core.scenario import (
     Step,
     SwitchStride,
 )
+from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import jsonable
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.targets.loading import Target
 
 EVENT_KINDS: Final[tuple[str, ...]] = tuple(EVENT_TYPES)  # admit, step, retract, abort, switch
 _COLLECT_EVERY: Final = 20_000
@@ -261,7 +261,12 @@ def exhaust(
                 adaptive=adaptive,
                 global_counters=global_counters,
             )
-            engine = Engine(config, target.resolver, target.self_methods)
+            engine = Engine(
+                config,
+                target.resolver,
+                target.self_methods,
+                not_judged=target.shape.not_judged,
+            )
             model = ReferenceModel(config)
             key = _key(engine, model) if merge else len(seen)
             if key not in seen:

@@ -26,7 +26,7 @@ from kvcheck.core.scenario import (
     Step,
     SwitchStride,
 )
-from kvcheck.targets.loading import Target
+from kvcheck.core.target import Target
 
 DEFAULT_MAX_RUNS = 4000
 # A stride below 2 leaves no room for a draft token; the generators never produce one either.

@@ -15,19 +15,19 @@ proxies (`kvcheck.core.fakes.traced`). What the target touched gives:
   does to a finished request's stale row (gives one slot back: pre-claim; nothing: honest),
   then to a live row (adds a - 1: pre-claim; adds a: honest).
 
-The probe never consults the reference model: it observes the target only. Results are cached
-per resolver function, so every entry point (search, replay, exhaustive mode) judges a target
-by the same shape.
+The probe never consults the reference model: it observes the target only. It runs once, when a
+target is loaded (`probe_target`); the `Target` carries the shape, so every entry point (search,
+replay, exhaustive mode) judges a target by the same shape and the engine never probes.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.engine import Engine
 from kvcheck.core.fakes import (
     CONTROLLER_CALL,
     REQ_HISTOGRAM_METHODS,
@@ -40,19 +40,11 @@ from kvcheck.core.fakes import (
     version_range,
 )
 from kvcheck.core.scenario import Admit, Config, Convention, Event, Retract, Scenario, Step
+from kvcheck.core.target import ApiShape, Target
 
-__all__ = ["ASPECTS", "ApiShape", "detect_api_shape", "shape_of"]
+__all__ = ["detect_api_shape", "probe_target"]
 
 Version = tuple[int, ...]
-
-# Aspects a target may not be held to (see module docstring), with a one-line description.
-ASPECTS: Final[dict[str, str]] = {
-    "histogram": "acceptance histogram",
-    "result-drafts-total": "result draft total",
-    "result-drafts-per-row": "result per-row drafts",
-    "controller-feed": "adaptive-controller feed",
-    "result-block-cap": "result block/cap totals",
-}
 
 OLDEST: Final = "0.5.6"
 HISTOGRAM_SINCE: Final = "0.5.9"
@@ -98,60 +90,6 @@ def _v(text: str) -> Version:
 
 def _text(version: Version) -> str:
     return ".".join(str(part) for part in version)
-
-
-@attrs.frozen
-class ApiShape:
-    """What a probe run showed about a target (see the module docstring)."""
-
-    spellings: tuple[str, ...]  # modelled spelling keys it touched, sorted
-    first: str  # the SGLang versions those spellings fit
-    last: str | None
-    mixed: str | None  # why no single version fits, when none does
-    stride_source: str | None
-    not_judged: frozenset[str]  # ASPECTS keys
-    not_judged_why: tuple[tuple[str, str], ...]
-    feeds_controller: bool
-    convention: Convention
-    convention_reason: str
-    probe_error: str | None = None
-
-    @property
-    def versions(self) -> str:
-        if self.mixed:
-            return "mixed"
-        return version_range(self.first, self.last)
-
-    def summary(self) -> str:
-        """One line for the text report."""
-        if self.mixed:
-            where = f"spellings of several SGLang generations ({self.mixed})"
-        else:
-            where = f"SGLang {self.versions} spellings"
-        parts = [where]
-        if self.stride_source:
-            parts.append(f"stride from {self.stride_source}")
-        if self.not_judged_why:
-            held = "; ".join(f"{ASPECTS[a]} ({why})" for a, why in self.not_judged_why)
-            parts.append(f"not held to: {held}")
-        if self.probe_error:
-            parts.append(f"the probe run raised {self.probe_error}")
-        return "; ".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "versions": self.versions,
-            "mixed": self.mixed,
-            "spellings": list(self.spellings),
-            "stride_source": self.stride_source,
-            "feeds_controller": self.feeds_controller,
-            "held_to": [a for a in ASPECTS if a not in self.not_judged],
-            "not_held_to": {a: why for a, why in self.not_judged_why},
-            "convention": self.convention,
-            "convention_reason": self.convention_reason,
-            "probe_error": self.probe_error,
-            "summary": self.summary(),
-        }
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,8 +163,6 @@ class _ProbeRun:
 def _probe(
     resolver: Callable[..., Any], self_methods: Mapping[str, Callable[..., Any]]
 ) -> _ProbeRun:
-    from kvcheck.core.engine import Engine
-
     log = AccessLog()
 
     def recording_resolver(scheduler: Any, result: Any, batch: Any) -> Any:
@@ -335,17 +271,13 @@ def detect_api_shape(
     )
 
 
-_CACHE: weakref.WeakKeyDictionary[Callable[..., Any], ApiShape] = weakref.WeakKeyDictionary()
-
-
-def shape_of(
-    resolver: Callable[..., Any], self_methods: Mapping[str, Callable[..., Any]] | None = None
-) -> ApiShape:
-    """`detect_api_shape`, cached per resolver function."""
-    try:
-        cached = _CACHE.get(resolver)
-    except TypeError:  # not weak-referenceable: probe every time
-        return detect_api_shape(resolver, self_methods)
-    if cached is None:
-        cached = _CACHE[resolver] = detect_api_shape(resolver, self_methods)
-    return cached
+def probe_target(
+    spec: str,
+    resolver: Callable[..., Any],
+    description: str,
+    self_methods: Mapping[str, Callable[..., Any]] | None = None,
+) -> Target:
+    """A `Target` for `resolver`, carrying its probed API shape. Raises `UnsupportedTargetError`
+    when the probe shows the target touches what kvcheck does not model."""
+    methods = dict(self_methods or {})
+    return Target(spec, resolver, description, methods, detect_api_shape(resolver, methods))

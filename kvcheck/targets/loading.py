@@ -14,29 +14,20 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
-
+from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
+from kvcheck.targets.api_shape import probe_target
 from kvcheck.targets.builtins import BUILTINS
 
 DEFAULT_TARGETS = ("builtin:seed-prefix", "builtin:seed-fixed")
 
 
-@attrs.frozen
-class Target:
-    spec: str
-    resolver: Callable[..., Any]
-    description: str
-    # Other methods of the resolver's class that it calls as self.X(...); bound onto the fake
-    # scheduler. Empty for plain functions.
-    self_methods: Mapping[str, Callable[..., Any]] = attrs.field(factory=dict)
-
-
 def load_target(spec: str, *, allow_unavailable: bool = False) -> Target:
-    """Resolve `spec`. `allow_unavailable` (source targets only): names the file uses but
+    """Resolve `spec` and probe its API shape once (`kvcheck.targets.api_shape`).
+
+    `allow_unavailable` (source targets only): names the file uses but
     kvcheck cannot provide become placeholders that fail only when used at run time."""
     spec = spec.strip()
     if spec.startswith("builtin:"):
@@ -58,7 +49,7 @@ def _load_builtin(spec: str) -> Target:
         raise TargetLoadError(
             f"unknown builtin {name!r}; builtins: {', '.join('builtin:' + n for n in BUILTINS)}"
         )
-    return Target(spec, resolver, f"kvcheck built-in resolver {name!r}")
+    return probe_target(spec, resolver, f"kvcheck built-in resolver {name!r}")
 
 
 def _load_source(spec: str, allow_unavailable: bool = False) -> Target:
@@ -68,7 +59,7 @@ def _load_source(spec: str, allow_unavailable: bool = False) -> Target:
     from kvcheck.targets.source import load_from_source
 
     loaded = load_from_source(path, qualname, allow_unavailable=allow_unavailable)
-    return Target(spec, loaded.resolver, loaded.description, dict(loaded.self_methods))
+    return probe_target(spec, loaded.resolver, loaded.description, loaded.self_methods)
 
 
 def _load_import(spec: str) -> Target:
@@ -98,7 +89,7 @@ def _load_import(spec: str) -> Target:
             raise TargetLoadError(f"{where} has no attribute {part!r}{hint}") from None
     resolver = inspect.unwrap(obj) if callable(obj) else obj
     check_resolver_signature(resolver, spec)
-    return Target(spec, resolver, f"{qualname} imported from {module_name}")
+    return probe_target(spec, resolver, f"{qualname} imported from {module_name}")
 
 
 def check_resolver_signature(resolver: Any, spec: str) -> None:

@@ -1,0 +1,94 @@
+"""The thing under test: a resolver, how it was found, and the API shape a probe run showed.
+
+A `Target` is built once, when a spec is loaded (`kvcheck.targets`), and carries its `ApiShape`,
+so what a target is held to is decided in one place and every run of it (search, replay,
+exhaustive mode, the pytest plugin) judges it the same way. The engine never runs the target
+outside the scenario it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from kvcheck.core.fakes import version_range
+from kvcheck.core.scenario import Convention
+
+# Parts of SGLang's API a resolver maintains only in some generations, with a one-line description.
+# A probe run decides which of them a target is not held to (`ApiShape.not_judged`); an invariant
+# finding that belongs to one of those is dropped (`kvcheck.core.invariants`).
+ASPECTS: Final[dict[str, str]] = {
+    "histogram": "acceptance histogram",
+    "result-drafts-total": "result draft total",
+    "result-drafts-per-row": "result per-row drafts",
+    "controller-feed": "adaptive-controller feed",
+    "result-block-cap": "result block/cap totals",
+}
+
+
+@attrs.frozen
+class ApiShape:
+    """What a probe run showed about a target (`kvcheck.targets.api_shape` says how it is read)."""
+
+    spellings: tuple[str, ...]  # modelled spelling keys it touched, sorted
+    first: str  # the SGLang versions those spellings fit
+    last: str | None
+    mixed: str | None  # why no single version fits, when none does
+    stride_source: str | None
+    not_judged: frozenset[str]  # ASPECTS keys
+    not_judged_why: tuple[tuple[str, str], ...]
+    feeds_controller: bool
+    convention: Convention
+    convention_reason: str
+    probe_error: str | None = None
+
+    @property
+    def versions(self) -> str:
+        if self.mixed:
+            return "mixed"
+        return version_range(self.first, self.last)
+
+    def summary(self) -> str:
+        """One line for the text report."""
+        if self.mixed:
+            where = f"spellings of several SGLang generations ({self.mixed})"
+        else:
+            where = f"SGLang {self.versions} spellings"
+        parts = [where]
+        if self.stride_source:
+            parts.append(f"stride from {self.stride_source}")
+        if self.not_judged_why:
+            held = "; ".join(f"{ASPECTS[a]} ({why})" for a, why in self.not_judged_why)
+            parts.append(f"not held to: {held}")
+        if self.probe_error:
+            parts.append(f"the probe run raised {self.probe_error}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "versions": self.versions,
+            "mixed": self.mixed,
+            "spellings": list(self.spellings),
+            "stride_source": self.stride_source,
+            "feeds_controller": self.feeds_controller,
+            "held_to": [a for a in ASPECTS if a not in self.not_judged],
+            "not_held_to": {a: why for a, why in self.not_judged_why},
+            "convention": self.convention,
+            "convention_reason": self.convention_reason,
+            "probe_error": self.probe_error,
+            "summary": self.summary(),
+        }
+
+
+@attrs.frozen
+class Target:
+    """A resolver under test. `self_methods` are other methods of the resolver's class that it
+    calls as `self.X(...)`, bound onto the fake scheduler (empty for plain functions)."""
+
+    spec: str
+    resolver: Callable[..., Any]
+    description: str
+    self_methods: Mapping[str, Callable[..., Any]]
+    shape: ApiShape
