@@ -85,7 +85,7 @@ def configs(
 
 # Relative frequencies of event kinds. `step` is first so shrinking turns other events into steps.
 _EVENT_KINDS: Final = ("step",) * 6 + ("admit",) * 3 + ("retract",) * 3 + ("abort",)
-_ADAPTIVE_EVENT_KINDS: Final = (*_EVENT_KINDS, "switch", "switch")
+_ADAPTIVE_EVENT_KINDS: Final = (*_EVENT_KINDS, "switch_stride", "switch_stride")
 _MAX_ACCEPT_CODE: Final = MAX_GENERATED_STRIDE**MAX_REQUESTS - 1
 
 # Events are drawn from a few integers each, with strategies built once here: Hypothesis draws
@@ -140,7 +140,7 @@ def _draw_event(draw: st.DrawFn, rids: Sequence[str], kinds: Sequence[str]) -> E
         return _draw_step(draw)
     if kind == "admit":
         return _draw_admit(draw, rids)
-    if kind == "switch":
+    if kind == "switch_stride":
         return SwitchStride(draw(_STRIDE))
     rid = rids[draw(_INDEX_BELOW[len(rids)])]
     return Retract(rid) if kind == "retract" else Abort(rid)

@@ -20,14 +20,13 @@ import pytest
 
 from kvcheck.cli.main import main
 from kvcheck.core.fakes import (
-    SPELLINGS,
     FakeBatch,
     FakeReq,
     FakeResult,
     FakeScheduler,
     UnmodeledAttributeError,
-    spellings_table,
 )
+from kvcheck.core.spellings import SPELLINGS, spellings_table
 from kvcheck.core.target import Target
 from kvcheck.search.check import check
 from kvcheck.targets.loading import load_target

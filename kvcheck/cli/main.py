@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "check":
             return _run_check(args)
         if args.command == "spellings":
-            from kvcheck.core.fakes import spellings_table
+            from kvcheck.core.spellings import spellings_table
 
             print(spellings_table())
             return EXIT_OK

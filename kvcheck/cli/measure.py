@@ -11,9 +11,9 @@ import json
 import sys
 from typing import Any
 
-from kvcheck.core.scenario import GLOBAL_COUNTER_MODES
+from kvcheck.core.scenario import EVENT_KINDS, GLOBAL_COUNTER_MODES
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.search.exhaust import EVENT_KINDS, Bounds, ExhaustResult
+from kvcheck.search.exhaust import Bounds, ExhaustResult
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 COMMANDS = ("mutants", "exhaust")
@@ -52,8 +52,7 @@ def _eos_list(text: str) -> tuple[int | None, ...]:
 def _kinds(text: str) -> tuple[str, ...]:
     if text.strip() == "all":
         return EVENT_KINDS
-    aliases = {"switch": "switch_stride"}
-    kinds = tuple(aliases.get(k.strip(), k.strip()) for k in text.split(",") if k.strip())
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     unknown = [k for k in kinds if k not in EVENT_KINDS]
     if unknown:
         raise argparse.ArgumentTypeError(

@@ -1,19 +1,14 @@
 """Fake SGLang objects the target resolver is called with: `Req`, `ScheduleBatch`, the batch
 result and the scheduler (`self`), plus the collaborators newer resolvers call.
 
-They speak every attribute spelling SGLang's resolver has used across releases (semantics.md
-§1.1, §1.2): every spelling of one quantity is an alias of one stored value, so a resolver from
-any generation reads and writes the same ledger, and the engine observes it in one place.
-`SPELLINGS` is the single list of what is modelled; `spellings_table()` renders it for the
-README (`kvcheck spellings` prints it), and error messages name its entries.
+They speak every spelling in the catalogue (`kvcheck.core.spellings`): every spelling of one
+quantity is an alias of one stored value, so a resolver from any generation reads and writes the
+same ledger, and the engine observes it in one place.
 
 Reading, writing or calling an attribute that is not modelled raises `UnmodeledAttributeError`:
 kvcheck cannot judge such a target, so it is reported as unsupported (exit 2), never as a
 violation. `UnmodeledAttributeError` is an `AttributeError`, so `getattr(x, name, default)` and
 `hasattr` version sniffing in a target keep working.
-
-`traced()` wraps the fakes in recording proxies for a probe run (`kvcheck.targets.api_shape`): which
-spellings a target touches tells which SGLang API generation it was written for.
 """
 
 from __future__ import annotations
@@ -23,248 +18,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import attrs
 
+from kvcheck.core.spellings import (
+    REQ_DRAFT_COUNTER_NAMES,
+    REQ_HISTOGRAM_METHODS,
+    RESULT_DRAFT_PER_REQ_NAMES,
+    RESULT_DRAFT_TOTAL_NAMES,
+    modelled_names,
+)
+
 if TYPE_CHECKING:
     import torch
-
-
-@attrs.frozen
-class Spelling:
-    """One attribute, method or collaborator a resolver may use, as kvcheck models it."""
-
-    path: str  # "req.kv.kv_committed_len"; a call is written "name()"
-    meaning: str
-    first: str | None  # first SGLang version whose resolver uses it (None: every version)
-    last: str | None  # last such version (None: still current)
-    kvcheck: str  # what the fake provides or records
-    # What `traced()` records for it, when that is not the path without its parentheses.
-    record: str | None = None
-
-    @property
-    def key(self) -> str:
-        """The path without the call parentheses, as `traced()` records it."""
-        return self.record or self.path.split("(", 1)[0]
-
-    @property
-    def owner(self) -> str:
-        return self.key.rsplit(".", 1)[0]
-
-    @property
-    def name(self) -> str:
-        return self.key.rsplit(".", 1)[1]
-
-    @property
-    def versions(self) -> str:
-        return version_range(self.first, self.last)
-
-
-def version_range(first: str | None, last: str | None) -> str:
-    if first is None and last is None:
-        return "all"
-    if last is None:
-        return f"{first}+"
-    if first is None:
-        return f"up to {last}"
-    return first if first == last else f"{first}-{last}"
-
-
-# Quantities kvcheck judges, and every name SGLang has given them (semantics.md §1.1, §1.2).
-REQ_COMMITTED_NAMES: Final = ("kv_committed_len",)  # on req (<= 0.5.18) and req.kv (>= 0.5.19)
-REQ_DRAFT_COUNTER_NAMES: Final = (
-    "spec_accepted_tokens",  # <= 0.5.10
-    "spec_accepted_drafts",  # 0.5.11
-    "spec_num_correct_drafts",  # >= 0.5.12
-)
-REQ_HISTOGRAM_METHODS: Final = (
-    "update_spec_acceptance_histogram",  # 0.5.9 - 0.5.11
-    "update_spec_correct_drafts_histogram",  # >= 0.5.12
-)
-RESULT_DRAFT_TOTAL_NAMES: Final = (
-    "num_accepted_tokens",  # <= 0.5.10
-    "num_accepted_drafts",  # 0.5.11
-    "num_correct_drafts",  # >= 0.5.12
-)
-RESULT_DRAFT_PER_REQ_NAMES: Final = (
-    "accept_length_per_req_cpu",  # 0.5.8 - 0.5.10
-    "num_accepted_drafts_per_req_cpu",  # 0.5.11
-    "num_correct_drafts_per_req_cpu",  # >= 0.5.12
-)
-RESULT_BLOCK_CAP_TOTAL_NAMES: Final = ("num_block_accept_tokens", "num_cap_tokens")  # >= 0.5.16
-CONTROLLER_CALL: Final = "self.model_worker.on_verify_complete_cpu"
-CONTROLLER_CALL_WITH_BATCH_SIZE: Final = CONTROLLER_CALL + "(batch_size=)"
-
-_DRAFTS = "accepted drafts per request (one stored value)"
-_HISTOGRAM = "acceptance histogram, bucket = accepted drafts"
-_TOTAL = "batch total of accepted drafts (one stored value)"
-_PER_ROW = "accepted drafts per row, stale rows included (one stored value)"
-
-SPELLINGS: Final[tuple[Spelling, ...]] = (
-    # --- the request -------------------------------------------------------------------------
-    Spelling("req.rid", "request id", None, None, "r0, r1, ..."),
-    Spelling("req.origin_input_ids", "prompt tokens (P)", None, None, "list of P ints"),
-    Spelling("req.output_ids", "output tokens (L)", None, None, "list; the engine appends runs"),
-    Spelling("req.sampling_params.max_new_tokens", "length cap", None, None, "from the scenario"),
-    Spelling("req.kv_committed_len", "committed KV length C", None, "0.5.18", "judged"),
-    Spelling("req.kv.kv_committed_len", "committed KV length C", "0.5.19", None, "same value"),
-    Spelling("req.kv_allocated_len", "allocated KV length", None, "0.5.15", "set at prefill"),
-    Spelling("req.kv.kv_allocated_len", "allocated KV length", "0.5.16", None, "same value"),
-    Spelling("req.is_retracted", "retracted, read at delivery", None, None, "live flag"),
-    Spelling("req.retraction_count", "retractions so far", None, None, "live counter"),
-    Spelling("req.finished()", "finished, read at delivery", None, None, "live flag"),
-    Spelling("req.finished_reason", "finish reason", None, None, "None until finished"),
-    Spelling("req.finished_len", "output length at the stop", None, None, "None until finished"),
-    Spelling("req.to_finish", "pending abort", None, None, "set by an Abort event"),
-    Spelling("req.grammar", "grammar FSM", "0.5.14", None, "None: no grammar requests"),
-    Spelling("req.spec_verify_ct", "verify count", None, None, "judged"),
-    Spelling("req.spec_accepted_tokens", _DRAFTS, None, "0.5.10", "judged"),
-    Spelling("req.spec_accepted_drafts", _DRAFTS, "0.5.11", "0.5.11", "judged"),
-    Spelling("req.spec_num_correct_drafts", _DRAFTS, "0.5.12", None, "judged"),
-    Spelling(
-        "req.update_spec_acceptance_histogram(d)",
-        _HISTOGRAM,
-        "0.5.9",
-        "0.5.11",
-        "judged once the target updates a histogram or its spellings are 0.5.9+",
-    ),
-    Spelling(
-        "req.update_spec_correct_drafts_histogram(d)",
-        _HISTOGRAM,
-        "0.5.12",
-        None,
-        "same histogram",
-    ),
-    Spelling("req.spec_num_block_accept_tokens", "block-accept tokens", "0.5.16", None, "0"),
-    Spelling("req.spec_num_cap_tokens", "cap tokens", "0.5.16", None, "0"),
-    Spelling(
-        "req.update_spec_cap_lens_histogram(n)", "cap-length histogram", "0.5.16", None, "recorded"
-    ),
-    # --- the batch snapshot ------------------------------------------------------------------
-    Spelling("batch.reqs", "rows, in launch order", None, None, "fresh list per launch"),
-    Spelling("batch.batch_size()", "row count, stale rows included", None, None, "len(reqs)"),
-    Spelling("batch.enable_overlap", "overlap scheduling", None, None, "from the scenario"),
-    Spelling("batch.has_grammar", "any grammar request", None, None, "False"),
-    Spelling(
-        "batch.spec_algorithm",
-        "speculative algorithm",
-        None,
-        None,
-        "EAGLE: is_eagle() True; is_none(), is_eagle3(), is_dflash(), is_uno(), is_ngram() False",
-    ),
-    # --- the result --------------------------------------------------------------------------
-    Spelling("result.next_token_ids", "padded verify output", None, None, "CPU int64 [rows*S]"),
-    Spelling("result.accept_lens", "accept length a per row", None, None, "CPU int32 [rows]"),
-    Spelling(
-        "result.speculative_num_draft_tokens",
-        "row width S recorded at launch",
-        "0.5.12",
-        None,
-        "the launch stride",
-    ),
-    Spelling(
-        "result.speculative_output_stride",
-        "row width when it differs from S (UNO)",
-        "0.5.20",
-        None,
-        "None (EAGLE): read S from speculative_num_draft_tokens",
-    ),
-    Spelling(
-        "result.num_non_draft_tokens_per_req", "k (non-draft tokens per row)", "0.5.20", None, "1"
-    ),
-    Spelling("result.block_accept_lens", "block-accept lengths", "0.5.16", None, "None"),
-    Spelling("result.cap_lens", "cap lengths", "0.5.16", None, "None"),
-    Spelling("result.grammar_advanced", "grammar already advanced", "0.5.18", None, "False"),
-    Spelling(
-        "result.grammar_retained_tokens",
-        "tokens each row kept after grammar",
-        "0.5.18",
-        None,
-        "None until set",
-    ),
-    Spelling(
-        "result.num_accepted_tokens", _TOTAL, None, "0.5.10", "judged if the target writes it"
-    ),
-    Spelling("result.num_accepted_drafts", _TOTAL, "0.5.11", "0.5.11", "judged if written"),
-    Spelling("result.num_correct_drafts", _TOTAL, "0.5.12", None, "judged if written"),
-    Spelling("result.accept_length_per_req_cpu", _PER_ROW, "0.5.8", "0.5.10", "judged if written"),
-    Spelling(
-        "result.num_accepted_drafts_per_req_cpu", _PER_ROW, "0.5.11", "0.5.11", "judged if written"
-    ),
-    Spelling(
-        "result.num_correct_drafts_per_req_cpu", _PER_ROW, "0.5.12", None, "judged if written"
-    ),
-    Spelling(
-        "result.num_block_accept_tokens", "batch block-accept total", "0.5.16", None, "must be 0"
-    ),
-    Spelling("result.num_cap_tokens", "batch cap total", "0.5.16", None, "must be 0"),
-    # --- the scheduler (self) and its collaborators ------------------------------------------
-    Spelling("self.enable_overlap", "overlap scheduling", None, None, "from the scenario"),
-    Spelling(
-        "self.draft_worker.speculative_num_draft_tokens",
-        "the worker's current S",
-        None,
-        "0.5.11",
-        "changed by SwitchStride",
-    ),
-    Spelling(
-        "self.model_worker.on_verify_complete_cpu(per_req)",
-        "adaptive controller feed",
-        "0.5.12",
-        None,
-        "recorded; judged if called (ideal: live rows only)",
-    ),
-    Spelling(
-        "self.model_worker.on_verify_complete_cpu(per_req, batch_size=n)",
-        "adaptive controller feed",
-        "0.5.13",
-        None,
-        "batch_size must equal len(per_req)",
-        record=CONTROLLER_CALL_WITH_BATCH_SIZE,
-    ),
-    Spelling(
-        "self.metrics_reporter.snapshot_spec_decode_metrics()",
-        "metrics snapshot (read-only)",
-        "0.5.23",
-        None,
-        "recorded; returns an empty snapshot",
-    ),
-    Spelling(
-        "self.advance_grammar_fsm(result, batch, runs)",
-        "advance grammars once per result",
-        "0.5.18",
-        None,
-        "sets grammar_advanced; every token retained",
-    ),
-    Spelling(
-        "self.<method>()",
-        "other methods of the resolver's class",
-        None,
-        None,
-        "read from the same source file and bound to the fake",
-    ),
-)
-
-SPELLINGS_BY_KEY: Final[dict[str, Spelling]] = {s.key: s for s in SPELLINGS}
-
-
-def _modelled_names(owner: str) -> tuple[str, ...]:
-    prefix = owner + "."
-    names = {
-        s.key[len(prefix) :].split(".", 1)[0].split("(", 1)[0]
-        for s in SPELLINGS
-        if s.key.startswith(prefix)
-    }
-    names.discard("<method>")
-    return tuple(sorted(names))
-
-
-def spellings_table() -> str:
-    """The supported spellings as a Markdown table (README "Check your SGLang checkout")."""
-    lines = [
-        "| spelling | meaning | SGLang resolvers using it | kvcheck |",
-        "|---|---|---|---|",
-    ]
-    for s in SPELLINGS:
-        lines.append(f"| `{s.path}` | {s.meaning} | {s.versions} | {s.kvcheck} |")
-    return "\n".join(lines)
 
 
 class UnmodeledAttributeError(AttributeError):
@@ -273,7 +36,7 @@ class UnmodeledAttributeError(AttributeError):
     def __init__(self, owner: str, name: str, action: str = "reads", detail: str = "") -> None:
         self.owner = owner
         self.attribute = name
-        self.supported = _modelled_names(owner)
+        self.supported = modelled_names(owner)
         listed = ", ".join(self.supported) or "nothing"
         super().__init__(
             f"target {action} `{owner}.{name}`{detail}, which kvcheck does not model; "
@@ -281,7 +44,7 @@ class UnmodeledAttributeError(AttributeError):
         )
 
 
-class _Strict:
+class StrictFake:
     """Base for fakes: reads and writes of unmodelled attributes raise `UnmodeledAttributeError`.
 
     `_fields` lists the plain attributes a fake holds; properties (aliases) and methods of the
@@ -318,7 +81,7 @@ def _alias(field: str) -> property:
     return property(get, set_)
 
 
-class FakeKvInfo(_Strict):
+class FakeKvInfo(StrictFake):
     """`req.kv` (0.5.16+): the committed and allocated lengths live on the request object."""
 
     _owner = "req.kv"
@@ -336,7 +99,7 @@ class FakeKvInfo(_Strict):
     )
 
 
-class FakeSamplingParams(_Strict):
+class FakeSamplingParams(StrictFake):
     _owner = "req.sampling_params"
     _fields = frozenset({"max_new_tokens"})
 
@@ -344,7 +107,7 @@ class FakeSamplingParams(_Strict):
         self.max_new_tokens = max_new_tokens
 
 
-class FakeReq(_Strict):
+class FakeReq(StrictFake):
     """A request as the resolver sees it. Staleness flags are live: read at delivery time."""
 
     _owner = "req"
@@ -413,7 +176,7 @@ for _name in REQ_HISTOGRAM_METHODS:
     setattr(FakeReq, _name, FakeReq._record_histogram)
 
 
-class FakeSpecAlgorithm(_Strict):
+class FakeSpecAlgorithm(StrictFake):
     """`batch.spec_algorithm`: kvcheck models the EAGLE family (one bonus token per row)."""
 
     _owner = "batch.spec_algorithm"
@@ -446,7 +209,7 @@ class FakeSpecAlgorithm(_Strict):
 EAGLE: Final = FakeSpecAlgorithm()
 
 
-class FakeBatch(_Strict):
+class FakeBatch(StrictFake):
     """The launch-time snapshot of a decode batch (SGLang's `batch.copy()`): a fresh list of the
     shared request objects, so row order is fixed at launch and flags are read at delivery."""
 
@@ -463,7 +226,7 @@ class FakeBatch(_Strict):
         return len(self.reqs)
 
 
-class FakeResult(_Strict):
+class FakeResult(StrictFake):
     """The decode result: padded `next_token_ids` (int64) and `accept_lens` (int32) on the CPU,
     the stride recorded at launch, the optional inputs newer versions read (all absent), and
     the counters the resolver writes (None until written)."""
@@ -511,7 +274,7 @@ for _name in RESULT_DRAFT_PER_REQ_NAMES:
     setattr(FakeResult, _name, _alias("_draft_per_req"))
 
 
-class FakeDraftWorker(_Strict):
+class FakeDraftWorker(StrictFake):
     """`self.draft_worker`: its stride is the scheduler's *current* one, which an adaptive
     switch may have changed since the batch being delivered was launched."""
 
@@ -539,7 +302,7 @@ class ControllerFeed:
     batch_size: Any = None
 
 
-class FakeModelWorker(_Strict):
+class FakeModelWorker(StrictFake):
     """`self.model_worker`: records what the resolver feeds the adaptive controller."""
 
     _owner = "self.model_worker"
@@ -562,13 +325,13 @@ class FakeModelWorker(_Strict):
         self.verify_feeds.append(ControllerFeed(_as_ints(per_req), kwargs.get("batch_size")))
 
 
-class FakeMetricsSnapshot(_Strict):
+class FakeMetricsSnapshot(StrictFake):
     """What `snapshot_spec_decode_metrics()` returns: nothing kvcheck models may be read."""
 
     _owner = "snapshot"
 
 
-class FakeMetricsReporter(_Strict):
+class FakeMetricsReporter(StrictFake):
     """`self.metrics_reporter` (0.5.23 resolvers take a read-only snapshot first)."""
 
     _owner = "self.metrics_reporter"
@@ -582,7 +345,7 @@ class FakeMetricsReporter(_Strict):
         return FakeMetricsSnapshot()
 
 
-class FakeScheduler(_Strict):
+class FakeScheduler(StrictFake):
     """The resolver's `self`. Extra methods of a source-loaded class are bound onto it."""
 
     _owner = "self"
@@ -611,94 +374,3 @@ class FakeScheduler(_Strict):
             result.grammar_advanced = True
         retained = result.grammar_retained_tokens
         return list(retained) if retained is not None else []
-
-
-# --------------------------------------------------------------------------------------------
-# Recording proxies for probe runs.
-
-
-@attrs.define
-class AccessLog:
-    """What a target touched on the fakes, by spelling key (`req.kv.kv_committed_len`)."""
-
-    reads: set[str] = attrs.field(factory=set)
-    writes: set[str] = attrs.field(factory=set)
-    calls: set[str] = attrs.field(factory=set)
-    # One proxy per fake, so identity comparisons inside the target keep working.
-    _proxies: dict[int, Any] = attrs.field(factory=dict)
-
-    @property
-    def touched(self) -> set[str]:
-        return self.reads | self.writes | self.calls
-
-    def wrap(self, value: Any) -> Any:
-        if isinstance(value, _Strict):
-            proxy = self._proxies.get(id(value))
-            if proxy is None:
-                proxy = self._proxies[id(value)] = _Traced(value, self)
-            return proxy
-        if isinstance(value, list) and value and all(isinstance(v, _Strict) for v in value):
-            return [self.wrap(v) for v in value]
-        return value
-
-
-class _Traced:
-    """Forwards to one fake and records each read, write and call in an `AccessLog`."""
-
-    __slots__ = ("_kvcheck_log", "_kvcheck_obj")
-
-    def __init__(self, obj: _Strict, log: AccessLog) -> None:
-        object.__setattr__(self, "_kvcheck_obj", obj)
-        object.__setattr__(self, "_kvcheck_log", log)
-
-    def __getattr__(self, name: str) -> Any:
-        obj: _Strict = object.__getattribute__(self, "_kvcheck_obj")
-        log: AccessLog = object.__getattribute__(self, "_kvcheck_log")
-        value = getattr(obj, name)
-        key = f"{obj._owner}.{name}"
-        if callable(value) and hasattr(value, "__self__") and value.__self__ is obj:
-            function = value.__func__
-            if name in obj.__dict__:  # a source-loaded method: run it on the proxy
-                return _record_call(log, key, function.__get__(self, type(obj)), unwrap=False)
-            return _record_call(log, key, value, unwrap=True)
-        log.reads.add(key)
-        return log.wrap(value)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        obj: _Strict = object.__getattribute__(self, "_kvcheck_obj")
-        log: AccessLog = object.__getattribute__(self, "_kvcheck_log")
-        setattr(obj, name, value)
-        log.writes.add(f"{obj._owner}.{name}")
-
-    def __repr__(self) -> str:
-        return repr(object.__getattribute__(self, "_kvcheck_obj"))
-
-
-def _unwrap(value: Any) -> Any:
-    if isinstance(value, _Traced):
-        return object.__getattribute__(value, "_kvcheck_obj")
-    if isinstance(value, list) and any(isinstance(v, _Traced) for v in value):
-        return [_unwrap(v) for v in value]
-    return value
-
-
-def _record_call(
-    log: AccessLog, key: str, function: Callable[..., Any], *, unwrap: bool
-) -> Callable[..., Any]:
-    """`function`, recording each call; a fake's own method gets the fakes, not the proxies."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        log.calls.add(key)
-        if kwargs:
-            log.calls.add(f"{key}({', '.join(f'{k}=' for k in sorted(kwargs))})")
-        if unwrap:
-            args = tuple(_unwrap(a) for a in args)
-            kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
-        return log.wrap(function(*args, **kwargs))
-
-    return call
-
-
-def traced(log: AccessLog, *objects: Any) -> list[Any]:
-    """Recording proxies for `objects` (the resolver's self, result and batch)."""
-    return [log.wrap(obj) for obj in objects]

@@ -121,6 +121,8 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
     "switch_stride": SwitchStride,
 }
 _KIND_OF: Final[dict[type[Event], str]] = {cls: kind for kind, cls in EVENT_TYPES.items()}
+# The one spelling of each event kind: in JSON, in `kvcheck exhaust --kinds`, in the strategies.
+EVENT_KINDS: Final[tuple[str, ...]] = tuple(EVENT_TYPES)
 
 
 @attrs.frozen

@@ -13,8 +13,8 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.fakes import version_range
 from kvcheck.core.scenario import Convention
+from kvcheck.core.spellings import version_range
 
 # Parts of SGLang's API a resolver maintains only in some generations, with a one-line description.
 # A probe run decides which of them a target is not held to (`ApiShape.not_judged`); an invariant

@@ -8,7 +8,7 @@ fed, and which committed-length convention the scheduler of those releases follo
 Every mutant and rewrite in `kvcheck.mutants.corpus` is written once against these helpers and
 bound to one generation, so the same bug can be planted in code of another generation by binding
 it again, and a new SGLang generation is one more `Generation` here (plus, if it introduces a
-spelling kvcheck's fakes do not model yet, that spelling in `kvcheck.core.fakes`).
+spelling kvcheck's fakes do not model yet, that spelling in `kvcheck.core.spellings`).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ from kvcheck.core.model import Expectation, Launch, ReferenceModel
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
     CONVENTIONS,
-    EVENT_TYPES,
+    EVENT_KINDS,
     GLOBAL_COUNTER_MODES,
     MAX_STRIDE,
     MIN_STRIDE,
@@ -76,7 +76,6 @@ from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import jsonable
 from kvcheck.errors import KvcheckUsageError
 
-EVENT_KINDS: Final[tuple[str, ...]] = tuple(EVENT_TYPES)  # admit, step, retract, abort, switch
 _COLLECT_EVERY: Final = 20_000
 _COLLECT_GENERATION: Final = 0
 

@@ -2,9 +2,9 @@
 
 The probe replays a fixed scenario (two requests; live rows, a finished request's stale row and a
 retracted request's stale row, all with accept length 3) with the fakes wrapped in recording
-proxies (`kvcheck.core.fakes.traced`). What the target touched gives:
+proxies (`kvcheck.core.tracing.traced`). What the target touched gives:
 
-- the SGLang versions whose resolvers use those spellings (`kvcheck.core.fakes.SPELLINGS`), e.g.
+- the SGLang versions whose resolvers use those spellings (`kvcheck.core.spellings.SPELLINGS`), e.g.
   `req.kv.kv_committed_len` means 0.5.19+; a target that never consults a grammar predates
   0.5.14 where its spellings allow that;
 - what it is held to: the histogram only if it updates one or its spellings are from 0.5.9 on
@@ -28,19 +28,18 @@ from typing import Any, Final
 import attrs
 
 from kvcheck.core.engine import Engine
-from kvcheck.core.fakes import (
+from kvcheck.core.scenario import Admit, Config, Convention, Event, Retract, Scenario, Step
+from kvcheck.core.spellings import (
     CONTROLLER_CALL,
     REQ_HISTOGRAM_METHODS,
     RESULT_BLOCK_CAP_TOTAL_NAMES,
     RESULT_DRAFT_PER_REQ_NAMES,
     RESULT_DRAFT_TOTAL_NAMES,
     SPELLINGS_BY_KEY,
-    AccessLog,
-    traced,
     version_range,
 )
-from kvcheck.core.scenario import Admit, Config, Convention, Event, Retract, Scenario, Step
 from kvcheck.core.target import ApiShape, Target
+from kvcheck.core.tracing import AccessLog, traced
 
 __all__ = ["detect_api_shape", "probe_target"]
 
