@@ -340,7 +340,8 @@ class PropertyItem(_KvcheckItem):
 
     def runtest(self) -> None:
         from kvcheck.counterexamples.fileformat import from_run, replay_command, save
-        from kvcheck.reporting.timeline import build_timeline, render_plain
+        from kvcheck.reporting.render import render_plain
+        from kvcheck.reporting.timeline import build_timeline
         from kvcheck.search.check import search
 
         outcome = search(

@@ -23,7 +23,7 @@ from kvcheck.counterexamples.fileformat import (
     save,
 )
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
-from kvcheck.reporting.timeline import explain
+from kvcheck.reporting.explain import explain
 from kvcheck.targets.loading import load_target
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario
 

@@ -9,14 +9,8 @@ from rich.console import Console
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Admit, Retract, Step
-from kvcheck.reporting.timeline import (
-    Timeline,
-    build_timeline,
-    print_timeline,
-    render_plain,
-    render_rich,
-    use_rich,
-)
+from kvcheck.reporting.render import print_timeline, render_plain, render_rich, use_rich
+from kvcheck.reporting.timeline import Timeline, build_timeline
 from kvcheck.targets.loading import load_target
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario
 

@@ -331,7 +331,8 @@ def run_exhaust(args: argparse.Namespace) -> int:
     else:
         print(format_exhaust(result, convention_reason, adaptive_reason, target.description))
         if result.failure is not None:
-            from kvcheck.reporting.timeline import build_timeline, print_timeline
+            from kvcheck.reporting.render import print_timeline
+            from kvcheck.reporting.timeline import build_timeline
 
             print()
             sys.stdout.flush()

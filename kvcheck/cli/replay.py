@@ -113,7 +113,8 @@ def print_failure(verdict: Verdict, saved: Saved | None) -> None:
     failure = verdict.outcome.failure
     if failure is None or saved is None:
         return
-    from kvcheck.reporting.timeline import build_timeline, print_timeline
+    from kvcheck.reporting.render import print_timeline
+    from kvcheck.reporting.timeline import build_timeline
 
     print()
     sys.stdout.flush()
@@ -200,7 +201,8 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 def _print_replay(replayed: Replay) -> None:
-    from kvcheck.reporting.timeline import build_timeline, print_timeline
+    from kvcheck.reporting.render import print_timeline
+    from kvcheck.reporting.timeline import build_timeline
 
     counterexample = replayed.counterexample
     which = "saved target" if replayed.target == counterexample.target else "given target"
@@ -237,7 +239,7 @@ def replay_to_json(replayed: Replay) -> dict[str, Any]:
     }
     if violation is not None:
         from kvcheck.counterexamples.fileformat import jsonable
-        from kvcheck.reporting.timeline import explain
+        from kvcheck.reporting.explain import explain
 
         data["violation"] = {
             "invariant": violation.invariant,

@@ -121,7 +121,7 @@ class Counterexample:
     kvcheck_version: str = attrs.field(factory=_version)
     # How the convention was chosen when it was found (free text, for people).
     convention_reason: str = ""
-    # One sentence in the domain's words (kvcheck.reporting.timeline.explain).
+    # One sentence in the domain's words (kvcheck.reporting.explain).
     explanation: str = ""
     # The target it was found against, when the file now names another (e.g. the fixed one).
     found_against: str | None = None
@@ -195,7 +195,7 @@ def from_run(
     allow_unavailable_imports: bool = False,
 ) -> Counterexample:
     """The counterexample of a failing run (recorded or not)."""
-    from kvcheck.reporting.timeline import explain
+    from kvcheck.reporting.explain import explain
 
     violation = result.violation
     if violation is None:
@@ -381,7 +381,8 @@ class Replay:
 
     def failure_report(self, *, plain: bool = True) -> str:
         """Timeline, summary, file and replay command: what a failing test should show."""
-        from kvcheck.reporting.timeline import build_timeline, render_plain
+        from kvcheck.reporting.render import render_plain
+        from kvcheck.reporting.timeline import build_timeline
 
         lines = [render_plain(build_timeline(self.result, target=self.target)), self.summary()]
         if self.path is not None:

@@ -5,19 +5,22 @@ committed KV length (expected, and observed when they differ); a bar along the b
 spans each launch from the event that launched it to the event its result arrived at, ending in
 a dot (applied row) or a yellow diamond (stale row). The violating cell is red.
 
-Everything is inline (CSS, SVG, a few lines of script that tag the page once the swimlane has a
-layout box, which the headless-browser test reads): no external assets, so the file can be
-attached to a CI run or an issue and opened anywhere.
+The page is self-contained: its stylesheet and the few lines of script that tag the page once the
+swimlane has a layout box (which the headless-browser test reads) are kept as package data in
+`assets/` and inlined, so the file can be attached to a CI run or an issue and opened anywhere.
 """
 
 from __future__ import annotations
 
 import html
 import os
+from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from kvcheck.reporting.timeline import Cell, Timeline, render_plain
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.reporting.render import render_plain
+from kvcheck.reporting.timeline import Cell, Timeline
 
 COLUMN: Final = 160
 LANE: Final = 78
@@ -161,43 +164,9 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
-_CSS: Final = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px;
-       color: #263238; }
-h1 { font-size: 20px; margin: 0 0 4px; }
-.sub { color: #546e7a; margin: 0 0 16px; }
-.verdict { padding: 10px 14px; border-radius: 6px; margin: 12px 0; }
-.verdict.fail { background: #ffebee; border-left: 5px solid #d50000; }
-.verdict.pass { background: #e8f5e9; border-left: 5px solid #2e7d32; }
-.scroll { overflow-x: auto; border: 1px solid #eceff1; border-radius: 6px; padding: 4px; }
-svg text { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; fill: #263238; }
-svg text.idx { font-weight: bold; }
-svg text.rid { font-weight: bold; font-size: 14px; }
-svg text.note, svg text.phase { fill: #607d8b; font-size: 11px; }
-svg text.bad { fill: #b71c1c; font-weight: bold; }
-svg text.launch-label { font-size: 10px; font-weight: bold; }
-.legend span { display: inline-block; margin-right: 14px; }
-.swatch { display: inline-block; width: 12px; height: 12px; vertical-align: -2px;
-          margin-right: 4px; border: 1px solid #90a4ae; }
-pre { background: #fafafa; padding: 10px; overflow-x: auto; font-size: 12px; }
-"""
-
-# Runs after the SVG is parsed: tags <body> once the swimlane has a real layout box, so a
-# headless browser's DOM dump shows that it rendered (and how big).
-_SCRIPT: Final = """
-(function () {
-  var svg = document.getElementById("swimlane");
-  var box = svg ? svg.getBoundingClientRect() : null;
-  var lanes = document.querySelectorAll("#swimlane g.lane").length;
-  var cells = document.querySelectorAll("#swimlane g.cell").length;
-  var bad = document.querySelectorAll("#swimlane g.cell.violation, #swimlane g.event.violation");
-  if (box && box.width > 0 && box.height > 0) {
-    document.body.setAttribute("data-swimlane",
-      "rendered " + Math.round(box.width) + "x" + Math.round(box.height) +
-      " lanes=" + lanes + " cells=" + cells + " violations=" + bad.length);
-  }
-})();
-"""
+def _asset(name: str) -> str:
+    """A stylesheet or script shipped as package data beside this module (`assets/`)."""
+    return resources.files("kvcheck.reporting").joinpath("assets", name).read_text("utf-8")
 
 
 def render_html(timeline: Timeline, *, heading: str | None = None, summary: str = "") -> str:
@@ -232,7 +201,8 @@ def render_html(timeline: Timeline, *, heading: str | None = None, summary: str 
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)}</title>
-<style>{_CSS}</style>
+<style>
+{_asset("report.css")}</style>
 </head>
 <body>
 <h1>{_e(title)}</h1>
@@ -246,7 +216,8 @@ def render_html(timeline: Timeline, *, heading: str | None = None, summary: str 
 <details open><summary>timeline as text</summary>
 <pre>{_e(render_plain(timeline))}</pre>
 </details>
-<script>{_SCRIPT}</script>
+<script>
+{_asset("report.js")}</script>
 </body>
 </html>
 """
@@ -260,8 +231,6 @@ def write_html(
     summary: str = "",
 ) -> Path:
     """Write the page to `path` (parent directories created); returns the path."""
-    from kvcheck.errors import KvcheckUsageError
-
     out = Path(path)
     try:
         if out.parent and not out.parent.exists():

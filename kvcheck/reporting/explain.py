@@ -1,0 +1,194 @@
+"""One sentence, in the domain's words, on how a run's first violation came about."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from kvcheck.core.scenario import describe_event
+from kvcheck.reporting.facts import RunFacts, short
+
+if TYPE_CHECKING:
+    from kvcheck.core.invariants import Violation
+    from kvcheck.core.run import RunResult
+
+
+_STAT_FIELDS: Final = {
+    "stats-verify-count": ("verify_ct", "spec_verify_ct"),
+    "stats-accepted-drafts": ("drafts", "its accepted-draft counter"),
+    "stats-histogram": ("histogram", "its acceptance histogram"),
+}
+
+
+def explain(result: RunResult) -> str:
+    """One sentence, in the domain's words, on how the run's first violation came about.
+
+    Works on recorded and unrecorded runs (an unrecorded one is replayed with recording first).
+    """
+    violation = result.violation
+    if violation is None:
+        return "no violation"
+    if not result.trace:
+        return violation.message
+    facts = RunFacts(result)
+    try:
+        sentence = _explain(facts, violation)
+    except (IndexError, KeyError, ValueError):  # an odd trace: fall back on the checker's words
+        sentence = None
+    return sentence or violation.message
+
+
+def _sentence(text: str) -> str:
+    """Capitalise a sentence unless it starts with a request id or a code name."""
+    first = text.split(" ", 1)[0]
+    return text[0].upper() + text[1:] if first in ("the", "at", "launch") else text
+
+
+def _change(before: Any, after: Any, what: str) -> str:
+    if before == after:
+        return f"left {what} at {short(before)}"
+    if isinstance(before, int) and isinstance(after, int) and after > before:
+        return f"extended {what} from {before} to {after}"
+    if isinstance(before, int) and isinstance(after, int):
+        return f"reduced {what} from {before} to {after}"
+    return f"changed {what} from {short(before)} to {short(after)}"
+
+
+def _lifecycle(facts: RunFacts, rid: str, index: int) -> str:
+    phase = facts.phase(index, rid)
+    if phase == "finished":
+        at = facts.last_change_to("finished", rid, index)
+        reason = facts.finish_reason(index, rid)
+        return f"{rid} finished at event {at} ({reason})"
+    if phase == "retracted":
+        at = facts.last_change_to("retracted", rid, index)
+        return f"{rid} was retracted at event {at}, which reset its committed length to 0"
+    return f"{rid} is live"
+
+
+def _explain(facts: RunFacts, violation: Violation) -> str | None:
+    index, rid, invariant = violation.event_index, violation.rid, violation.invariant
+    delivery = facts.delivery(index)
+    event_text = describe_event(facts.scenario.events[index])
+    launch_text = ""
+    if delivery is not None:
+        number = delivery.launch.number
+        launched_at = facts.launch_event.get(number)
+        when = f" (launched at event {launched_at})" if launched_at not in (None, index) else ""
+        launch_text = f"the result of launch {number}{when} arrived at event {index}"
+
+    if invariant == "target-raised":
+        if delivery is not None:
+            return f"The resolver raised {violation.observed} when {launch_text}."
+        return f"The resolver raised {violation.observed} at event {index} ({event_text})."
+
+    if invariant == "global-counters" and delivery is not None:
+        stale = [r for r, s in zip(delivery.launch.rids, delivery.stale, strict=True) if s]
+        mode = facts.scenario.config.global_counters
+        rule = "stale rows excluded" if mode == "ideal" else "every row counted"
+        if stale:
+            why = "; ".join(_lifecycle(facts, r, index) for r in stale)
+            return (
+                f"{why}; {launch_text} with stale rows for {', '.join(stale)}, and the resolver "
+                f"wrote the batch-global accepted-draft counter as {short(violation.observed)} "
+                f"where the {mode} rule ({rule}) gives {short(violation.expected)}."
+            )
+        return _sentence(
+            f"{launch_text} and the resolver wrote the batch-global "
+            f"accepted-draft counter as {short(violation.observed)}, expected "
+            f"{short(violation.expected)} ({rule})."
+        )
+
+    if invariant == "runs-aligned" and delivery is not None and rid is not None:
+        row = delivery.launch.rids.index(rid)
+        launch = delivery.launch
+        launched_at = facts.launch_event.get(launch.number, index)
+        switches = facts.stride_switches(launched_at, index)
+        switched = (
+            f"; the worker's stride had switched to {switches[-1][1]} at event {switches[-1][0]}"
+            if switches
+            else ""
+        )
+        return (
+            f"Launch {launch.number} was launched at event {launched_at} with stride "
+            f"{launch.stride}{switched}; when its result arrived at event {index}, the run "
+            f"returned for row {row} ({rid}) was {short(violation.observed)} instead of its "
+            f"first {launch.accepts[row]} token(s) {short(violation.expected)}."
+        )
+
+    if rid is None:
+        return None
+    phase = facts.phase(index, rid)
+    row_text = ""
+    if delivery is not None and rid in delivery.launch.rids:
+        row = delivery.launch.rids.index(rid)
+        kind = "a stale row" if delivery.stale[row] else "a live row"
+        row_text = f"{launch_text} with {kind} for it (accept_len {delivery.launch.accepts[row]})"
+
+    if invariant in _STAT_FIELDS:
+        field, name = _STAT_FIELDS[invariant]
+        before, after = facts.observed(index - 1, rid, field), facts.observed(index, rid, field)
+        if field == "histogram":
+            before, after = dict(before or ()), dict(after or ())
+        elif before is None:
+            before = 0
+        lead = _lifecycle(facts, rid, index) if phase in ("finished", "retracted") else ""
+        happened = row_text or f"at event {index} ({event_text})"
+        joined = f"{lead}; {happened}" if lead else happened
+        return _sentence(
+            f"{joined}, and the resolver {_change(before, after, name)}; expected "
+            f"{short(violation.expected)}."
+        )
+
+    if invariant.startswith("committed-") or invariant == "no-negative":
+        before = facts.observed(index - 1, rid)
+        after = facts.observed(index, rid)
+        if before is None or (
+            phase == "retracted" and facts.last_change_to("retracted", rid, index) == index
+        ):
+            before = 0  # not admitted yet, or reset by the retraction at this very event
+        expected = violation.expected
+        if invariant == "committed-finished-frozen":
+            stale_row = delivery is not None and rid in delivery.launch.rids
+            if facts.scenario.config.convention == "preclaim" and stale_row:
+                should = f"it should have given back the pre-claimed slot ({expected})"
+            else:
+                should = f"it should have stayed at {expected}"
+        elif invariant == "committed-retracted-zero":
+            should = "it should stay 0 until re-admission"
+        elif invariant == "no-negative":
+            should = "it must never go below zero"
+        else:
+            should = f"it should be {expected}" + _live_formula(facts, index, rid)
+        clauses = []
+        if phase in ("finished", "retracted"):
+            clauses.append(_lifecycle(facts, rid, index))
+        if row_text:
+            clauses.append(f"{row_text} and {_change(before, after, 'its committed length')}")
+        else:
+            what = f"{rid}'s committed length"
+            clauses.append(f"at event {index} ({event_text}) {_change(before, after, what)}")
+        return _sentence("; ".join(clauses) + f", but {should}.")
+    return None
+
+
+def _live_formula(facts: RunFacts, index: int, rid: str) -> str:
+    req, admit = facts.request(index, rid), facts.admits.get(rid)
+    if req is None or admit is None or req.phase != "running":
+        return ""
+    terms = [f"prompt {admit.prompt_len}", f"+ outputs {req.outputs}", "- 1"]
+    prefills = [
+        launch
+        for launch in facts.in_flight(index).values()
+        if launch.kind == "prefill" and rid in launch.rids
+    ]
+    if prefills:
+        terms.append(f"+ 1 for prefill launch {prefills[0].number} in flight")
+    if facts.scenario.config.convention == "preclaim" and req.decode_in_flight:
+        numbers = [
+            str(launch.number)
+            for launch in facts.in_flight(index).values()
+            if launch.kind == "decode" and rid in launch.rids
+        ]
+        launches = ", ".join(numbers)
+        terms.append(f"+ {req.decode_in_flight} pre-claimed for decode launch {launches} in flight")
+    return f" ({' '.join(terms)})"
