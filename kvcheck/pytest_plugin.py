@@ -185,7 +185,7 @@ class ReplayItem(_KvcheckItem):
         self.target = target
 
     def runtest(self) -> None:
-        from kvcheck.counterexamples.fileformat import replay
+        from kvcheck.counterexamples.replay import replay
 
         replayed = replay(self.counterexample, self.target, path=_relative(self.path))
         if replayed.violation is not None:
@@ -339,7 +339,8 @@ class PropertyItem(_KvcheckItem):
         self.options = options
 
     def runtest(self) -> None:
-        from kvcheck.counterexamples.fileformat import from_run, replay_command, save
+        from kvcheck.counterexamples.fileformat import save
+        from kvcheck.counterexamples.replay import from_run, replay_command
         from kvcheck.reporting.render import render_plain
         from kvcheck.reporting.timeline import build_timeline
         from kvcheck.search.check import search

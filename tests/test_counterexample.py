@@ -15,13 +15,11 @@ from kvcheck.counterexamples.fileformat import (
     SUFFIX,
     Counterexample,
     SavedViolation,
-    from_run,
     load,
     loads,
-    replay,
-    replay_command,
     save,
 )
+from kvcheck.counterexamples.replay import from_run, replay, replay_command
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
 from kvcheck.reporting.explain import explain
 from kvcheck.targets.loading import load_target

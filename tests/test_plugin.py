@@ -14,7 +14,8 @@ import kvcheck.reporting.timeline
 import kvcheck.search.check
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Admit, Step
-from kvcheck.counterexamples.fileformat import SUFFIX, from_run, save
+from kvcheck.counterexamples.fileformat import SUFFIX, save
+from kvcheck.counterexamples.replay import from_run
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
 

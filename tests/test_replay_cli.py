@@ -18,7 +18,8 @@ import pytest
 from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Admit, Step
-from kvcheck.counterexamples.fileformat import SUFFIX, from_run, load, save
+from kvcheck.counterexamples.fileformat import SUFFIX, load, save
+from kvcheck.counterexamples.replay import from_run
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, NoReturn
 from kvcheck.cli import measure
 from kvcheck.cli import replay as counterexample_cli
 from kvcheck.core.scenario import GLOBAL_COUNTER_MODES
-from kvcheck.counterexamples.fileformat import DEFAULT_DIR, replay_command
+from kvcheck.counterexamples.fileformat import DEFAULT_DIR
+from kvcheck.counterexamples.replay import replay_command
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.reporting.text import format_verdict, verdict_to_json
 from kvcheck.search import DEFAULT_MAX_EXAMPLES

@@ -376,7 +376,8 @@ def _save(
 ) -> tuple[str | None, str | None]:
     if result.failure is None or args.no_save:
         return None, None
-    from kvcheck.counterexamples.fileformat import from_run, replay_command, save
+    from kvcheck.counterexamples.fileformat import save
+    from kvcheck.counterexamples.replay import from_run, replay_command
 
     counterexample = from_run(
         result.failure,

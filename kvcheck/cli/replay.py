@@ -14,16 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from kvcheck.counterexamples.fileformat import (
-    DEFAULT_DIR,
-    Counterexample,
-    Replay,
-    from_verdict,
-    load,
-    replay,
-    replay_command,
-    save,
-)
+from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, load, save
+from kvcheck.counterexamples.replay import Replay, replay, replay_command
 from kvcheck.errors import KvcheckUsageError
 
 if TYPE_CHECKING:
@@ -87,6 +79,8 @@ class Saved:
 
 def save_failure(verdict: Verdict, args: argparse.Namespace) -> Saved | None:
     """Write the failing verdict's counterexample file (and HTML); None when it passed."""
+    from kvcheck.search.check import from_verdict
+
     allow = bool(getattr(args, "allow_unavailable_imports", False))
     counterexample = from_verdict(verdict, allow_unavailable_imports=allow)
     if counterexample is None:
@@ -238,7 +232,7 @@ def replay_to_json(replayed: Replay) -> dict[str, Any]:
         "events": counterexample.to_dict()["events"],
     }
     if violation is not None:
-        from kvcheck.counterexamples.fileformat import jsonable
+        from kvcheck.core.jsonable import jsonable
         from kvcheck.reporting.explain import explain
 
         data["violation"] = {

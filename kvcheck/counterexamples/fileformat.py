@@ -1,18 +1,16 @@
-"""Counterexample files: a failing scenario that outlives the run that found it.
+"""The counterexample file format: a failing scenario that outlives the run that found it.
 
 A counterexample file is JSON (`*.kvcheck.json`) holding everything needed to reproduce a finding
-without Hypothesis: the scenario (config and events, in `kvcheck.core.scenario`'s versioned
-form), the
-target spec it was found against, the violation that was seen, and the kvcheck version that saw
-it. Replaying it (`replay`) runs the scenario once through the engine and the reference model, so
-the same file gives the same answer in a fresh process next week, or a different one once the
-target is fixed.
+without Hypothesis: the scenario (config and events, in `kvcheck.core.scenario`'s versioned form),
+the target spec it was found against, the violation that was seen, and the kvcheck version that
+saw it. This module reads and writes that form and nothing else; replaying a file is
+`kvcheck.counterexamples.replay`.
 
 The file name is derived from a hash of what identifies the finding (scenario, target, invariant,
 event index, request), so finding the same counterexample twice writes the same file.
 
-This module never imports Hypothesis: `kvcheck replay` and the regression tests it generates must
-work wherever kvcheck's engine runs.
+Nothing under `kvcheck.counterexamples` imports Hypothesis (an import-linter contract): `kvcheck
+replay` and the regression tests it generates must work wherever kvcheck's engine runs.
 """
 
 from __future__ import annotations
@@ -24,47 +22,26 @@ import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from kvcheck import __version__
+from kvcheck.core.jsonable import jsonable
 from kvcheck.core.scenario import (
-    SCHEMA_VERSION,
     Scenario,
     check_schema_version,
     scenario_from_dict,
     scenario_to_dict,
 )
-from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
+from kvcheck.errors import ScenarioFormatError
 
 if TYPE_CHECKING:
     from kvcheck.core.invariants import Violation
-    from kvcheck.core.run import RunResult
-    from kvcheck.core.target import Target
-    from kvcheck.search.check import Verdict
 
 FORMAT: Final = "kvcheck-counterexample"
 SUFFIX: Final = ".kvcheck.json"
 DEFAULT_DIR: Final = Path(".kvcheck") / "counterexamples"
-
-ReplayStatus = Literal["same", "different", "none"]
-
-
-def _version() -> str:
-    from kvcheck import __version__
-
-    return __version__
-
-
-def jsonable(value: Any) -> Any:
-    """`value` as plain JSON data: tuples become lists, mapping keys strings, the rest a repr."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return repr(value)
 
 
 @attrs.frozen
@@ -118,7 +95,7 @@ class Counterexample:
     # The target spec replayed by default.
     target: str | None
     violation: SavedViolation | None
-    kvcheck_version: str = attrs.field(factory=_version)
+    kvcheck_version: str = __version__
     # How the convention was chosen when it was found (free text, for people).
     convention_reason: str = ""
     # One sentence in the domain's words (kvcheck.reporting.explain).
@@ -182,47 +159,6 @@ class Counterexample:
 def _slug(text: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
     return slug[-40:].strip("-") or "target"
-
-
-# --- building -----------------------------------------------------------------------------------
-
-
-def from_run(
-    result: RunResult,
-    target: str,
-    *,
-    convention_reason: str = "",
-    allow_unavailable_imports: bool = False,
-) -> Counterexample:
-    """The counterexample of a failing run (recorded or not)."""
-    from kvcheck.reporting.explain import explain
-
-    violation = result.violation
-    if violation is None:
-        raise ValueError("the run has no violation")
-    return Counterexample(
-        scenario=result.scenario,
-        target=target,
-        violation=SavedViolation.from_violation(violation),
-        convention_reason=convention_reason,
-        explanation=explain(result),
-        allow_unavailable_imports=allow_unavailable_imports,
-    )
-
-
-def from_verdict(
-    verdict: Verdict, *, allow_unavailable_imports: bool = False
-) -> Counterexample | None:
-    """The counterexample of a failing verdict; None when it passed."""
-    failure = verdict.outcome.failure
-    if failure is None or failure.violation is None:
-        return None
-    return from_run(
-        failure,
-        verdict.target,
-        convention_reason=verdict.convention_reason,
-        allow_unavailable_imports=allow_unavailable_imports,
-    )
 
 
 # --- files --------------------------------------------------------------------------------------
@@ -338,122 +274,3 @@ def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ScenarioFormatError(f"{key!r} must be a string, got {value!r}")
     return value
-
-
-# --- replay -------------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Replay:
-    """One deterministic replay of a counterexample."""
-
-    counterexample: Counterexample
-    target: str
-    result: RunResult
-    path: str | None = None
-
-    @property
-    def violation(self) -> Violation | None:
-        return self.result.violation
-
-    @property
-    def status(self) -> ReplayStatus:
-        """`same`: the saved finding again; `different`: another violation; `none`: passes."""
-        if self.violation is None:
-            return "none"
-        saved = self.counterexample.violation
-        return "same" if saved is not None and saved.same_as(self.violation) else "different"
-
-    def summary(self) -> str:
-        saved = self.counterexample.violation
-        violation = self.violation
-        if violation is None:
-            was = f"; saved: {saved.where()}" if saved is not None else ""
-            return f"NO VIOLATION  the scenario passes against {self.target}{was}"
-        now = SavedViolation.from_violation(violation).where()
-        if saved is None:
-            return f"VIOLATION   {now}"
-        if self.status == "same":
-            return f"REPRODUCED  {now}: the same invariant at the same event as saved"
-        same_invariant = saved.invariant == violation.invariant
-        how = "the same invariant, elsewhere" if same_invariant else "a different invariant"
-        return f"VIOLATION   {now}: {how} than saved ({saved.where()})"
-
-    def failure_report(self, *, plain: bool = True) -> str:
-        """Timeline, summary, file and replay command: what a failing test should show."""
-        from kvcheck.reporting.render import render_plain
-        from kvcheck.reporting.timeline import build_timeline
-
-        lines = [render_plain(build_timeline(self.result, target=self.target)), self.summary()]
-        if self.path is not None:
-            lines.append(f"counterexample file: {self.path}")
-        lines.append(f"replay with: {replay_command(self.path or '<file>', self)}")
-        return "\n".join(lines)
-
-
-def replay_command(path: str | os.PathLike[str], replayed: Replay | None = None) -> str:
-    command = f"kvcheck replay {_shell_quote(str(path))}"
-    if replayed is not None and replayed.target != replayed.counterexample.target:
-        command += f" --target {_shell_quote(replayed.target)}"
-    return command
-
-
-def _shell_quote(text: str) -> str:
-    if re.fullmatch(r"[A-Za-z0-9_./:@%+=,-]+", text):
-        return text
-    return "'" + text.replace("'", "'\"'\"'") + "'"
-
-
-def replay(
-    counterexample: Counterexample,
-    target: str | Target | None = None,
-    *,
-    path: str | os.PathLike[str] | None = None,
-) -> Replay:
-    """Run the counterexample's scenario once against `target` (default: the saved target).
-
-    Raises `KvcheckUsageError` (exit 2 material) when no target is known or it cannot be loaded.
-    """
-    from kvcheck.core.run import run_scenario
-    from kvcheck.core.target import Target
-    from kvcheck.targets.loading import load_target
-
-    if target is None:
-        if counterexample.target is None:
-            raise ScenarioFormatError("the counterexample names no target; give one with --target")
-        target = counterexample.target
-    allow = counterexample.allow_unavailable_imports
-    if isinstance(target, Target):
-        loaded = target
-    elif path is not None and target == counterexample.target:
-        try:
-            loaded = load_target(target, allow_unavailable=allow)
-        except KvcheckUsageError as exc:
-            raise type(exc)(f"{path}: its saved target {target!r} does not load: {exc}") from None
-    else:
-        loaded = load_target(target, allow_unavailable=allow)
-    result = run_scenario(counterexample.scenario, loaded, record=True)
-    return Replay(counterexample, loaded.spec, result, None if path is None else str(path))
-
-
-def replay_file(path: str | os.PathLike[str], target: str | Target | None = None) -> Replay:
-    return replay(load(path), target, path=path)
-
-
-__all__ = [
-    "DEFAULT_DIR",
-    "FORMAT",
-    "SCHEMA_VERSION",
-    "SUFFIX",
-    "Counterexample",
-    "Replay",
-    "SavedViolation",
-    "from_run",
-    "from_verdict",
-    "load",
-    "loads",
-    "replay",
-    "replay_command",
-    "replay_file",
-    "save",
-]

@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.jsonable import jsonable
 from kvcheck.core.scenario import config_to_dict, event_to_dict
-from kvcheck.counterexamples.fileformat import jsonable
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
 from kvcheck.search.exhaust import Bounds, exhaust
 

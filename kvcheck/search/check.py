@@ -35,6 +35,8 @@ from kvcheck.core.scenario import (
     SwitchStride,
 )
 from kvcheck.core.target import ApiShape, Target
+from kvcheck.counterexamples.fileformat import Counterexample
+from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.shrink import shrink
@@ -306,4 +308,19 @@ def _verdict(
         other_outcomes=others,
         adaptive_reason=options["adaptive_reason"],
         api_shape=options["api_shape"],
+    )
+
+
+def from_verdict(
+    verdict: Verdict, *, allow_unavailable_imports: bool = False
+) -> Counterexample | None:
+    """The counterexample of a failing verdict; None when it passed."""
+    failure = verdict.outcome.failure
+    if failure is None or failure.violation is None:
+        return None
+    return from_run(
+        failure,
+        verdict.target,
+        convention_reason=verdict.convention_reason,
+        allow_unavailable_imports=allow_unavailable_imports,
     )

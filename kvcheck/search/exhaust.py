@@ -53,6 +53,7 @@ import attrs
 
 from kvcheck.core.engine import Engine
 from kvcheck.core.invariants import Violation, check_event
+from kvcheck.core.jsonable import jsonable
 from kvcheck.core.model import Expectation, Launch, ReferenceModel
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
@@ -73,7 +74,6 @@ from kvcheck.core.scenario import (
     SwitchStride,
 )
 from kvcheck.core.target import Target
-from kvcheck.counterexamples.fileformat import jsonable
 from kvcheck.errors import KvcheckUsageError
 
 _COLLECT_EVERY: Final = 20_000

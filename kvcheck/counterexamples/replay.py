@@ -1,0 +1,137 @@
+"""Replaying a counterexample: its scenario run once, deterministically, against the saved target
+or another one, with no Hypothesis involved; and building a counterexample from a failing run.
+
+The same file gives the same answer in a fresh process next week, or a different one once the
+target is fixed (`Replay.status`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Literal
+
+import attrs
+
+from kvcheck.core.invariants import Violation
+from kvcheck.core.run import RunResult, run_scenario
+from kvcheck.core.target import Target
+from kvcheck.counterexamples.fileformat import Counterexample, SavedViolation, load
+from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
+from kvcheck.reporting.explain import explain
+from kvcheck.reporting.render import render_plain
+from kvcheck.reporting.timeline import build_timeline
+from kvcheck.targets.loading import load_target
+
+ReplayStatus = Literal["same", "different", "none"]
+
+
+def from_run(
+    result: RunResult,
+    target: str,
+    *,
+    convention_reason: str = "",
+    allow_unavailable_imports: bool = False,
+) -> Counterexample:
+    """The counterexample of a failing run (recorded or not)."""
+    violation = result.violation
+    if violation is None:
+        raise ValueError("the run has no violation")
+    return Counterexample(
+        scenario=result.scenario,
+        target=target,
+        violation=SavedViolation.from_violation(violation),
+        convention_reason=convention_reason,
+        explanation=explain(result),
+        allow_unavailable_imports=allow_unavailable_imports,
+    )
+
+
+@attrs.frozen
+class Replay:
+    """One deterministic replay of a counterexample."""
+
+    counterexample: Counterexample
+    target: str
+    result: RunResult
+    path: str | None = None
+
+    @property
+    def violation(self) -> Violation | None:
+        return self.result.violation
+
+    @property
+    def status(self) -> ReplayStatus:
+        """`same`: the saved finding again; `different`: another violation; `none`: passes."""
+        if self.violation is None:
+            return "none"
+        saved = self.counterexample.violation
+        return "same" if saved is not None and saved.same_as(self.violation) else "different"
+
+    def summary(self) -> str:
+        saved = self.counterexample.violation
+        violation = self.violation
+        if violation is None:
+            was = f"; saved: {saved.where()}" if saved is not None else ""
+            return f"NO VIOLATION  the scenario passes against {self.target}{was}"
+        now = SavedViolation.from_violation(violation).where()
+        if saved is None:
+            return f"VIOLATION   {now}"
+        if self.status == "same":
+            return f"REPRODUCED  {now}: the same invariant at the same event as saved"
+        same_invariant = saved.invariant == violation.invariant
+        how = "the same invariant, elsewhere" if same_invariant else "a different invariant"
+        return f"VIOLATION   {now}: {how} than saved ({saved.where()})"
+
+    def failure_report(self, *, plain: bool = True) -> str:
+        """Timeline, summary, file and replay command: what a failing test should show."""
+        lines = [render_plain(build_timeline(self.result, target=self.target)), self.summary()]
+        if self.path is not None:
+            lines.append(f"counterexample file: {self.path}")
+        lines.append(f"replay with: {replay_command(self.path or '<file>', self)}")
+        return "\n".join(lines)
+
+
+def replay_command(path: str | os.PathLike[str], replayed: Replay | None = None) -> str:
+    command = f"kvcheck replay {_shell_quote(str(path))}"
+    if replayed is not None and replayed.target != replayed.counterexample.target:
+        command += f" --target {_shell_quote(replayed.target)}"
+    return command
+
+
+def _shell_quote(text: str) -> str:
+    if re.fullmatch(r"[A-Za-z0-9_./:@%+=,-]+", text):
+        return text
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def replay(
+    counterexample: Counterexample,
+    target: str | Target | None = None,
+    *,
+    path: str | os.PathLike[str] | None = None,
+) -> Replay:
+    """Run the counterexample's scenario once against `target` (default: the saved target).
+
+    Raises `KvcheckUsageError` (exit 2 material) when no target is known or it cannot be loaded.
+    """
+    if target is None:
+        if counterexample.target is None:
+            raise ScenarioFormatError("the counterexample names no target; give one with --target")
+        target = counterexample.target
+    allow = counterexample.allow_unavailable_imports
+    if isinstance(target, Target):
+        loaded = target
+    elif path is not None and target == counterexample.target:
+        try:
+            loaded = load_target(target, allow_unavailable=allow)
+        except KvcheckUsageError as exc:
+            raise type(exc)(f"{path}: its saved target {target!r} does not load: {exc}") from None
+    else:
+        loaded = load_target(target, allow_unavailable=allow)
+    result = run_scenario(counterexample.scenario, loaded, record=True)
+    return Replay(counterexample, loaded.spec, result, None if path is None else str(path))
+
+
+def replay_file(path: str | os.PathLike[str], target: str | Target | None = None) -> Replay:
+    return replay(load(path), target, path=path)
