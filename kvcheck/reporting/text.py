@@ -1,4 +1,5 @@
-"""Turning verdicts into text people read and JSON machines read."""
+"""A failure (a violation and its scenario) as text people read and JSON machines read; the
+commands build their reports from these."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from kvcheck.core.scenario import (
 
 if TYPE_CHECKING:
     from kvcheck.core.invariants import Violation
-    from kvcheck.search.check import Verdict
 
 
 def format_events(scenario: Scenario, mark: int | None = None) -> list[str]:
@@ -24,30 +24,6 @@ def format_events(scenario: Scenario, mark: int | None = None) -> list[str]:
         arrow = "   <- violation" if index == mark else ""
         lines.append(f"  {index:>{width}}  {describe_event(event)}{arrow}")
     return lines
-
-
-def format_verdict(verdict: Verdict) -> str:
-    lines = [
-        f"target      {verdict.target}  ({verdict.description})",
-        f"convention  {verdict.convention}  ({verdict.convention_reason})",
-        f"options     global counters {verdict.global_counters}, "
-        f"adaptive {'on' if verdict.adaptive else 'off'}"
-        + (f" ({verdict.adaptive_reason})" if verdict.adaptive_reason.startswith("auto") else ""),
-    ]
-    if verdict.api_shape is not None:
-        lines.append(f"api shape   {verdict.api_shape.summary()}")
-    violation, scenario = verdict.violation, verdict.counterexample
-    if violation is None or scenario is None:
-        lines.append(
-            f"PASS        no violation in {verdict.examples} scenarios ({verdict.seconds:.2f} s)"
-        )
-        return "\n".join(lines)
-    lines += [
-        *format_failure(violation, scenario),
-        f"found after {verdict.outcome.examples_to_failure} scenarios; "
-        f"{verdict.examples} run in {verdict.seconds:.2f} s including shrinking",
-    ]
-    return "\n".join(lines)
 
 
 def format_failure(violation: Violation, scenario: Scenario, headline: str = "") -> list[str]:
@@ -69,24 +45,3 @@ def failure_to_json(violation: Violation, scenario: Scenario) -> dict[str, Any]:
         "events": [event_to_dict(e) for e in scenario.events],
         "config": config_to_dict(scenario.config),
     }
-
-
-def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "verdict": verdict.verdict,
-        "target": verdict.target,
-        "convention": verdict.convention,
-        "convention_reason": verdict.convention_reason,
-        "global_counters": verdict.global_counters,
-        "adaptive": verdict.adaptive,
-        "examples": verdict.examples,
-        "seconds": round(verdict.seconds, 3),
-        "adaptive_reason": verdict.adaptive_reason,
-        "api_shape": verdict.api_shape.to_dict() if verdict.api_shape is not None else None,
-    }
-    violation, scenario = verdict.violation, verdict.counterexample
-    if violation is not None and scenario is not None:
-        data |= failure_to_json(violation, scenario)
-        data["examples_to_failure"] = verdict.outcome.examples_to_failure
-        data["counterexample_file"] = None
-    return data

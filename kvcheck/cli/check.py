@@ -1,0 +1,261 @@
+"""`kvcheck check TARGET`, and the bare `kvcheck` demo on the built-in seed resolvers.
+
+A failure is saved as a counterexample file (and, with --html, an HTML timeline) and printed with
+its timeline and the command that replays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from kvcheck.cli.options import (
+    EXIT_OK,
+    EXIT_VIOLATION,
+    add_json_option,
+    add_judging_options,
+    positive_int,
+    seed,
+)
+from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, save
+from kvcheck.counterexamples.replay import replay_command
+from kvcheck.reporting.html import write_html
+from kvcheck.reporting.render import print_timeline
+from kvcheck.reporting.text import failure_to_json, format_failure
+from kvcheck.reporting.timeline import build_timeline
+from kvcheck.search import DEFAULT_MAX_EXAMPLES
+from kvcheck.targets.loading import DEFAULT_TARGETS, load_target
+
+if TYPE_CHECKING:
+    from hypothesis.database import ExampleDatabase
+
+    from kvcheck.search.check import Verdict
+
+# Hypothesis (kvcheck.search.check, kvcheck.search.profiles) is imported when a check runs, not
+# when the parser is built: `kvcheck replay` shares this front door and must run without it.
+
+
+def add_parser(commands: Any) -> None:
+    """Register `check` on the front door's subparsers."""
+    parser = commands.add_parser(
+        "check",
+        help="search for a scenario on which TARGET breaks an invariant",
+        description=(
+            "TARGET is builtin:NAME, package.module:Qualname or path/to/file.py::Qualname. "
+            "Exit 0: no violation found; 1: violation found; 2: usage or load error."
+        ),
+    )
+    parser.add_argument("target")
+    add_judging_options(
+        parser,
+        global_counters_default="ideal",
+        adaptive_help=(
+            "switch strides between launch and delivery (default: on exactly when the target "
+            "feeds the adaptive controller, as SGLang 0.5.12+ does)"
+        ),
+    )
+    parser.add_argument(
+        "--max-examples", type=positive_int, default=DEFAULT_MAX_EXAMPLES, metavar="N"
+    )
+    parser.add_argument("--seed", type=seed, default=None, metavar="N")
+    add_json_option(parser)
+    group = parser.add_argument_group("counterexamples and reports")
+    group.add_argument(
+        "--save-dir",
+        default=str(DEFAULT_DIR),
+        metavar="DIR",
+        help=f"where a failure's counterexample file is written (default: {DEFAULT_DIR})",
+    )
+    group.add_argument(
+        "--no-save", action="store_true", help="do not write a counterexample file on failure"
+    )
+    group.add_argument(
+        "--html", metavar="FILE", help="on failure, write an HTML timeline (SVG swimlane) here"
+    )
+    group.add_argument(
+        "--database",
+        metavar="DIR",
+        default=None,
+        help="Hypothesis example database directory (default: .hypothesis/examples); failures "
+        "found before are tried first",
+    )
+    group.add_argument(
+        "--no-database",
+        action="store_true",
+        help="use no example database (a search then depends only on --seed)",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvcheck.search.check import check
+
+    target = load_target(args.target, allow_unavailable=args.allow_unavailable_imports)
+    verdict = check(
+        target,
+        convention=args.convention,
+        global_counters=args.global_counters,
+        adaptive=args.adaptive,
+        max_examples=args.max_examples,
+        seed=args.seed,
+        database=database_for(args),
+    )
+    saved = save_failure(verdict, args)
+    if args.json:
+        report = verdict_to_json(verdict) | json_fields(saved)
+        print(json.dumps(report, indent=2, default=repr))
+    else:
+        print(format_verdict(verdict))
+        print_failure(verdict, saved)
+    return EXIT_OK if verdict.passed else EXIT_VIOLATION
+
+
+def run_default_job() -> int:
+    """The main job on the built-in default: what kvcheck finds in the seed resolvers."""
+    from kvcheck.search.check import check
+
+    print("kvcheck: checking the built-in seed resolvers (kvcheck check TARGET for your own)\n")
+    verdicts: list[Verdict] = []
+    save_options = argparse.Namespace(save_dir=str(DEFAULT_DIR), no_save=False, html=None)
+    for spec in DEFAULT_TARGETS:
+        verdict = check(spec, seed=0)
+        verdicts.append(verdict)
+        print(format_verdict(verdict))
+        saved = save_failure(verdict, save_options)
+        if saved is not None:
+            print(f"replay with: {replay_command(saved.path)}")
+        print()
+    found = sum(not v.passed for v in verdicts)
+    print(
+        f"summary: {found} of {len(verdicts)} built-in targets break an invariant; "
+        "rerun one with `kvcheck check builtin:NAME`"
+    )
+    # The demo ran as intended whatever it found; `kvcheck check` carries the verdict exit codes.
+    return EXIT_OK
+
+
+def database_for(args: argparse.Namespace) -> ExampleDatabase | None:
+    """The example database `kvcheck check` searches with."""
+    if getattr(args, "no_database", False):
+        return None
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    from kvcheck.search.profiles import DEFAULT_DATABASE_DIR
+
+    return DirectoryBasedExampleDatabase(getattr(args, "database", None) or DEFAULT_DATABASE_DIR)
+
+
+# --- a failure's files -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Saved:
+    """What `kvcheck check` wrote for a failure ("" for what it did not write)."""
+
+    counterexample: Counterexample
+    path: str
+    html: str
+
+
+def save_failure(verdict: Verdict, args: argparse.Namespace) -> Saved | None:
+    """Write the failing verdict's counterexample file (and HTML); None when it passed."""
+    from kvcheck.search.check import from_verdict
+
+    allow = bool(getattr(args, "allow_unavailable_imports", False))
+    counterexample = from_verdict(verdict, allow_unavailable_imports=allow)
+    if counterexample is None:
+        return None
+    path = "" if getattr(args, "no_save", False) else str(save(counterexample, args.save_dir))
+    html = getattr(args, "html", None) or ""
+    if html:
+        failure = verdict.outcome.failure
+        assert failure is not None
+        write_html(
+            build_timeline(failure, target=verdict.target),
+            html,
+            heading=f"kvcheck check {verdict.target}",
+            summary=f"counterexample file: {path}" if path else "",
+        )
+    return Saved(counterexample, path, html)
+
+
+# --- reports -----------------------------------------------------------------------------------
+
+
+def print_failure(verdict: Verdict, saved: Saved | None) -> None:
+    """After the text verdict: the timeline, the file and how to replay it."""
+    failure = verdict.outcome.failure
+    if failure is None or saved is None:
+        return
+    print()
+    sys.stdout.flush()
+    print_timeline(build_timeline(failure, target=verdict.target))
+    print()
+    if saved.path:
+        print(f"counterexample saved to {saved.path}")
+        print(f"replay with: {replay_command(saved.path)}")
+    if saved.html:
+        print(f"HTML timeline written to {saved.html}")
+
+
+def format_verdict(verdict: Verdict) -> str:
+    """The text report of a verdict: target, convention, options, API shape, PASS or FAIL."""
+    lines = [
+        f"target      {verdict.target}  ({verdict.description})",
+        f"convention  {verdict.convention}  ({verdict.convention_reason})",
+        f"options     global counters {verdict.global_counters}, "
+        f"adaptive {'on' if verdict.adaptive else 'off'}"
+        + (f" ({verdict.adaptive_reason})" if verdict.adaptive_reason.startswith("auto") else ""),
+    ]
+    if verdict.api_shape is not None:
+        lines.append(f"api shape   {verdict.api_shape.summary()}")
+    violation, scenario = verdict.violation, verdict.counterexample
+    if violation is None or scenario is None:
+        lines.append(
+            f"PASS        no violation in {verdict.examples} scenarios ({verdict.seconds:.2f} s)"
+        )
+        return "\n".join(lines)
+    lines += [
+        *format_failure(violation, scenario),
+        f"found after {verdict.outcome.examples_to_failure} scenarios; "
+        f"{verdict.examples} run in {verdict.seconds:.2f} s including shrinking",
+    ]
+    return "\n".join(lines)
+
+
+def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
+    """The `--json` report of a verdict (fields listed in CHANGELOG.md)."""
+    data: dict[str, Any] = {
+        "verdict": verdict.verdict,
+        "target": verdict.target,
+        "convention": verdict.convention,
+        "convention_reason": verdict.convention_reason,
+        "global_counters": verdict.global_counters,
+        "adaptive": verdict.adaptive,
+        "examples": verdict.examples,
+        "seconds": round(verdict.seconds, 3),
+        "adaptive_reason": verdict.adaptive_reason,
+        "api_shape": verdict.api_shape.to_dict() if verdict.api_shape is not None else None,
+    }
+    violation, scenario = verdict.violation, verdict.counterexample
+    if violation is not None and scenario is not None:
+        data |= failure_to_json(violation, scenario)
+        data["examples_to_failure"] = verdict.outcome.examples_to_failure
+        data["counterexample_file"] = None
+    return data
+
+
+def json_fields(saved: Saved | None) -> dict[str, Any]:
+    """The fields a saved failure adds to the `--json` report."""
+    if saved is None:
+        return {}
+    return {
+        "counterexample_file": saved.path or None,
+        "replay_command": replay_command(saved.path) if saved.path else None,
+        "explanation": saved.counterexample.explanation,
+        "html_report": saved.html or None,
+    }

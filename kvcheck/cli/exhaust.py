@@ -1,0 +1,265 @@
+"""`kvcheck exhaust TARGET`: every scenario within bounds, breadth-first, states merged; a PASS is
+a proof within the bounds and a FAIL comes with a shortest counterexample."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from kvcheck.cli.options import (
+    EXIT_OK,
+    EXIT_VIOLATION,
+    add_json_option,
+    add_judging_options,
+    eos_list,
+    event_kinds,
+    int_list,
+    non_negative_int,
+    overlap_modes,
+    positive_int,
+    seconds,
+)
+from kvcheck.core.scenario import EVENT_KINDS
+from kvcheck.core.target import Target
+from kvcheck.counterexamples.fileformat import DEFAULT_DIR, save
+from kvcheck.counterexamples.replay import from_run, replay_command
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.mutants import get as get_entry
+from kvcheck.mutants.registry import SPEC_PREFIX
+from kvcheck.reporting.render import print_timeline
+from kvcheck.reporting.text import failure_to_json, format_failure
+from kvcheck.reporting.timeline import build_timeline
+from kvcheck.search.exhaust import Bounds, ExhaustResult, default_adaptive, exhaust
+from kvcheck.targets.loading import load_target
+
+
+def add_parser(commands: Any) -> None:
+    """Register `exhaust` on the front door's subparsers."""
+    exhaust = commands.add_parser(
+        "exhaust",
+        help="check every scenario within bounds, breadth-first; shortest counterexample",
+        description=(
+            "Enumerates every scenario within the bounds, shortest first, merging scenarios "
+            "that reach the same state, and checks every invariant after every event. TARGET "
+            "is builtin:NAME, mutant:NAME, package.module:Qualname or path/to/file.py::Qualname. "
+            "Exit 0: no violation within the bounds (or a time/state limit stopped the search "
+            "first: verdict 'incomplete'); 1: a violation, with a shortest counterexample; 2: "
+            "usage or load error."
+        ),
+    )
+    exhaust.add_argument("target")
+    bounds = exhaust.add_argument_group("bounds")
+    default = Bounds()
+    bounds.add_argument(
+        "--requests", type=positive_int, default=default.requests, metavar="N", help="default 2"
+    )
+    bounds.add_argument(
+        "--events",
+        type=non_negative_int,
+        default=default.events,
+        metavar="N",
+        help="longest scenario, every event counted (default 8; 0: unbounded, needs --steps)",
+    )
+    bounds.add_argument(
+        "--steps",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="at most N step events per scenario (default: only --events bounds them)",
+    )
+    bounds.add_argument(
+        "--max-accept", type=positive_int, default=default.max_accept, metavar="N", help="default 3"
+    )
+    bounds.add_argument(
+        "--strides", type=int_list, default=default.strides, metavar="S,S", help="default 2,3"
+    )
+    bounds.add_argument(
+        "--kinds",
+        type=event_kinds,
+        default=default.kinds,
+        metavar="K,K",
+        help=f"event kinds to enumerate (default all: {','.join(EVENT_KINDS)})",
+    )
+    bounds.add_argument("--prompt-lens", type=int_list, default=default.prompt_lens, metavar="P,P")
+    bounds.add_argument("--max-new", type=int_list, default=default.max_new, metavar="M,M")
+    bounds.add_argument(
+        "--eos", type=eos_list, default=default.eos, metavar="E,E", help="default none,2"
+    )
+    bounds.add_argument(
+        "--overlap", type=overlap_modes, default=default.overlap, help="on, off or both (default)"
+    )
+    judge = exhaust.add_argument_group("judging")
+    add_judging_options(
+        judge,
+        global_counters_default=None,
+        adaptive_help="stride switching (default: on when switch_stride events have two strides)",
+    )
+    limits = exhaust.add_argument_group("limits and output")
+    limits.add_argument("--time-limit", type=seconds, default=None, metavar="SECONDS")
+    limits.add_argument("--max-states", type=positive_int, default=None, metavar="N")
+    limits.add_argument(
+        "--no-merge", action="store_true", help="do not merge equal states (slow; cross-check)"
+    )
+    limits.add_argument("--save-dir", default=str(DEFAULT_DIR), metavar="DIR")
+    limits.add_argument("--no-save", action="store_true")
+    add_json_option(limits)
+    exhaust.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.events == 0 and args.steps is None:
+        raise KvcheckUsageError("--events 0 (unbounded) needs a --steps bound")
+    bounds = Bounds(
+        requests=args.requests,
+        events=args.events or None,
+        steps=args.steps,
+        max_accept=args.max_accept,
+        strides=args.strides,
+        kinds=args.kinds,
+        prompt_lens=args.prompt_lens,
+        max_new=args.max_new,
+        eos=args.eos,
+        overlap=args.overlap,
+    )
+    target, defaults = _load_exhaust_target(args.target, args.allow_unavailable_imports)
+    convention, convention_reason = _exhaust_convention(args.convention, target, defaults)
+    global_counters = args.global_counters or defaults.get("global_counters", "ideal")
+    if args.adaptive is not None:
+        adaptive, adaptive_reason = args.adaptive, "given"
+    elif "adaptive" in defaults:
+        adaptive, adaptive_reason = defaults["adaptive"], "as the corpus entry is judged"
+    else:
+        adaptive = default_adaptive(bounds)
+        adaptive_reason = (
+            "switch_stride events between two or more strides"
+            if adaptive
+            else "no stride switches within the bounds"
+        )
+    result = exhaust(
+        target,
+        bounds,
+        convention=convention,
+        global_counters=global_counters,
+        adaptive=adaptive,
+        merge=not args.no_merge,
+        max_states=args.max_states,
+        time_limit=args.time_limit,
+    )
+    saved_path, replay = _save(result, args, convention_reason)
+    if args.json:
+        report = exhaust_to_json(result) | {
+            "convention_reason": convention_reason,
+            "adaptive_reason": adaptive_reason,
+        }
+        if result.failure is not None:
+            report["counterexample_file"] = saved_path
+            report["replay_command"] = replay
+        print(json.dumps(report, indent=2, default=repr))
+    else:
+        print(format_exhaust(result, convention_reason, adaptive_reason, target.description))
+        if result.failure is not None:
+            print()
+            sys.stdout.flush()
+            print_timeline(build_timeline(result.failure, target=result.target))
+            if saved_path:
+                print()
+                print(f"counterexample saved to {saved_path}")
+                print(f"replay with: {replay}")
+    return EXIT_VIOLATION if result.failure is not None else EXIT_OK
+
+
+def _load_exhaust_target(spec: str, allow_unavailable: bool) -> tuple[Target, dict[str, Any]]:
+    """The target, and the judging options a corpus entry is annotated with (mutant:NAME)."""
+    if spec.strip().startswith(SPEC_PREFIX):
+        entry = get_entry(spec.strip())
+        defaults = {
+            "convention": entry.convention,
+            "global_counters": entry.global_counters,
+            "adaptive": entry.adaptive,
+        }
+        return entry.target(), defaults
+    return load_target(spec, allow_unavailable=allow_unavailable), {}
+
+
+def _exhaust_convention(choice: str, target: Target, defaults: dict[str, Any]) -> tuple[Any, str]:
+    if choice != "auto":
+        return choice, f"convention {choice} (given)"
+    if "convention" in defaults:
+        return defaults["convention"], "as the corpus entry is annotated"
+    return target.shape.convention, target.shape.convention_reason
+
+
+def _save(
+    result: ExhaustResult, args: argparse.Namespace, convention_reason: str
+) -> tuple[str | None, str | None]:
+    if result.failure is None or args.no_save:
+        return None, None
+    counterexample = from_run(
+        result.failure,
+        result.target,
+        convention_reason=convention_reason,
+        allow_unavailable_imports=args.allow_unavailable_imports,
+    )
+    path = str(save(counterexample, args.save_dir))
+    return path, replay_command(path)
+
+
+def format_exhaust(
+    result: ExhaustResult,
+    convention_reason: str = "",
+    adaptive_reason: str = "",
+    description: str = "",
+) -> str:
+    about = f"  ({description})" if description else ""
+    conv = f"  ({convention_reason})" if convention_reason else ""
+    why = f" ({adaptive_reason})" if adaptive_reason else ""
+    lines = [
+        f"target      {result.target}{about}",
+        f"convention  {result.convention}{conv}",
+        f"options     global counters {result.global_counters}, "
+        f"adaptive {'on' if result.adaptive else 'off'}{why}",
+        f"bounds      {result.bounds.describe()}",
+        f"explored    {result.scenarios} scenarios, {result.states} distinct states, "
+        f"lengths up to {result.depth}, in {result.seconds:.2f} s "
+        f"({result.states_per_second:.0f} states/s)",
+    ]
+    failure, violation = result.failure, result.violation
+    if failure is None or violation is None:
+        if result.complete:
+            lines.append("PASS        no violation within bounds")
+        else:
+            lines.append(
+                f"INCOMPLETE  no violation in scenarios of up to {result.depth} events; a time "
+                "or state limit stopped the search before the bounds were cleared"
+            )
+        return "\n".join(lines)
+    scenario = failure.scenario
+    headline = f"shortest counterexample ({len(scenario.events)} events): "
+    lines += format_failure(violation, scenario, headline)
+    others = sorted(result.minimal_invariants - {violation.invariant})
+    if others:
+        lines.append(f"other counterexamples of this length break: {', '.join(others)}")
+    return "\n".join(lines)
+
+
+def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "verdict": result.verdict,
+        "target": result.target,
+        "convention": result.convention,
+        "global_counters": result.global_counters,
+        "adaptive": result.adaptive,
+        "bounds": result.bounds.to_dict(),
+        "scenarios": result.scenarios,
+        "states": result.states,
+        "depth": result.depth,
+        "complete": result.complete,
+        "seconds": round(result.seconds, 3),
+    }
+    violation, scenario = result.violation, result.counterexample
+    if violation is not None and scenario is not None:
+        data |= failure_to_json(violation, scenario)
+        data["minimal_invariants"] = sorted(result.minimal_invariants)
+    return data

@@ -1,0 +1,104 @@
+"""`kvcheck mutants`: the kill matrix. Every mutant of the corpus (`kvcheck.mutants`) must be
+caught, every correct rewrite must pass; the harness measured against itself."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from kvcheck import mutants as corpus
+from kvcheck.cli.options import EXIT_OK, EXIT_VIOLATION, add_json_option, positive_int, seed
+from kvcheck.mutants import matrix
+
+
+def add_parser(commands: Any) -> None:
+    """Register `mutants` on the front door's subparsers."""
+    mutants = commands.add_parser(
+        "mutants",
+        help="run the mutant kill matrix: every corpus mutant must be caught, every rewrite pass",
+        description=(
+            "Runs kvcheck's search on every resolver of the mutant corpus (kvcheck.mutants) "
+            "under its annotated convention and options, and the exhaustive search for each "
+            "mutant's shortest counterexample. Exit 0: every mutant killed and every correct "
+            "rewrite passed; 1: a mutant survived or a rewrite failed; 2: usage error."
+        ),
+    )
+    mutants.add_argument("--max-examples", type=positive_int, default=300, metavar="N")
+    mutants.add_argument("--seed", type=seed, default=0, metavar="N", help="default: 0")
+    mutants.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="run only this entry (repeatable; mutant:NAME or NAME)",
+    )
+    mutants.add_argument(
+        "--no-exhaustive",
+        action="store_true",
+        help="skip the exhaustive minimum (no shrink ratio)",
+    )
+    mutants.add_argument(
+        "--jobs", type=positive_int, default=1, metavar="N", help="worker processes (default 1)"
+    )
+    mutants.add_argument(
+        "--list", action="store_true", help="list the corpus without running anything"
+    )
+    add_json_option(mutants)
+    mutants.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    entries = corpus.ENTRIES
+    if args.only:
+        entries = tuple(corpus.get(name) for name in dict.fromkeys(args.only))
+    if args.list:
+        return _list_corpus(entries, as_json=args.json)
+    if not args.json:
+        print(matrix.format_header(len(entries), args.max_examples, args.seed), flush=True)
+
+    def progress(row: matrix.Row) -> None:
+        if not args.json:
+            print(matrix.format_row(row), flush=True)
+
+    result = matrix.run_matrix(
+        entries,
+        max_examples=args.max_examples,
+        seed=args.seed,
+        exhaustive=not args.no_exhaustive,
+        jobs=args.jobs,
+        progress=progress,
+    )
+    if args.json:
+        print(json.dumps(matrix.matrix_to_json(result), indent=2, default=repr))
+    else:
+        print(matrix.format_tail(result))  # the rows were printed as they finished
+    return EXIT_OK if result.summary.passed else EXIT_VIOLATION
+
+
+def _list_corpus(entries: Any, *, as_json: bool) -> int:
+    rows = [
+        {
+            "name": e.name,
+            "kind": e.kind,
+            "generation": e.generation.versions,
+            "convention": e.convention,
+            "global_counters": e.global_counters,
+            "adaptive": e.adaptive,
+            "expect": e.expect,
+            "origin": e.origin,
+            "spec": e.spec,
+            "summary": e.summary,
+        }
+        for e in entries
+    ]
+    if as_json:
+        print(json.dumps({"entries": rows}, indent=2))
+        return EXIT_OK
+    for row in rows:
+        expect = row["expect"] or "must pass"
+        print(
+            f"{row['kind']:<8} {row['name']:<32} SGLang {row['generation']:<14} "
+            f"{row['convention']:<9} {expect:<26} {row['summary']}"
+        )
+    return EXIT_OK

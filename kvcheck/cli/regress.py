@@ -1,0 +1,56 @@
+"""`kvcheck regress FILE`: a counterexample file turned into a standalone pytest regression test
+that fails while the bug is there and passes once it is fixed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvcheck.cli.options import EXIT_OK
+from kvcheck.counterexamples.fileformat import load
+from kvcheck.counterexamples.regress import function_name, regression_test
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.targets.loading import load_target
+
+
+def add_parser(commands: Any) -> None:
+    """Register `regress` on the front door's subparsers."""
+    regress_parser = commands.add_parser(
+        "regress",
+        help="turn a counterexample file into a standalone pytest regression test",
+        description=(
+            "Print (or write with --out) a pytest module that replays the counterexample against "
+            "its target and asserts that no invariant is violated: it fails while the bug is "
+            "there and passes once it is fixed."
+        ),
+    )
+    regress_parser.add_argument("file", help="a *.kvcheck.json counterexample file")
+    regress_parser.add_argument("--out", metavar="PATH", help="write the test here (e.g. tests/)")
+    regress_parser.add_argument(
+        "--target", default=None, help="the target the test replays (default: the saved one)"
+    )
+    regress_parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    counterexample = load(args.file)
+    target = args.target or counterexample.target
+    if target is None:
+        raise KvcheckUsageError(f"{args.file} names no target; give one with --target")
+    load_target(target)  # a target that no longer exists is an error now, not in the test
+    text = regression_test(counterexample, source=args.file, target=target)
+    if not args.out:
+        sys.stdout.write(text)
+        return EXIT_OK
+    out = Path(args.out)
+    if out.is_dir() or args.out.endswith(("/", "\\")):
+        out = out / f"test_kvcheck_{function_name(counterexample)}.py"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise KvcheckUsageError(f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
+    print(f"wrote {out}")
+    return EXIT_OK
