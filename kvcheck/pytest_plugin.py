@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
-from kvcheck.counterexamples.fileformat import SUFFIX
+from kvcheck.counterexamples.fileformat import SUFFIX, load
 from kvcheck.errors import KvcheckUsageError
 
 if TYPE_CHECKING:
@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from kvcheck.core.scenario import Convention, GlobalCounterMode
     from kvcheck.core.target import Target
     from kvcheck.counterexamples.fileformat import Counterexample
+
+# pytest loads this plugin in every session of every project that has kvcheck installed, so the
+# engine, the reporting and Hypothesis are imported inside the hooks that use them (the imports
+# marked `light plugin`), never at module level.
 
 GROUP: Final = "kvcheck"
 
@@ -151,8 +155,7 @@ class CounterexampleFile(pytest.File):
     """A `*.kvcheck.json` file: one replay item."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        from kvcheck.counterexamples.fileformat import load
-        from kvcheck.targets.loading import load_target
+        from kvcheck.targets.loading import load_target  # light plugin
 
         counterexample = load(self.path)
         if counterexample.target is None:
@@ -185,7 +188,7 @@ class ReplayItem(_KvcheckItem):
         self.target = target
 
     def runtest(self) -> None:
-        from kvcheck.counterexamples.replay import replay
+        from kvcheck.counterexamples.replay import replay  # light plugin
 
         replayed = replay(self.counterexample, self.target, path=_relative(self.path))
         if replayed.violation is not None:
@@ -233,6 +236,7 @@ class _SearchOptions:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> _SearchOptions:
+        # light plugin: Hypothesis only when property items are asked for
         from hypothesis import settings
         from hypothesis.errors import InvalidArgument
 
@@ -277,8 +281,8 @@ class _SearchOptions:
 def _property_items(
     session: pytest.Session, spec: str, options: _SearchOptions
 ) -> list[pytest.Item]:
-    from kvcheck.search.check import detect_convention
-    from kvcheck.targets.loading import load_target
+    from kvcheck.search.check import detect_convention  # light plugin
+    from kvcheck.targets.loading import load_target  # light plugin
 
     try:
         target = load_target(spec)
@@ -339,6 +343,7 @@ class PropertyItem(_KvcheckItem):
         self.options = options
 
     def runtest(self) -> None:
+        # light plugin: the search, the reporting and saving only when a property item runs
         from kvcheck.counterexamples.fileformat import save
         from kvcheck.counterexamples.replay import from_run, replay_command
         from kvcheck.reporting.render import render_plain

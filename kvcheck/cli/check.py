@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 # Hypothesis (kvcheck.search.check, kvcheck.search.profiles) is imported when a check runs, not
 # when the parser is built: `kvcheck replay` shares this front door and must run without it.
+# Those imports are marked where they are.
 
 
 def add_parser(commands: Any) -> None:
@@ -92,7 +93,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvcheck.search.check import check
+    from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
     target = load_target(args.target, allow_unavailable=args.allow_unavailable_imports)
     verdict = check(
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_default_job() -> int:
     """The main job on the built-in default: what kvcheck finds in the seed resolvers."""
-    from kvcheck.search.check import check
+    from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
     print("kvcheck: checking the built-in seed resolvers (kvcheck check TARGET for your own)\n")
     verdicts: list[Verdict] = []
@@ -142,6 +143,7 @@ def database_for(args: argparse.Namespace) -> ExampleDatabase | None:
     """The example database `kvcheck check` searches with."""
     if getattr(args, "no_database", False):
         return None
+    # Hypothesis: only when a check runs
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     from kvcheck.search.profiles import DEFAULT_DATABASE_DIR
@@ -163,7 +165,7 @@ class Saved:
 
 def save_failure(verdict: Verdict, args: argparse.Namespace) -> Saved | None:
     """Write the failing verdict's counterexample file (and HTML); None when it passed."""
-    from kvcheck.search.check import from_verdict
+    from kvcheck.search.check import from_verdict  # Hypothesis: only when a check ran
 
     allow = bool(getattr(args, "allow_unavailable_imports", False))
     counterexample = from_verdict(verdict, allow_unavailable_imports=allow)

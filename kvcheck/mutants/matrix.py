@@ -24,6 +24,7 @@ from kvcheck.core.jsonable import jsonable
 from kvcheck.core.scenario import config_to_dict, event_to_dict
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
 from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.targets.loading import load_target
 
 # Where each mutant's shortest counterexample is looked for: the default exhaustive bounds plus a
 # length cap of 2 so over-shoot by length is reachable in one decode row.
@@ -197,7 +198,7 @@ def shrink_gap_reason(row: Row) -> str:
 
 def search_entry(entry: Entry, *, max_examples: int, seed: int | None) -> Any:
     """`kvcheck check`'s search on one entry under its annotated options (no database)."""
-    from kvcheck.search.check import search
+    from kvcheck.search.check import search  # Hypothesis: not when the CLI merely starts
 
     return search(
         entry.target(),
@@ -278,8 +279,7 @@ def exhaustive_minimum(entry: Entry, bounds: Bounds = MINIMUM_BOUNDS) -> Any:
 def warm_up() -> None:
     """Import torch, probe and search once, so that the first entry's time to kill in a
     process is not spent importing and building strategies."""
-    from kvcheck.search.check import search
-    from kvcheck.targets.loading import load_target
+    from kvcheck.search.check import search  # Hypothesis: not when the CLI merely starts
 
     search(load_target("builtin:reference"), convention="preclaim", max_examples=5, seed=0)
 

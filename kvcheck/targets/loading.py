@@ -20,6 +20,7 @@ from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
 from kvcheck.targets.api_shape import probe_target
 from kvcheck.targets.builtins import BUILTINS
+from kvcheck.targets.source import load_from_source
 
 DEFAULT_TARGETS = ("builtin:seed-prefix", "builtin:seed-fixed")
 
@@ -56,8 +57,6 @@ def _load_source(spec: str, allow_unavailable: bool = False) -> Target:
     path, _, qualname = spec.partition("::")
     if not path or not qualname:
         raise TargetLoadError(f"malformed target {spec!r}; expected path/to/file.py::Qualname")
-    from kvcheck.targets.source import load_from_source
-
     loaded = load_from_source(path, qualname, allow_unavailable=allow_unavailable)
     return probe_target(spec, loaded.resolver, loaded.description, loaded.self_methods)
 
