@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from kvcheck.core.run import RunResult, run_scenario
     from kvcheck.core.target import Target
     from kvcheck.search.check import Verdict, check, detect_convention
-from kvcheck.targets.loading import load_target
+    from kvcheck.targets.loading import load_target
 
 __version__ = "0.1.0"
 
@@ -22,7 +22,7 @@ _LAZY = {
     "detect_convention": "kvcheck.search.check",
     "RunResult": "kvcheck.core.run",
     "run_scenario": "kvcheck.core.run",
-    "Target": "kvcheck.targets.loading",
+    "Target": "kvcheck.core.target",
     "load_target": "kvcheck.targets.loading",
 }
 
