@@ -4,6 +4,7 @@ decoding resolvers under overlap scheduling (SGLang's spec-v2 path first)."""
 from typing import TYPE_CHECKING, Any
 
 from kvcheck.core.scenario import Abort, Admit, Config, Retract, Scenario, Step, SwitchStride
+from kvcheck.version import VERSION
 
 if TYPE_CHECKING:
     from kvcheck.core.run import RunResult, run_scenario
@@ -11,7 +12,7 @@ if TYPE_CHECKING:
     from kvcheck.search.check import Verdict, check, detect_convention
     from kvcheck.targets.loading import load_target
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 # Imported on first use: `kvcheck.search.check` pulls in Hypothesis and the engine pulls in
 # torch, and neither may load for `kvcheck replay` (no Hypothesis) or when pytest merely loads

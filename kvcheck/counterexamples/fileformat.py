@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from kvcheck import __version__
 from kvcheck.core.jsonable import jsonable
 from kvcheck.core.scenario import (
     Scenario,
@@ -35,6 +34,7 @@ from kvcheck.core.scenario import (
     scenario_to_dict,
 )
 from kvcheck.errors import ScenarioFormatError
+from kvcheck.version import VERSION
 
 if TYPE_CHECKING:
     from kvcheck.core.invariants import Violation
@@ -95,7 +95,7 @@ class Counterexample:
     # The target spec replayed by default.
     target: str | None
     violation: SavedViolation | None
-    kvcheck_version: str = __version__
+    kvcheck_version: str = VERSION
     # How the convention was chosen when it was found (free text, for people).
     convention_reason: str = ""
     # One sentence in the domain's words (kvcheck.reporting.explain).

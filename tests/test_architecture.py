@@ -1,0 +1,67 @@
+"""The architecture as tests: no import cycles among kvcheck's modules, and the import-linter
+contracts in pyproject.toml hold (CI also runs `lint-imports` on its own)."""
+
+from __future__ import annotations
+
+import graphlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the kvcheck modules it imports: function-level imports included, imports for
+    type checkers only left out (they never run)."""
+    graph = grimp.build_graph("kvcheck", "strategies", exclude_type_checking_imports=True)
+    return {
+        module: {
+            imported
+            for imported in graph.find_modules_directly_imported_by(module)
+            if imported.split(".")[0] in ("kvcheck", "strategies")
+        }
+        for module in graph.modules
+        if module.split(".")[0] in ("kvcheck", "strategies")
+    }
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return None
+
+
+def test_kvcheck_has_no_import_cycles() -> None:
+    assert _cycle(_import_graph()) is None
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = _import_graph()
+    graph["kvcheck.core.scenario"] = graph["kvcheck.core.scenario"] | {"kvcheck.core.engine"}
+    cycle = _cycle(graph)
+    assert cycle is not None and "kvcheck.core.engine" in cycle
+
+
+@pytest.mark.skipif(
+    shutil.which("lint-imports") is None
+    and not Path(sys.executable).with_name("lint-imports").exists(),
+    reason="import-linter is not installed (the dev extra has it)",
+)
+def test_import_linter_contracts_hold() -> None:
+    command = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run(
+        [str(command) if command.exists() else "lint-imports", "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
