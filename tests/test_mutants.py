@@ -17,7 +17,7 @@ import pytest
 
 from kvcheck.cli.main import main
 from kvcheck.core.invariants import INVARIANTS
-from kvcheck.mutants import BY_NAME, ENTRIES, MUTANTS, REWRITES, get
+from kvcheck.mutants import BY_NAME, ENTRIES, MUTANTS, REWRITES, get, report
 from kvcheck.mutants import matrix as matrix_module
 from kvcheck.mutants.matrix import Matrix, Row, run_matrix
 from kvcheck.search.exhaust import Bounds, exhaust
@@ -122,7 +122,7 @@ def test_shrunk_length_is_the_exhaustive_minimum(kill_matrix: Matrix) -> None:
 
 
 def test_summary_and_json(kill_matrix: Matrix) -> None:
-    data = matrix_module.matrix_to_json(kill_matrix)
+    data = report.matrix_to_json(kill_matrix)
     summary = data["summary"]
     assert summary["mutants"] == len(MUTANTS)
     assert summary["killed"] == len(MUTANTS)
@@ -142,7 +142,7 @@ def test_summary_and_json(kill_matrix: Matrix) -> None:
     ):
         assert key in row
     json.dumps(data)
-    text = matrix_module.format_matrix(kill_matrix)
+    text = report.format_matrix(kill_matrix)
     assert f"{len(MUTANTS)}/{len(MUTANTS)} mutants killed (100%)" in text
     assert "0 false positives" in text
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from kvcheck import mutants as corpus
 from kvcheck.cli.options import EXIT_OK, EXIT_VIOLATION, add_json_option, positive_int, seed
-from kvcheck.mutants import matrix
+from kvcheck.mutants import matrix, report
 
 
 def add_parser(commands: Any) -> None:
@@ -55,11 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list_corpus(entries, as_json=args.json)
     if not args.json:
-        print(matrix.format_header(len(entries), args.max_examples, args.seed), flush=True)
+        print(report.format_header(len(entries), args.max_examples, args.seed), flush=True)
 
     def progress(row: matrix.Row) -> None:
         if not args.json:
-            print(matrix.format_row(row), flush=True)
+            print(report.format_row(row), flush=True)
 
     result = matrix.run_matrix(
         entries,
@@ -70,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
         progress=progress,
     )
     if args.json:
-        print(json.dumps(matrix.matrix_to_json(result), indent=2, default=repr))
+        print(json.dumps(report.matrix_to_json(result), indent=2, default=repr))
     else:
-        print(matrix.format_tail(result))  # the rows were printed as they finished
+        print(report.format_tail(result))  # the rows were printed as they finished
     return EXIT_OK if result.summary.passed else EXIT_VIOLATION
 
 

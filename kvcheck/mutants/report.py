@@ -1,0 +1,96 @@
+"""The kill matrix as text (rows as they finish, the summary) and as JSON (`kvcheck mutants`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcheck.mutants.matrix import MINIMUM_BOUNDS, Matrix, Row
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def format_row(row: Row) -> str:
+    if row.kind == "rewrite":
+        detail = (
+            f"{row.examples} scenarios, no violation"
+            if row.passed
+            else f"{row.invariant} on a {row.shrunk_length}-event scenario"
+        )
+        return f"{row.status:<15} {row.name:<32} {detail} ({row.seconds:.2f} s)"
+    if not row.killed:
+        return f"{row.status:<15} {row.name:<32} no violation in {row.examples} scenarios"
+    match = "" if row.invariant_matches else f" (annotated {row.expect})"
+    minimum = "-" if row.exhaustive_length is None else str(row.exhaustive_length)
+    ratio = "-" if row.shrink_ratio is None else f"{row.shrink_ratio:.2f}"
+    return (
+        f"{row.status:<15} {row.name:<32} {row.invariant}{match}; after "
+        f"{row.examples_to_failure} scenarios / {_seconds(row.seconds_to_failure)} s; "
+        f"shrunk {row.shrunk_length} events, exhaustive minimum {minimum}, ratio {ratio}"
+    )
+
+
+def format_summary(matrix: Matrix) -> str:
+    s = matrix.summary
+    rate = 100.0 * s.killed / s.mutants if s.mutants else 100.0
+    parts = [f"summary: {s.killed}/{s.mutants} mutants killed ({rate:.0f}%)"]
+    if s.mutants:
+        parts.append(f"annotated invariant hit {s.annotated_invariant}/{s.killed}")
+    if s.shrink_compared:
+        share = 100.0 * s.shrink_optimal / s.shrink_compared
+        parts.append(
+            f"shrunk length = exhaustive minimum {s.shrink_optimal}/{s.shrink_compared} "
+            f"({share:.0f}%)"
+        )
+    if s.median_seconds_to_kill is not None:
+        parts.append(
+            f"time to kill median {s.median_seconds_to_kill:.3f} s, "
+            f"p90 {s.p90_seconds_to_kill:.3f} s"
+        )
+    parts.append(f"{s.false_positives} false positives in {s.rewrites} rewrites")
+    parts.append(f"{matrix.seconds:.1f} s")
+    return "; ".join(parts)
+
+
+def format_header(entries: int, max_examples: int, seed: int | None) -> str:
+    return f"kill matrix: {entries} entries, --max-examples {max_examples}, seed {seed}"
+
+
+def format_tail(matrix: Matrix) -> str:
+    """What follows the rows: mutants whose shrunk length is not minimal, and the summary."""
+    lines = []
+    off = [r for r in matrix.rows if r.shrink_ratio is not None and r.shrink_ratio != 1.0]
+    if off:
+        lines.append("")
+        lines.append("shrunk length differs from the exhaustive minimum:")
+        for row in off:
+            why = row.shrink_reason
+            lines.append(
+                f"  {row.name}: shrunk {row.shrunk_length}, minimum {row.exhaustive_length} "
+                f"({', '.join(row.exhaustive_invariants)}); {why}"
+            )
+    lines.append("")
+    lines.append(format_summary(matrix))
+    return "\n".join(lines)
+
+
+def format_matrix(matrix: Matrix) -> str:
+    return "\n".join(
+        [
+            format_header(len(matrix.rows), matrix.max_examples, matrix.seed),
+            *(format_row(row) for row in matrix.rows),
+            format_tail(matrix),
+        ]
+    )
+
+
+def matrix_to_json(matrix: Matrix) -> dict[str, Any]:
+    return {
+        "summary": matrix.summary.to_dict(),
+        "max_examples": matrix.max_examples,
+        "seed": matrix.seed,
+        "exhaustive_bounds": MINIMUM_BOUNDS.to_dict() if matrix.exhaustive else None,
+        "seconds": round(matrix.seconds, 3),
+        "rows": [row.to_dict() for row in matrix.rows],
+    }
