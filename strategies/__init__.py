@@ -8,7 +8,7 @@ that land between a launch and its delivery.
 
 Every branch shrinks towards the simplest scenario: `step` is the first event alternative, small
 prompts, short generations, overlap on and stride 2 come first. That is why counterexamples come
-out at the length of the minimal sequences in semantics.md §3.
+out at the length of the minimal sequences in docs/semantics.md §3.
 """
 
 from __future__ import annotations

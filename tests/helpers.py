@@ -19,8 +19,8 @@ def target(resolver: Callable[..., Any], name: str | None = None) -> Target:
     return probe_target(f"test:{label}", resolver, f"test resolver {label}")
 
 
-# semantics.md §3.4: two live rows launched at stride 4, a switch to 2 before their delivery, so
-# a resolver reading the worker's stride misreads row 1.
+# docs/semantics.md §3.4: two live rows launched at stride 4, a switch to 2 before their
+# delivery, so a resolver reading the worker's stride misreads row 1.
 STRIDE_SWITCH_BEFORE_DELIVERY = (
     Admit("r0", 10, 20),
     Admit("r1", 10, 20),

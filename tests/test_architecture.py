@@ -4,6 +4,7 @@ contracts in pyproject.toml hold (CI also runs `lint-imports` on its own)."""
 from __future__ import annotations
 
 import graphlib
+import re
 import shutil
 import subprocess
 import sys
@@ -65,3 +66,35 @@ def test_import_linter_contracts_hold() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 broken" in done.stdout
+
+
+def _named_paths(text: str) -> set[str]:
+    """Repository paths a document names: `kvcheck/...`, `strategies/...`, `tests/...`,
+    `docs/...` (files or folders), and relative Markdown links."""
+    named = set(re.findall(r"`((?:kvcheck|strategies|tests|docs|benchmarks)/[\w./-]*)`", text))
+    named |= {link for link in re.findall(r"\]\(([\w./-]+\.md)\)", text)}
+    return named
+
+
+@pytest.mark.parametrize(
+    "document", ["README.md", "docs/architecture.md", "docs/semantics.md", "CHANGELOG.md"]
+)
+def test_documents_name_only_paths_that_exist(document: str) -> None:
+    path = ROOT / document
+    missing = sorted(
+        name
+        for name in _named_paths(path.read_text())
+        if not (path.parent / name).exists() and not (ROOT / name).exists()
+    )
+    assert not missing, f"{document} names paths that do not exist: {missing}"
+
+
+def test_every_module_is_on_the_architecture_map() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    modules = {
+        path.stem
+        for path in (ROOT / "kvcheck").rglob("*.py")
+        if path.stem not in ("__init__", "__main__")
+    }
+    unlisted = sorted(m for m in modules if f"`{m}`" not in text and f"`{m}," not in text)
+    assert not unlisted, f"modules missing from docs/architecture.md's module map: {unlisted}"

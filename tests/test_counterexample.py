@@ -27,9 +27,9 @@ from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario
 
 COMMITTED = Path(__file__).parent / "counterexamples"
 
-# semantics.md §3.1 (finish, then the stale row of the launch in flight).
+# docs/semantics.md §3.1 (finish, then the stale row of the launch in flight).
 STALE_FINISHED = scenario(Admit("r0", 10, 3), Step(), Step((2,)), Step((3,)), Step(), stride=4)
-# semantics.md §3.2 (retraction while a launch is in flight).
+# docs/semantics.md §3.2 (retraction while a launch is in flight).
 STALE_RETRACTED = scenario(Admit("r0", 10, 20), Step(), Step((3,)), Retract("r0"), Step(), stride=4)
 
 

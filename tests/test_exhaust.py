@@ -40,8 +40,8 @@ def test_seed_prefix_counterexample_has_the_minimal_length() -> None:
     assert result.verdict == "fail"
     scenario = result.counterexample
     assert scenario is not None
-    # semantics.md §3.1's finish-on-prefill form: admit; prefill launch; decode launch while the
-    # prefill result finishes the request; the decode row arrives stale.
+    # docs/semantics.md §3.1's finish-on-prefill form: admit; prefill launch; decode launch while
+    # the prefill result finishes the request; the decode row arrives stale.
     assert [type(e) for e in scenario.events] == [Admit, Step, Step, Step]
     admit = scenario.events[0]
     assert isinstance(admit, Admit) and (admit.max_new_tokens == 1 or admit.eos_at == 1)

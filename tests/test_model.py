@@ -1,4 +1,5 @@
-"""The reference model against hand-computed values (semantics.md §3) and §2.9's closed forms."""
+"""The reference model against hand-computed values (docs/semantics.md §3) and §2.9's closed
+forms."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def request(expectation: Expectation, rid: str = "r0") -> RequestExpectation:
     return next(r for r in expectation.requests if r.rid == rid)
 
 
-# semantics.md §3.1: admit(r, P=10, max_new=3); launch#1; launch#2; deliver#1 a=2 (finishes by
+# docs/semantics.md §3.1: admit(r, P=10, max_new=3); launch#1; launch#2; deliver#1 a=2 (finishes by
 # length at L=3); deliver#2 a=3 (stale). With kvcheck events a Step launches and then delivers
 # the previous launch, so "launch#2 + deliver#1" is one step.
 FINISH_CASE = (
@@ -131,7 +132,7 @@ def test_stride_switch_applies_to_later_launches_only() -> None:
     delivery = expectations[5].delivery
     assert delivery is not None
     assert delivery.launch.stride == 4  # recorded at launch, before the switch
-    # semantics.md §3.4: row 1 is read at offset 1 * 4, not 1 * 2.
+    # docs/semantics.md §3.4: row 1 is read at offset 1 * 4, not 1 * 2.
     assert delivery.runs == ((20000, 20001), (20100, 20101, 20102))
     assert expectations[5].in_flight[0].stride == 2
 

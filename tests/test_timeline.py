@@ -15,7 +15,7 @@ from kvcheck.targets.loading import load_target
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario
 
 # r1 finishes by length on launch 2's result while r0 keeps running; launch 3 then carries a
-# stale row for r1 (semantics.md §3.1 with a bystander).
+# stale row for r1 (docs/semantics.md §3.1 with a bystander).
 TWO_REQUESTS = scenario(
     Admit("r0", 10, 20),
     Admit("r1", 10, 3),

@@ -1,6 +1,6 @@
 """The engine: replays a scenario the way SGLang's overlap loop would, around the target resolver.
 
-Per `Step` (semantics.md §2.1, DESIGN.md §4): build the next batch (merge the last prefill batch,
+Per `Step` (docs/semantics.md §2.1): build the next batch (merge the last prefill batch,
 drop finished requests, prefill every waiting request if there is one, else apply pending
 retractions and prepare a decode batch), launch it (a snapshot of the row order and the launch
 stride), then deliver the previous launch. A decode delivery builds the CPU tensors, calls the
@@ -320,7 +320,7 @@ class Engine:
             target_error = f"{type(exc).__name__}: {exc}"
         runs = _normalise_runs(returned)
         stale = tuple(req.is_retracted or req.finished() for req in launch.batch.reqs)
-        # The scheduler's per-row loop (semantics.md §2.4 step 3) with the target's runs.
+        # The scheduler's per-row loop (docs/semantics.md §2.4 step 3) with the target's runs.
         for row, req in enumerate(launch.batch.reqs):
             if stale[row]:
                 continue

@@ -1,6 +1,6 @@
 """The reference model: what a correct scheduler + resolver must leave behind after each event.
 
-A pure ledger written from the semantics (semantics.md §2), independent of any resolver and of
+A pure ledger written from the semantics (docs/semantics.md §2), independent of any resolver and of
 the engine's fakes: it never calls the target, never touches torch, and the engine never asks it
 what to do. The invariant checkers are the only place where the two meet.
 
@@ -9,8 +9,8 @@ KV length C, and the speculative statistics (verify count, accepted drafts, hist
 delivered decode result it predicts the runs the resolver must return (row i's first a_i tokens
 under the stride recorded at launch) and the batch-global accepted-draft counter.
 
-Conventions (semantics.md §1.2): with `preclaim` (H=1) each decode launch bumps C by one, a live
-row then adds a-1 and a finished row gives the one back; with `honest` (H=0) nothing happens at
+Conventions (docs/semantics.md §1.2): with `preclaim` (H=1) each decode launch bumps C by one, a
+live row then adds a-1 and a finished row gives the one back; with `honest` (H=0) nothing happens at
 launch and a live row adds a. Either way a live request satisfies
 C == P + L - 1 + n_prefill_in_flight + H * n_decode_in_flight (§2.9 invariant 1).
 """
@@ -63,7 +63,7 @@ class RequestLedger:
 
     @property
     def stale(self) -> bool:
-        """A row of this request delivered now is stale (semantics.md notation)."""
+        """A row of this request delivered now is stale (docs/semantics.md notation)."""
         return self.phase in ("finished", "retracted")
 
 

@@ -54,7 +54,7 @@ def version_range(first: str | None, last: str | None) -> str:
     return first if first == last else f"{first}-{last}"
 
 
-# Quantities kvcheck judges, and every name SGLang has given them (semantics.md §1.1, §1.2).
+# Quantities kvcheck judges, and every name SGLang has given them (docs/semantics.md §1.1, §1.2).
 REQ_COMMITTED_NAMES: Final = ("kv_committed_len",)  # on req (<= 0.5.18) and req.kv (>= 0.5.19)
 REQ_DRAFT_COUNTER_NAMES: Final = (
     "spec_accepted_tokens",  # <= 0.5.10

@@ -1,5 +1,5 @@
 """The mutant corpus: plausible buggy resolvers and correct rewrites, written for kvcheck from the
-semantics (semantics.md §1-§4), not copied from SGLang.
+semantics (docs/semantics.md §1-§4), not copied from SGLang.
 
 Each function is a resolver body `(g, self, result, batch)` written against a `Generation`'s
 spellings (`g`), registered with the generation it is bound to, the convention it is judged

@@ -1,6 +1,6 @@
 """SGLang resolver API generations, as the mutant corpus speaks them.
 
-A `Generation` names what one range of SGLang releases calls things (semantics.md §1.1): the
+A `Generation` names what one range of SGLang releases calls things (docs/semantics.md §1.1): the
 per-request draft counter, the histogram method, the result counters, where the stride comes
 from, whether the committed length lives on `req` or on `req.kv`, how the adaptive controller is
 fed, and which committed-length convention the scheduler of those releases follows (§1.2).

@@ -45,8 +45,8 @@ from kvcheck.targets.loading import load_target
 
 ConventionChoice = Literal["auto", "preclaim", "honest"]
 
-# semantics.md §3.4: two live rows and a stride switch between a launch and its delivery. Random
-# generation reaches it only now and then (the switch must land while a launch of two or more
+# docs/semantics.md §3.4: two live rows and a stride switch between a launch and its delivery.
+# Random generation reaches it only now and then (the switch must land while a launch of two or more
 # rows is in flight), so every adaptive search tries this witness first.
 STRIDE_SWITCH_WITNESS: Final = (
     Admit("r0", prompt_len=8, max_new_tokens=16),

@@ -1,6 +1,6 @@
 """Resolving a target spec into something the engine can call.
 
-Three forms (DESIGN.md §6):
+Three forms (their grammar is a contract: CHANGELOG.md):
 - `builtin:NAME`: one of kvcheck's own resolvers (`kvcheck.targets.builtins`);
 - `package.module:Qualname.attr`: imported normally;
 - `path/to/file.py::Qualname.attr`: read from source without importing its module, so a resolver
