@@ -40,6 +40,7 @@ GROUP: Final = "kvcheck"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Pytest hook: the `--kvcheck-*` options that add property items and tune them."""
     group = parser.getgroup(
         GROUP, "kvcheck: KV-accounting checks of speculative-decoding resolvers"
     )
@@ -129,6 +130,7 @@ def _relative(path: Path) -> str:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """Pytest hook: a `*.kvcheck.json` file is one replay item, unless `--kvcheck-no-replay`."""
     if not file_path.name.endswith(SUFFIX):
         return None
     if parent.config.getoption("kvcheck_no_replay", False):
@@ -144,6 +146,7 @@ class _KvcheckItem(pytest.Item):
     def repr_failure(  # type: ignore[override]
         self, excinfo: pytest.ExceptionInfo[BaseException]
     ) -> str | Any:
+        """A kvcheck report as is, a usage error as one line, anything else as pytest shows it."""
         if isinstance(excinfo.value, KvcheckViolation):
             return str(excinfo.value)
         if isinstance(excinfo.value, KvcheckUsageError):
@@ -155,6 +158,11 @@ class CounterexampleFile(pytest.File):
     """A `*.kvcheck.json` file: one replay item."""
 
     def collect(self) -> Iterator[pytest.Item]:
+        """Load the file and its saved target now, then yield its replay item.
+
+        An unreadable file, one naming no target, or a target that no longer loads is a one-line
+        collection error.
+        """
         from kvcheck.targets.loading import load_target  # light plugin
 
         counterexample = load(self.path)
@@ -176,18 +184,26 @@ class CounterexampleFile(pytest.File):
     def repr_failure(  # type: ignore[override]
         self, excinfo: pytest.ExceptionInfo[BaseException]
     ) -> str | Any:
+        """A collection error caused by kvcheck's input as one line, not a traceback."""
         if isinstance(excinfo.value, KvcheckUsageError):
             return f"kvcheck: {_one_line(excinfo.value)}"
         return super().repr_failure(excinfo)
 
 
 class ReplayItem(_KvcheckItem):
+    """A counterexample file replayed once against its saved target.
+
+    It fails while the saved scenario still breaks any invariant, and passes once the bug is
+    fixed.
+    """
+
     def __init__(self, *, counterexample: Counterexample, target: Target, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.counterexample = counterexample
         self.target = target
 
     def runtest(self) -> None:
+        """Replay the scenario (no Hypothesis); fail with the timeline, file and replay command."""
         from kvcheck.counterexamples.replay import replay  # light plugin
 
         replayed = replay(self.counterexample, self.target, path=_relative(self.path))
@@ -195,6 +211,7 @@ class ReplayItem(_KvcheckItem):
             raise KvcheckViolation(replayed.failure_report())
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
+        """The item's location in reports: the file, and the target it is replayed against."""
         saved = self.counterexample.violation
         what = f" (saved: {saved.where()})" if saved is not None else ""
         return self.path, None, f"kvcheck replay against {self.target.spec}{what}"
@@ -323,6 +340,8 @@ def _property_items(
 
 
 class PropertyItem(_KvcheckItem):
+    """One Hypothesis search of a target at one convention x overlap x adaptive point."""
+
     def __init__(
         self,
         *,
@@ -343,6 +362,10 @@ class PropertyItem(_KvcheckItem):
         self.options = options
 
     def runtest(self) -> None:
+        """Search; on a violation, save the shrunk counterexample and fail with its report.
+
+        The report is the timeline, the file (or why it could not be saved) and the replay command.
+        """
         # light plugin: the search, the reporting and saving only when a property item runs
         from kvcheck.counterexamples.fileformat import save
         from kvcheck.counterexamples.replay import from_run, replay_command
@@ -385,4 +408,5 @@ class PropertyItem(_KvcheckItem):
         raise KvcheckViolation("\n".join(lines))
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
+        """The item's location in reports: its name, which carries the target and the axes."""
         return self.path, None, self.name

@@ -93,6 +93,11 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`kvcheck check TARGET`: search, save a failure's files, report as text or `--json`.
+
+    Returns exit 0 when no violation was found and 1 when one was; a usage or load error is
+    raised as `KvcheckUsageError` (exit 2).
+    """
     from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
     target = load_target(args.target, allow_unavailable=args.allow_unavailable_imports)

@@ -109,6 +109,12 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`kvcheck exhaust TARGET`: enumerate within the bounds given and report.
+
+    Judging options default to a `mutant:NAME` entry's annotations, else to the target's probed
+    shape. Returns exit 1 with a shortest counterexample (saved unless `--no-save`), else 0, also
+    for an incomplete search; `--events 0` without `--steps` is a `KvcheckUsageError`.
+    """
     if args.events == 0 and args.steps is None:
         raise KvcheckUsageError("--events 0 (unbounded) needs a --steps bound")
     bounds = Bounds(
@@ -212,6 +218,10 @@ def format_exhaust(
     adaptive_reason: str = "",
     description: str = "",
 ) -> str:
+    """The text report: target, convention and options with their reasons, bounds, what was
+    explored, then PASS, INCOMPLETE, or the shortest counterexample and what else breaks at that
+    length.
+    """
     about = f"  ({description})" if description else ""
     conv = f"  ({convention_reason})" if convention_reason else ""
     why = f" ({adaptive_reason})" if adaptive_reason else ""
@@ -245,6 +255,7 @@ def format_exhaust(
 
 
 def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
+    """The `kvcheck exhaust --json` report (fields listed in CHANGELOG.md)."""
     data: dict[str, Any] = {
         "verdict": result.verdict,
         "target": result.target,

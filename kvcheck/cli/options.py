@@ -23,6 +23,7 @@ class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and exit 2."""
 
     def error(self, message: str) -> NoReturn:
+        """argparse's error hook: one line pointing at `--help`, exit 2 (`EXIT_USAGE`)."""
         # One line, not argparse's usage block: the contract is "one clear line".
         self.exit(EXIT_USAGE, f"kvcheck: error: {message} (see `{self.prog} --help`)\n")
 
@@ -161,4 +162,5 @@ def add_judging_options(
 
 
 def add_json_option(parser: argparse._ActionsContainer) -> None:
+    """`--json`: print one JSON object on stdout instead of the text report."""
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -35,6 +35,12 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`kvcheck regress FILE`: print the regression test, or write it under `--out`.
+
+    The target is loaded first, so one that no longer loads is an error now rather than in the
+    generated test; a directory `--out` gets `test_kvcheck_<name>.py`. Raises `KvcheckUsageError`
+    when no target is known or the file cannot be written.
+    """
     counterexample = load(args.file)
     target = args.target or counterexample.target
     if target is None:

@@ -42,6 +42,11 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`kvcheck replay FILE`: replay once, without Hypothesis, and report as text or `--json`.
+
+    The target is the saved one unless `--target` gives another; `--html` also writes the
+    timeline. Returns exit 0 when the scenario passes, 1 when any violation shows.
+    """
     counterexample = load(args.file)
     replayed = replay(counterexample, args.target, path=args.file)
     if args.html:

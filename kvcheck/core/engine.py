@@ -50,6 +50,13 @@ class UnsupportedTargetError(KvcheckUsageError):
 
 @attrs.frozen
 class ObservedRequest:
+    """What the engine read off one request's fake after an event.
+
+    `committed` is C, `outputs` is L; `verify_ct`, `drafts` and `histogram` are the speculative
+    statistics. Counters are kept exactly as the target left them (hence `Any`): a tensor or a
+    float there is for the checkers to report, never coerced.
+    """
+
     rid: str
     committed: Any
     verify_ct: Any
@@ -62,6 +69,13 @@ class ObservedRequest:
 
 @attrs.frozen
 class ObservedDelivery:
+    """What the target produced for one delivered decode launch.
+
+    Per row (in launch order): the rid and whether the row was stale at delivery; the runs it
+    returned; and the batch-level values it wrote on the result or fed the adaptive controller,
+    which `global-counters` judges.
+    """
+
     launch_number: int
     rids: tuple[str, ...]
     stale: tuple[bool, ...]
@@ -78,6 +92,12 @@ class ObservedDelivery:
 
 @attrs.frozen
 class Observation:
+    """Everything the engine observed after one event, as the invariant checkers receive it.
+
+    Every request, the decode delivery when the event delivered one, the target's exception as
+    text when it raised (`target-raised`), and the aspects it is not held to.
+    """
+
     requests: tuple[ObservedRequest, ...]
     delivery: ObservedDelivery | None
     target_error: str | None = None
@@ -96,6 +116,12 @@ class _EngineLaunch:
 
 
 class Engine:
+    """SGLang's overlap scheduler around one target resolver, on strict fakes.
+
+    `apply` plays one scenario event as the scheduler would (module docstring) and returns what
+    it then observes on the fakes. The engine never consults the reference model.
+    """
+
     def __init__(
         self,
         config: Config,
@@ -122,6 +148,10 @@ class Engine:
         self.launch_count = 0
 
     def clone(self) -> Engine:
+        """An independent copy for exhaustive search to branch from.
+
+        Requests, queues and the pending launch are deep-copied; the resolver itself is shared.
+        """
         # The resolver and bound methods are shared; fakes and queues are copied.
         copied: Engine = deep_copy(self, share=(self.resolver,))
         return copied
@@ -182,6 +212,12 @@ class Engine:
     # -- events -------------------------------------------------------------------------------
 
     def apply(self, event: Event) -> Observation:
+        """Play one event and observe every request afterwards.
+
+        A `Step` calls the target when it delivers a decode launch. Raises `UnsupportedTargetError`
+        (exit 2) when the target touches something kvcheck does not model or imports what it cannot
+        provide; any other exception from the target is recorded in `Observation.target_error`.
+        """
         delivery: ObservedDelivery | None = None
         target_error: str | None = None
         match event:
@@ -209,6 +245,7 @@ class Engine:
         return Observation(self.observe_requests(), delivery, target_error, self.not_judged)
 
     def observe_requests(self) -> tuple[ObservedRequest, ...]:
+        """Every request admitted so far as its fake now holds it, in admission order."""
         return tuple(
             ObservedRequest(
                 rid=req.rid,

@@ -100,6 +100,8 @@ class FakeKvInfo(StrictFake):
 
 
 class FakeSamplingParams(StrictFake):
+    """`req.sampling_params`: only `max_new_tokens`, the length cap from the scenario's `Admit`."""
+
     _owner = "req.sampling_params"
     _fields = frozenset({"max_new_tokens"})
 
@@ -154,6 +156,10 @@ class FakeReq(StrictFake):
         self.kv = FakeKvInfo(self)
 
     def finished(self) -> bool:
+        """SGLang's `req.finished()`: a finish reason is set.
+
+        Read at delivery time, so the row of a request that finished after its launch is stale.
+        """
         return self.finished_reason is not None
 
     def _record_histogram(self, drafts: int) -> None:
@@ -162,6 +168,7 @@ class FakeReq(StrictFake):
         self._histogram[key] = self._histogram.get(key, 0) + 1
 
     def update_spec_cap_lens_histogram(self, cap_len: int) -> None:
+        """The 0.5.16+ cap-length histogram: recorded, never judged (no cap lengths here)."""
         key = int(cap_len)
         self._cap_histogram[key] = self._cap_histogram.get(key, 0) + 1
 
@@ -182,21 +189,27 @@ class FakeSpecAlgorithm(StrictFake):
     _owner = "batch.spec_algorithm"
 
     def is_none(self) -> bool:
+        """Speculative decoding is on: never the `none` algorithm."""
         return False
 
     def is_eagle(self) -> bool:
+        """The EAGLE family, the one kvcheck models (k = 1, row width = draft-token count)."""
         return True
 
     def is_eagle3(self) -> bool:
+        """Not EAGLE3: kvcheck models plain EAGLE."""
         return False
 
     def is_dflash(self) -> bool:
+        """Not DFLASH (0.5.14+, no pre-claim): kvcheck models EAGLE."""
         return False
 
     def is_uno(self) -> bool:
+        """Not UNO (k = 2, output stride F + 1): kvcheck models EAGLE."""
         return False
 
     def is_ngram(self) -> bool:
+        """Not the ngram speculator: kvcheck models EAGLE."""
         return False
 
     def __repr__(self) -> str:
@@ -223,6 +236,7 @@ class FakeBatch(StrictFake):
         self.enable_overlap = True
 
     def batch_size(self) -> int:
+        """SGLang's `batch.batch_size()`: every row of the snapshot, stale rows included."""
         return len(self.reqs)
 
 
@@ -312,6 +326,12 @@ class FakeModelWorker(StrictFake):
         self.verify_feeds: list[ControllerFeed] = []
 
     def on_verify_complete_cpu(self, *args: Any, **kwargs: Any) -> None:
+        """The adaptive controller's feed (0.5.12+), recorded as a `ControllerFeed`.
+
+        Modelled calls: `(per_req)` and `(per_req, batch_size=n)` (0.5.13+), `per_req` positional or
+        by keyword. Any other shape (e.g. an unreleased `route=`) raises `UnmodeledAttributeError`.
+        A per-row list that is not ints is kept as its repr, for the checker to report.
+        """
         unknown = set(kwargs) - {"batch_size", "per_req"}
         if len(args) + ("per_req" in kwargs) != 1 or unknown or len(args) > 1:
             raise UnmodeledAttributeError(
@@ -341,6 +361,11 @@ class FakeMetricsReporter(StrictFake):
         self.snapshots = 0
 
     def snapshot_spec_decode_metrics(self) -> FakeMetricsSnapshot:
+        """The 0.5.23 metrics snapshot: counted, no KV effect.
+
+        Takes no arguments, where SGLang passes `(batch, result)` (docs/semantics.md §7): a resolver
+        calling it that way raises `TypeError` here, reported as `target-raised`.
+        """
         self.snapshots += 1
         return FakeMetricsSnapshot()
 
@@ -358,6 +383,10 @@ class FakeScheduler(StrictFake):
         self.enable_overlap = overlap
 
     def bind_methods(self, methods: dict[str, Callable[..., Any]]) -> None:
+        """Bind a source-loaded class's other methods onto this fake, `self` being the fake.
+
+        The resolver's `self.X(...)` calls then run that code on the same fakes.
+        """
         for name, function in methods.items():
             object.__setattr__(self, name, function.__get__(self, type(self)))
 

@@ -24,6 +24,13 @@ from kvcheck.core.model import Expectation, ExpectedDelivery, RequestExpectation
 
 @attrs.frozen
 class Violation:
+    """A broken invariant as reported: part of the public contract (`--json`, counterexample files).
+
+    `invariant` is its id, `event_index` the 0-based event at which it broke, `rid` the request
+    concerned (None for batch-level invariants), then the expected and observed values and one
+    sentence.
+    """
+
     invariant: str
     event_index: int
     rid: str | None
@@ -32,6 +39,7 @@ class Violation:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The violation field by field, the `violation` object of `--json` reports."""
         return attrs.asdict(self)
 
 
@@ -71,6 +79,7 @@ class Invariant:
 
 
 def on_event(id: str, meaning: str, checker: EventChecker) -> Invariant:
+    """Checked once per event, on the expectation and the observation as a whole."""
     return Invariant(id, meaning, "event", checker)
 
 
@@ -107,6 +116,7 @@ def _values_equal(expected: Any, observed: Any) -> bool:
 
 
 def check_target_raised(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """`target-raised`: the resolver must return; what it raised is the finding (checked first)."""
     if observed.target_error is not None:
         yield Finding(
             None,
@@ -117,6 +127,11 @@ def check_target_raised(expected: Expectation, observed: Observation) -> Iterato
 
 
 def check_runs_aligned(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """`runs-aligned` (§2.9 invariant 10): one run per row of the delivered launch.
+
+    Stale rows included, run i must be exactly row i's first a_i token ids under the stride
+    recorded at launch. Only the first misaligned row is reported; skipped when the target raised.
+    """
     exp, obs = expected.delivery, observed.delivery
     if exp is None or obs is None or observed.target_error is not None:
         return
@@ -155,6 +170,9 @@ def check_runs_aligned(expected: Expectation, observed: Observation) -> Iterator
 
 
 def check_no_negative(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """`no-negative` (§2.9 invariant 2): C, the verify count, the accepted drafts and the histogram
+    buckets never go below zero. Values that are not ints are left to the other checkers.
+    """
     fields = {
         "committed length": obs.committed,
         "spec_verify_ct": obs.verify_ct,
@@ -193,6 +211,7 @@ def _committed_in(phases: tuple[str, ...], state: str) -> RequestChecker:
 
 
 def check_verify_count(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """`stats-verify-count`: `spec_verify_ct` is a plain int equal to the request's applied rows."""
     if not _values_equal(exp.verify_ct, obs.verify_ct):
         yield Finding(
             exp.rid,
@@ -204,6 +223,9 @@ def check_verify_count(exp: RequestExpectation, obs: ObservedRequest) -> Iterato
 
 
 def check_accepted_drafts(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """`stats-accepted-drafts`: the per-request draft counter, under any generation's name, is a
+    plain int equal to the sum of a - 1 over applied rows.
+    """
     if not _values_equal(exp.drafts, obs.drafts):
         yield Finding(
             exp.rid,
@@ -215,6 +237,10 @@ def check_accepted_drafts(exp: RequestExpectation, obs: ObservedRequest) -> Iter
 
 
 def check_histogram(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """`stats-histogram`: buckets of a - 1 over applied rows, summing to the verify count.
+
+    Its findings carry the `histogram` aspect: code from before 0.5.9 is not held to it.
+    """
     total = sum(count for _, count in obs.histogram)
     if obs.histogram != exp.histogram or total != exp.verify_ct:
         yield Finding(

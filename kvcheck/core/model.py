@@ -41,6 +41,13 @@ LaunchKind: TypeAlias = Literal["prefill", "decode"]
 
 @attrs.define
 class RequestLedger:
+    """The model's ledger of one request: what a correct scheduler and resolver leave on it.
+
+    `committed` is C and `outputs` is L; `verify_ct`, `drafts` and `histogram` count applied rows
+    only; `decode_in_flight` is n_dec. `abort_pending` waits for the next applied row and
+    `retract_pending` for the next decode build.
+    """
+
     rid: str
     prompt_len: int
     max_new_tokens: int
@@ -69,6 +76,12 @@ class RequestLedger:
 
 @attrs.frozen
 class Launch:
+    """A batch as the model saw it launched.
+
+    `number` is the launch count (token ids encode it), `rids` the rows in launch order, `stride`
+    the one recorded at launch, `accepts` the clamped accept length per row (empty for a prefill).
+    """
+
     number: int
     kind: LaunchKind
     rids: tuple[str, ...]
@@ -94,6 +107,8 @@ class ExpectedDelivery:
 
 @attrs.frozen
 class RequestExpectation:
+    """What must hold for one request after an event; checked against an `ObservedRequest`."""
+
     rid: str
     phase: Phase
     committed: int
@@ -131,6 +146,7 @@ class ReferenceModel:
     # -- public -------------------------------------------------------------------------------
 
     def clone(self) -> ReferenceModel:
+        """An independent copy (exhaustive search branches the model together with the engine)."""
         copied: ReferenceModel = deep_copy(self)
         return copied
 
@@ -169,6 +185,12 @@ class ReferenceModel:
         )
 
     def apply(self, event: Event) -> Expectation:
+        """Apply one event and return what must hold afterwards.
+
+        A `Step` that delivers a decode launch also says what the resolver must produce for it
+        (`Expectation.delivery`). An event that makes no sense at this point is a no-op, never an
+        error.
+        """
         delivery: ExpectedDelivery | None = None
         match event:
             case Admit():
@@ -189,6 +211,7 @@ class ReferenceModel:
         return self.expectation(delivery)
 
     def expectation(self, delivery: ExpectedDelivery | None = None) -> Expectation:
+        """The ledger as it stands, with `delivery` when the event just applied delivered one."""
         return Expectation(
             requests=tuple(
                 RequestExpectation(

@@ -17,6 +17,10 @@ from kvcheck.core.target import Target
 
 @attrs.frozen
 class TraceEntry:
+    """One executed event of a recorded run: the event, what the model expected after it and what
+    the engine observed. Timelines and explanations are built from these.
+    """
+
     index: int
     event: Event
     expected: Expectation
@@ -25,6 +29,12 @@ class TraceEntry:
 
 @attrs.frozen
 class RunResult:
+    """The outcome of `run_scenario`.
+
+    `violations` are those at the first failing event (empty when the scenario passed); `trace`
+    holds the executed events when recorded, the failing one included.
+    """
+
     scenario: Scenario
     violations: tuple[Violation, ...]
     trace: tuple[TraceEntry, ...]
@@ -33,6 +43,9 @@ class RunResult:
 
     @property
     def violation(self) -> Violation | None:
+        """The violation reported: the first at the failing event, invariants being checked most
+        basic first. None when the scenario passed.
+        """
         return self.violations[0] if self.violations else None
 
 

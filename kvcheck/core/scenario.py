@@ -73,6 +73,13 @@ class Config:
 
 @attrs.frozen
 class Admit:
+    """Event: request `rid` joins the waiting queue with a prompt of `prompt_len` tokens (P).
+
+    It may emit up to `max_new_tokens` outputs before a length finish. `eos_at` (1-based output
+    position, or None) is where its EOS lands: a run reaching it finishes the request with
+    `finished_len == eos_at` and keeps the over-shoot. Admitting a known rid again is a no-op.
+    """
+
     rid: str
     prompt_len: int = attrs.field(validator=_positive)
     max_new_tokens: int = attrs.field(validator=_positive)
@@ -89,6 +96,13 @@ def _event_tuple(values: Iterable[Event]) -> tuple[Event, ...]:
 
 @attrs.frozen
 class Step:
+    """Event: one pass of the overlap loop: build the next batch, launch it, deliver a launch.
+
+    `accepts[i]` is the accept length the fake GPU reports for row i of the decode batch launched
+    now: missing rows mean 1, values are clamped to [1, stride at launch], and a prefill launch
+    ignores them.
+    """
+
     accepts: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
 
     @accepts.validator
@@ -99,16 +113,32 @@ class Step:
 
 @attrs.frozen
 class Retract:
+    """Event: retract running request `rid` at the next decode build (SGLang's `retract_decode`).
+
+    Its KV is released (C = 0), outputs and statistics are kept, and it is requeued for
+    re-admission; its row already in flight is then delivered stale. No-op unless it is running.
+    """
+
     rid: str
 
 
 @attrs.frozen
 class Abort:
+    """Event: abort `rid`. A waiting request finishes at once; a running one gets `to_finish`,
+    honoured at its next applied row. No-op when it is finished or unknown.
+    """
+
     rid: str
 
 
 @attrs.frozen
 class SwitchStride:
+    """Event: the adaptive controller sets the worker's stride for later launches.
+
+    Batches already launched keep the stride recorded at their launch, which is what a resolver
+    must slice them with (docs/semantics.md §3.4). No-op unless `Config.adaptive` is on.
+    """
+
     stride: int = attrs.field(validator=_stride)
 
 
@@ -127,6 +157,12 @@ EVENT_KINDS: Final[tuple[str, ...]] = tuple(EVENT_TYPES)
 
 @attrs.frozen
 class Scenario:
+    """A test case as data: a `Config` and the events applied to it in order.
+
+    Search, shrinker, exhaustive search, replay and counterexample files are all functions of this
+    value; `to_json` / `from_json` are its versioned JSON form.
+    """
+
     config: Config
     events: tuple[Event, ...] = attrs.field(converter=_event_tuple)
 
@@ -183,6 +219,7 @@ def describe_config(config: Config) -> str:
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
+    """The JSON object of one event, `{"kind": ..., **fields}` (`EVENT_KINDS` names the kinds)."""
     # Lists, not tuples: the dict is the JSON form, and compares equal to json.loads output.
     data = attrs.asdict(event, value_serializer=_tuples_as_lists)
     return {"kind": _KIND_OF[type(event)], **data}
@@ -193,6 +230,11 @@ def _tuples_as_lists(_: object, __: object, value: Any) -> Any:
 
 
 def event_from_dict(data: Mapping[str, Any]) -> Event:
+    """Parse one event object by its `kind`.
+
+    Raises `ScenarioFormatError` naming the event for a missing or unknown kind, unknown or missing
+    fields, or values the event's validators reject.
+    """
     if not isinstance(data, Mapping) or "kind" not in data:
         raise ScenarioFormatError(f"event must be an object with a 'kind', got {data!r}")
     fields = dict(data)
@@ -209,10 +251,16 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
+    """The JSON object of a config: every field, defaults included."""
     return attrs.asdict(config)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> Config:
+    """Parse a config object; missing fields take their defaults.
+
+    Raises `ScenarioFormatError` for unknown fields or rejected values (a stride outside
+    `MIN_STRIDE`..`MAX_STRIDE`, an unknown convention or global-counter mode).
+    """
     try:
         return Config(**data)
     except (TypeError, ValueError) as exc:
@@ -220,6 +268,10 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
 
 
 def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
+    """The versioned JSON object of a scenario: `schema_version`, `config` and `events`.
+
+    Counterexample files carry these same three fields at their top level.
+    """
     return {
         "schema_version": SCHEMA_VERSION,
         "config": config_to_dict(scenario.config),
@@ -228,6 +280,11 @@ def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
 
 
 def check_schema_version(data: Mapping[str, Any]) -> None:
+    """Refuse a document this kvcheck cannot read.
+
+    Raises `ScenarioFormatError` unless its `schema_version` is one of
+    `SUPPORTED_SCHEMA_VERSIONS` (a missing one is refused too).
+    """
     version = data.get("schema_version")
     if version not in SUPPORTED_SCHEMA_VERSIONS:
         supported = ", ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)
@@ -237,6 +294,7 @@ def check_schema_version(data: Mapping[str, Any]) -> None:
 
 
 def scenario_from_dict(data: Mapping[str, Any]) -> Scenario:
+    """Parse a scenario object (schema version first); `ScenarioFormatError` if malformed."""
     if not isinstance(data, Mapping):
         raise ScenarioFormatError("scenario must be a JSON object")
     check_schema_version(data)
@@ -250,10 +308,12 @@ def scenario_from_dict(data: Mapping[str, Any]) -> Scenario:
 
 
 def to_json(scenario: Scenario) -> str:
+    """The scenario as indented JSON with sorted keys; `from_json(to_json(s)) == s`."""
     return json.dumps(scenario_to_dict(scenario), indent=2, sort_keys=True)
 
 
 def from_json(text: str) -> Scenario:
+    """Parse `to_json`'s text; `ScenarioFormatError` for invalid JSON or a malformed scenario."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

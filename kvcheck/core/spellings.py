@@ -33,18 +33,24 @@ class Spelling:
 
     @property
     def owner(self) -> str:
+        """The object it lives on, as a fake's `_owner` names it (`req.kv`, `self.model_worker`)."""
         return self.key.rsplit(".", 1)[0]
 
     @property
     def name(self) -> str:
+        """The attribute or method name on its owner."""
         return self.key.rsplit(".", 1)[1]
 
     @property
     def versions(self) -> str:
+        """The SGLang releases whose resolvers use it, as `version_range` writes them."""
         return version_range(self.first, self.last)
 
 
 def version_range(first: str | None, last: str | None) -> str:
+    """A release range as text: `all`, `0.5.16+` (still current), `up to 0.5.10` (since the oldest
+    release read), one version, or `0.5.12-0.5.14`.
+    """
     if first is None and last is None:
         return "all"
     if last is None:
@@ -233,6 +239,9 @@ SPELLINGS_BY_KEY: Final[dict[str, Spelling]] = {s.key: s for s in SPELLINGS}
 
 
 def modelled_names(owner: str) -> tuple[str, ...]:
+    """The names kvcheck models directly on `owner` (e.g. `req`), sorted: what an
+    `UnmodeledAttributeError` lists as supported there.
+    """
     prefix = owner + "."
     names = {
         s.key[len(prefix) :].split(".", 1)[0].split("(", 1)[0]

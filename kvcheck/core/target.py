@@ -46,6 +46,7 @@ class ApiShape:
 
     @property
     def versions(self) -> str:
+        """The SGLang releases all touched spellings fit; `mixed` when no one release does."""
         if self.mixed:
             return "mixed"
         return version_range(self.first, self.last)
@@ -67,6 +68,9 @@ class ApiShape:
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
+        """The `api_shape` object of `--json` reports: the versions and spellings, what the target
+        is held to and not (with why), and how its convention was decided.
+        """
         return {
             "versions": self.versions,
             "mixed": self.mixed,

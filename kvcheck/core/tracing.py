@@ -25,9 +25,14 @@ class AccessLog:
 
     @property
     def touched(self) -> set[str]:
+        """Every spelling key the target read, wrote or called."""
         return self.reads | self.writes | self.calls
 
     def wrap(self, value: Any) -> Any:
+        """`value` behind a recording proxy when it is a fake or a list of fakes (`batch.reqs`).
+
+        A fake always gets the same proxy; anything else is returned unchanged.
+        """
         if isinstance(value, StrictFake):
             proxy = self._proxies.get(id(value))
             if proxy is None:

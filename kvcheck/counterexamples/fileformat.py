@@ -57,6 +57,7 @@ class SavedViolation:
 
     @classmethod
     def from_violation(cls, violation: Violation) -> SavedViolation:
+        """The stored form of a violation just found: expected and observed made plain JSON."""
         return cls(
             invariant=violation.invariant,
             event_index=violation.event_index,
@@ -67,6 +68,7 @@ class SavedViolation:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The `violation` object of a counterexample file."""
         return {
             "invariant": self.invariant,
             "event_index": self.event_index,
@@ -77,6 +79,7 @@ class SavedViolation:
         }
 
     def where(self) -> str:
+        """`<invariant> at event N (rid)`: how reports and replay summaries name the finding."""
         rid = f" ({self.rid})" if self.rid else ""
         return f"{self.invariant} at event {self.event_index}{rid}"
 
@@ -91,6 +94,13 @@ class SavedViolation:
 
 @attrs.frozen
 class Counterexample:
+    """A failing scenario that outlives the run that found it: what a `*.kvcheck.json` file holds.
+
+    `target` is the spec replayed by default; `violation` is what was seen there (None for a
+    scenario saved without one). Only scenario, target and violation identify the finding
+    (`digest`); the rest is metadata for people and for replay.
+    """
+
     scenario: Scenario
     # The target spec replayed by default.
     target: str | None
@@ -120,6 +130,7 @@ class Counterexample:
 
     @property
     def file_name(self) -> str:
+        """Target slug, invariant and `digest`: the same finding always gets the same file name."""
         parts = [_slug(self.target or "scenario")]
         if self.violation is not None:
             parts.append(self.violation.invariant)
@@ -132,6 +143,9 @@ class Counterexample:
         return attrs.evolve(self, target=target, found_against=origin if origin != target else None)
 
     def to_dict(self) -> dict[str, Any]:
+        """The file's JSON object, in a fixed order people can read: format and versions, target,
+        violation and explanation, then the scenario's config and events.
+        """
         data = scenario_to_dict(self.scenario)
         out: dict[str, Any] = {
             "format": FORMAT,
@@ -153,6 +167,7 @@ class Counterexample:
         return out
 
     def to_json(self) -> str:
+        """The file's text: `to_dict` indented, ending in a newline."""
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
 
@@ -222,6 +237,11 @@ def load(path: str | os.PathLike[str]) -> Counterexample:
 
 
 def from_dict(data: Any) -> Counterexample:
+    """Validate a parsed counterexample document and build it.
+
+    The schema version is checked before anything else; a missing `format` is accepted, another
+    format is not. Raises `ScenarioFormatError` for any malformed field.
+    """
     if not isinstance(data, Mapping):
         raise ScenarioFormatError("a counterexample must be a JSON object")
     fmt = data.get("format", FORMAT)

@@ -37,6 +37,9 @@ def test_{name}() -> None:
 
 
 def function_name(counterexample: Counterexample) -> str:
+    """The generated test's name, `no_<invariant>_<digest>` made an identifier; `kvcheck regress
+    --out DIR` also names the file after it.
+    """
     invariant = counterexample.violation.invariant if counterexample.violation else "scenario"
     return re.sub(r"\W+", "_", f"no_{invariant}_{counterexample.digest}").strip("_").lower()
 

@@ -58,6 +58,7 @@ class Replay:
 
     @property
     def violation(self) -> Violation | None:
+        """The first violation this replay hit; None when the scenario passes now."""
         return self.result.violation
 
     @property
@@ -69,6 +70,11 @@ class Replay:
         return "same" if saved is not None and saved.same_as(self.violation) else "different"
 
     def summary(self) -> str:
+        """One line comparing the replay with the saved finding.
+
+        `NO VIOLATION` (fixed), `REPRODUCED` (same invariant, event and request), or `VIOLATION` and
+        how it differs from what was saved.
+        """
         saved = self.counterexample.violation
         violation = self.violation
         if violation is None:
@@ -93,6 +99,10 @@ class Replay:
 
 
 def replay_command(path: str | os.PathLike[str], replayed: Replay | None = None) -> str:
+    """The shell command that replays the file at `path`, quoted for a POSIX shell.
+
+    It adds `--target` when `replayed` ran against another target than the file names.
+    """
     command = f"kvcheck replay {_shell_quote(str(path))}"
     if replayed is not None and replayed.target != replayed.counterexample.target:
         command += f" --target {_shell_quote(replayed.target)}"
@@ -134,4 +144,9 @@ def replay(
 
 
 def replay_file(path: str | os.PathLike[str], target: str | Target | None = None) -> Replay:
+    """`replay` of the counterexample file at `path`.
+
+    Raises `ScenarioFormatError` for an unreadable or malformed file and `KvcheckUsageError` when
+    the target does not load.
+    """
     return replay(load(path), target, path=path)

@@ -25,6 +25,12 @@ ControllerCall = Literal["none", "per-req", "batch-size"]
 
 @attrs.frozen
 class Generation:
+    """How one range of SGLang releases spells the resolver's API, for the mutant corpus.
+
+    Corpus functions read and write only through these helpers, so a bug written once can be bound
+    to any generation. `convention` is what those releases' decode launch does to C (§1.2).
+    """
+
     name: str  # short id used in entry names and tables, e.g. "0.5.12"
     versions: str  # the SGLang releases whose resolvers spell things this way
     convention: Convention  # what those releases' decode launch does to the committed length
@@ -58,27 +64,34 @@ class Generation:
         return int(result.num_non_draft_tokens_per_req) if self.k_from_result else 1
 
     def committed(self, req: Any) -> Any:
+        """The committed KV length C, from `req` or `req.kv` as this generation keeps it."""
         return req.kv.kv_committed_len if self.kv_on_req_kv else req.kv_committed_len
 
     def set_committed(self, req: Any, value: Any) -> None:
+        """Assign C where this generation keeps it."""
         if self.kv_on_req_kv:
             req.kv.kv_committed_len = value
         else:
             req.kv_committed_len = value
 
     def add_committed(self, req: Any, delta: Any) -> None:
+        """Add `delta` to C where this generation keeps it (a commit, or a give-back with -1)."""
         self.set_committed(req, self.committed(req) + delta)
 
     def drafts(self, req: Any) -> Any:
+        """The per-request accepted-draft counter, under this generation's name."""
         return getattr(req, self.draft_counter)
 
     def add_drafts(self, req: Any, drafts: Any) -> None:
+        """Add `drafts` to the per-request accepted-draft counter."""
         setattr(req, self.draft_counter, getattr(req, self.draft_counter) + drafts)
 
     def set_drafts(self, req: Any, drafts: Any) -> None:
+        """Overwrite the per-request draft counter (reset, or `=` for `+=`: both are bugs)."""
         setattr(req, self.draft_counter, drafts)
 
     def record_histogram(self, req: Any, bucket: int) -> None:
+        """Count one applied row in bucket `bucket` (a - k) of this generation's histogram."""
         getattr(req, self.histogram_method)(bucket)
 
     def count_row(self, req: Any, drafts: int) -> None:
@@ -88,6 +101,9 @@ class Generation:
         self.record_histogram(req, drafts)
 
     def write_totals(self, result: Any, total: Any, per_row: Any) -> None:
+        """Write the batch draft total and per-row draft list on the result, by this generation's
+        names; 0.5.16+ also writes the block/cap totals, summed over every row (0 for None).
+        """
         setattr(result, self.result_total, total)
         setattr(result, self.result_per_row, per_row)
         if self.block_cap:
@@ -105,6 +121,7 @@ class Generation:
 
     @property
     def feeds_controller(self) -> bool:
+        """Whether this generation's resolver feeds the adaptive controller (0.5.12+)."""
         return self.controller != "none"
 
 

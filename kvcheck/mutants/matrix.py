@@ -34,6 +34,13 @@ DEFAULT_SEED: Final = 0
 
 @attrs.frozen
 class Row:
+    """One corpus entry's line of the kill matrix.
+
+    The entry and the options it is judged under; the search's outcome (killed or passed,
+    scenarios and seconds to the first failure, the shrunk counterexample); and, for a mutant, the
+    shortest counterexample exhaustive search finds within `MINIMUM_BOUNDS`.
+    """
+
     name: str
     kind: str
     generation: str
@@ -64,12 +71,14 @@ class Row:
 
     @property
     def invariant_matches(self) -> bool | None:
+        """For a killed mutant, whether it broke the annotated invariant; None otherwise."""
         if self.kind != "mutant" or self.invariant is None:
             return None
         return self.invariant == self.expect
 
     @property
     def shrink_ratio(self) -> float | None:
+        """Shrunk length / exhaustive minimum, 1.0 being optimal; None unless both are known."""
         if self.shrunk_length is None or not self.exhaustive_length:
             return None
         return self.shrunk_length / self.exhaustive_length
@@ -91,15 +100,18 @@ class Row:
 
     @property
     def status(self) -> str:
+        """`killed` or `SURVIVED` for a mutant, `pass` or `FALSE POSITIVE` for a rewrite."""
         if self.kind == "rewrite":
             return "pass" if self.passed else "FALSE POSITIVE"
         return "killed" if self.killed else "SURVIVED"
 
     @property
     def ok(self) -> bool:
+        """The entry behaved as the matrix requires: a mutant killed, a rewrite passing."""
         return bool(self.passed) if self.kind == "rewrite" else bool(self.killed)
 
     def to_dict(self) -> dict[str, Any]:
+        """The row as a `kvcheck mutants --json` object, with status, ratio and reason added."""
         data: dict[str, Any] = jsonable(attrs.asdict(self))
         data["status"] = self.status
         data["invariant_matches"] = self.invariant_matches
@@ -113,6 +125,13 @@ class Row:
 
 @attrs.frozen
 class Summary:
+    """The kill matrix's totals.
+
+    Mutants killed, false positives among the rewrites, how often the annotated invariant was the
+    one hit and the shrinker reached the exhaustive minimum, and time to kill (median and p90 over
+    killed mutants; None without any).
+    """
+
     mutants: int
     killed: int
     rewrites: int
@@ -125,9 +144,11 @@ class Summary:
 
     @property
     def passed(self) -> bool:
+        """The verdict: every mutant killed, no rewrite flagged (`kvcheck mutants` exit 0)."""
         return self.killed == self.mutants and self.false_positives == 0
 
     def to_dict(self) -> dict[str, Any]:
+        """The `summary` object of `kvcheck mutants --json`."""
         data: dict[str, Any] = jsonable(attrs.asdict(self))
         for key in ("median_seconds_to_kill", "p90_seconds_to_kill"):
             if data[key] is not None:
@@ -137,6 +158,8 @@ class Summary:
 
 @attrs.frozen
 class Matrix:
+    """A finished kill-matrix run: its rows in corpus order and the options it ran with."""
+
     rows: tuple[Row, ...]
     max_examples: int
     seed: int | None
@@ -145,6 +168,7 @@ class Matrix:
 
     @property
     def summary(self) -> Summary:
+        """The totals over the rows (`Summary`)."""
         mutants = [r for r in self.rows if r.kind == "mutant"]
         rewrites = [r for r in self.rows if r.kind == "rewrite"]
         compared = [r for r in mutants if r.shrink_ratio is not None]
@@ -327,5 +351,6 @@ def run_matrix(
 
 
 def default_jobs() -> int:
+    """Worker processes to use for the matrix: the CPUs this process may run on, at least one."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, cpus or 1)

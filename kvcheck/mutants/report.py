@@ -12,6 +12,11 @@ def _seconds(value: float | None) -> str:
 
 
 def format_row(row: Row) -> str:
+    """One finished entry as a line, printed as it finishes.
+
+    A mutant shows its status, the invariant it broke, time to kill and shrink figures; a rewrite,
+    whether it passed.
+    """
     if row.kind == "rewrite":
         detail = (
             f"{row.examples} scenarios, no violation"
@@ -32,6 +37,9 @@ def format_row(row: Row) -> str:
 
 
 def format_summary(matrix: Matrix) -> str:
+    """The summary line: kill rate, annotated-invariant hits, shrink optimality, time to kill,
+    false positives and wall time.
+    """
     s = matrix.summary
     rate = 100.0 * s.killed / s.mutants if s.mutants else 100.0
     parts = [f"summary: {s.killed}/{s.mutants} mutants killed ({rate:.0f}%)"]
@@ -54,6 +62,7 @@ def format_summary(matrix: Matrix) -> str:
 
 
 def format_header(entries: int, max_examples: int, seed: int | None) -> str:
+    """The first line of the text report: how many entries, the search budget and the seed."""
     return f"kill matrix: {entries} entries, --max-examples {max_examples}, seed {seed}"
 
 
@@ -76,6 +85,7 @@ def format_tail(matrix: Matrix) -> str:
 
 
 def format_matrix(matrix: Matrix) -> str:
+    """The whole text report of a finished matrix: header, one line per row, then the tail."""
     return "\n".join(
         [
             format_header(len(matrix.rows), matrix.max_examples, matrix.seed),
@@ -86,6 +96,7 @@ def format_matrix(matrix: Matrix) -> str:
 
 
 def matrix_to_json(matrix: Matrix) -> dict[str, Any]:
+    """The `kvcheck mutants --json` report (fields listed in CHANGELOG.md)."""
     return {
         "summary": matrix.summary.to_dict(),
         "max_examples": matrix.max_examples,

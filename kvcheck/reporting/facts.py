@@ -34,14 +34,21 @@ class RunFacts:
                 self.launches.setdefault(launch.number, launch)
 
     def in_flight(self, index: int) -> dict[int, Launch]:
+        """Launches in flight after event `index`, by number; {} outside the trace (index -1)."""
         if index < 0 or index >= len(self.trace):
             return {}
         return {launch.number: launch for launch in self.trace[index].expected.in_flight}
 
     def delivery(self, index: int) -> ExpectedDelivery | None:
+        """The decode delivery the model expected at event `index`, if that event delivered one."""
         return self.trace[index].expected.delivery if 0 <= index < len(self.trace) else None
 
     def launched_at(self, index: int) -> list[Launch]:
+        """The launches made at event `index`, by number.
+
+        A launch is new in flight after the event, or (overlap off) delivered at it without having
+        been in flight before.
+        """
         before, after = self.in_flight(index - 1), self.in_flight(index)
         found = [launch for number, launch in after.items() if number not in before]
         delivery = self.delivery(index)
@@ -50,6 +57,9 @@ class RunFacts:
         return sorted(found, key=lambda launch: launch.number)
 
     def prefill_delivered_at(self, index: int) -> list[Launch]:
+        """The prefill launches whose result was delivered at event `index` (in flight before it,
+        not after it).
+        """
         before, after = self.in_flight(index - 1), self.in_flight(index)
         return [
             launch
@@ -58,6 +68,7 @@ class RunFacts:
         ]
 
     def request(self, index: int, rid: str) -> RequestExpectation | None:
+        """The model's expectation for `rid` after event `index`; None before it was admitted."""
         if not 0 <= index < len(self.trace):
             return None
         for req in self.trace[index].expected.requests:
@@ -66,6 +77,9 @@ class RunFacts:
         return None
 
     def observed(self, index: int, rid: str, field: str = "committed") -> Any:
+        """What the engine observed of `rid`'s `field` (committed length by default) after event
+        `index`, as the target left it; None outside the trace or before admission.
+        """
         if not 0 <= index < len(self.trace):
             return None
         for req in self.trace[index].observed.requests:
@@ -74,6 +88,7 @@ class RunFacts:
         return None
 
     def phase(self, index: int, rid: str) -> str | None:
+        """The model's lifecycle phase of `rid` after event `index`; None before admission."""
         req = self.request(index, rid)
         return None if req is None else req.phase
 
@@ -85,6 +100,9 @@ class RunFacts:
         return None
 
     def finish_reason(self, index: int, rid: str) -> str:
+        """Why `rid` had finished by event `index`, in words, re-derived from the scenario: aborted,
+        its EOS position, or its length cap.
+        """
         for event in self.scenario.events[: index + 1]:
             if isinstance(event, Abort) and event.rid == rid:
                 return "aborted"
@@ -98,6 +116,9 @@ class RunFacts:
         return "aborted"
 
     def stride_switches(self, after: int, upto: int) -> list[tuple[int, int]]:
+        """`(event index, new stride)` of the switches in `(after, upto]`; none unless adaptive (the
+        model ignores them otherwise).
+        """
         if not self.scenario.config.adaptive:
             return []
         return [
@@ -108,5 +129,6 @@ class RunFacts:
 
 
 def short(value: Any, limit: int = 60) -> str:
+    """`value` for a timeline cell: a string as is, anything else by repr; cut to `limit` chars."""
     text = repr(value) if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 3] + "..."

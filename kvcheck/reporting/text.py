@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 def format_events(scenario: Scenario, mark: int | None = None) -> list[str]:
+    """The scenario's events as numbered lines; the one at index `mark` points at the violation."""
     width = len(str(max(len(scenario.events) - 1, 0)))
     lines = []
     for index, event in enumerate(scenario.events):

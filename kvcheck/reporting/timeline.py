@@ -41,12 +41,21 @@ LineKind = Literal[
 
 @attrs.frozen
 class Line:
+    """One line of text in a cell; `kind` says what it is about, and renderers colour by it."""
+
     text: str
     kind: LineKind
 
 
 @attrs.frozen
 class Cell:
+    """One request at one event.
+
+    The phase and committed length C the model expects, what the target left (`observed`), and
+    what happened to the request there: a launch, a delivered row (applied or stale), launches
+    still in flight, the violation. `phase` is None before the request is admitted.
+    """
+
     rid: str
     # None before the request was admitted: the cell is blank.
     phase: str | None
@@ -64,6 +73,7 @@ class Cell:
 
     @property
     def mismatch(self) -> bool:
+        """The target's C differs from the model's (or is not a plain int) for a known request."""
         return self.phase is not None and not (
             type(self.observed) is int and self.observed == self.expected
         )
@@ -71,6 +81,8 @@ class Cell:
 
 @attrs.frozen
 class Row:
+    """One executed event: its description, what the scheduler did there, a cell per request."""
+
     index: int
     event: str
     # What the scheduler did at this event (launches, deliveries, stride switches).
@@ -82,6 +94,12 @@ class Row:
 
 @attrs.frozen
 class Timeline:
+    """A recorded run laid out per request, for the plain, rich and HTML renderers.
+
+    Rows cover the executed events; `not_run` lists the events after the violation, which the run
+    never reached, and `explanation` says in one sentence how the violation came about.
+    """
+
     target: str | None
     config: Config
     rids: tuple[str, ...]
@@ -93,6 +111,7 @@ class Timeline:
 
     @property
     def title(self) -> str:
+        """The heading: target (when known) and the config in words."""
         who = f"{self.target}: " if self.target else ""
         return f"{who}{describe_config(self.config)}"
 

@@ -61,6 +61,12 @@ STRIDE_SWITCH_WITNESS: Final = (
 
 @attrs.frozen
 class SearchOutcome:
+    """One Hypothesis search under one convention.
+
+    Scenarios run and how many until the first failure, the shrunk failing run (None: passed),
+    coverage labels reached, wall time and the replays spent shrinking.
+    """
+
     convention: Convention
     examples: int
     examples_to_failure: int | None
@@ -74,6 +80,13 @@ class SearchOutcome:
 
 @attrs.frozen
 class Verdict:
+    """What `check()` concludes about a target, and the searches behind it.
+
+    `passed` is true when the search under `convention` found no violation; with convention
+    `auto` that is the detected convention, or the other one when only it passes
+    (`convention_reason` says which). `other_outcomes` are the searches tried besides it.
+    """
+
     target: str
     description: str
     passed: bool
@@ -92,14 +105,17 @@ class Verdict:
 
     @property
     def violation(self) -> Violation | None:
+        """The shrunk counterexample's violation; None when the target passed."""
         return self.outcome.failure.violation if self.outcome.failure else None
 
     @property
     def counterexample(self) -> Scenario | None:
+        """The shrunk failing scenario; None when the target passed."""
         return self.outcome.failure.scenario if self.outcome.failure else None
 
     @property
     def verdict(self) -> str:
+        """`pass` or `fail`: the `verdict` field of `--json` reports."""
         return "pass" if self.passed else "fail"
 
 

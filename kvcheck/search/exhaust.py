@@ -88,7 +88,7 @@ def _tuple(values: Sequence[Any]) -> tuple[Any, ...]:
 class Bounds:
     """What `exhaust` enumerates. The defaults are the bounds `builtin:reference` is proven on:
     two requests, scenarios of up to 8 events, accept lengths up to 3, strides 2 and 3, every
-    event kind."""
+    event kind. Invalid bounds raise `KvcheckUsageError` listing every problem (exit 2)."""
 
     requests: int = 2
     events: int | None = 8
@@ -131,9 +131,12 @@ class Bounds:
 
     @property
     def rids(self) -> tuple[str, ...]:
+        """The request ids the search may admit, `r0` to `r{requests-1}`, admitted in this order."""
         return tuple(f"r{i}" for i in range(self.requests))
 
     def describe(self) -> str:
+        """The bounds in one line, for reports and the kill matrix's explanations."""
+
         def ints(values: Sequence[int | None]) -> str:
             return "{" + ",".join("none" if v is None else str(v) for v in values) + "}"
 
@@ -148,12 +151,20 @@ class Bounds:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The bounds as plain JSON, the `bounds` object of `kvcheck exhaust --json`."""
         data: dict[str, Any] = jsonable(attrs.asdict(self))
         return data
 
 
 @attrs.frozen
 class ExhaustResult:
+    """What `exhaust` found and how far it looked.
+
+    `failure` is a shortest counterexample within the bounds (None: none found), recorded;
+    `minimal_invariants` every invariant some shortest counterexample breaks. `complete` is false
+    when a state or time limit stopped the search first.
+    """
+
     target: str
     convention: Convention
     global_counters: GlobalCounterMode
@@ -174,20 +185,26 @@ class ExhaustResult:
 
     @property
     def verdict(self) -> str:
+        """`fail` with a counterexample, `pass` when the bounds were cleared (a proof within them),
+        `incomplete` when a limit stopped the search first.
+        """
         if self.failure is not None:
             return "fail"
         return "pass" if self.complete else "incomplete"
 
     @property
     def violation(self) -> Violation | None:
+        """The shortest counterexample's violation; None without one."""
         return self.failure.violation if self.failure is not None else None
 
     @property
     def counterexample(self) -> Scenario | None:
+        """The shortest counterexample; None without one."""
         return self.failure.scenario if self.failure is not None else None
 
     @property
     def states_per_second(self) -> float:
+        """Distinct states reached per second of search, for the report (0.0 if none was timed)."""
         return self.states / self.seconds if self.seconds > 0 else 0.0
 
 

@@ -22,6 +22,11 @@ _SUPPRESSED: Final = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCh
 
 
 def register_profiles() -> None:
+    """Register kvcheck's `dev`, `ci` and `thorough` profiles (its `ci` replaces Hypothesis's own).
+
+    Choosing one is left to the caller: the suite's conftest loads one, the pytest plugin reads
+    the one `--kvcheck-profile` names.
+    """
     for name, examples in PROFILE_EXAMPLES.items():
         settings.register_profile(
             name,

@@ -35,6 +35,10 @@ SMALLEST_STRIDE = 2
 
 @attrs.frozen
 class ShrinkResult:
+    """The shrinker's outcome: the smallest failing run reached, recorded (requests renamed `r0`,
+    `r1`, ... when that keeps it failing), and the candidate replays it cost.
+    """
+
     result: RunResult
     runs: int
 

@@ -39,6 +39,12 @@ def commit_live_row(req: Any, accepted: int) -> None:
 
 
 def seed_prefix(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """`builtin:seed-prefix`: the resolver before the stale-row fix (docs/semantics.md §3.1-§3.3).
+
+    Every row, stale or not, gets its KV and statistics updated, so a finished request's stale row
+    moves C past its final value and a retracted one's lands on the zeroed C; the stride is the
+    worker's current one and the draft total counts every row.
+    """
     next_token_ids = result.next_token_ids.tolist()
     accept_lens = result.accept_lens.tolist()
     result.num_accepted_drafts = sum(accept_lens) - len(batch.reqs)
@@ -50,6 +56,12 @@ def seed_prefix(self: Any, result: Any, batch: Any) -> list[list[int]]:
 
 
 def seed_fixed(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """`builtin:seed-fixed`: the seed write-up's stale-row fix, and what it still gets wrong.
+
+    Retracted rows are skipped and finished rows only give the pre-claimed slot back, so C and the
+    per-request statistics hold; but the stride still comes from the worker (wrong after an
+    adaptive switch, §3.4) and the draft total still counts stale rows (§3.5).
+    """
     next_token_ids = result.next_token_ids.tolist()
     accept_lens = result.accept_lens.tolist()
     result.num_accepted_drafts = sum(accept_lens) - len(batch.reqs)
@@ -66,6 +78,12 @@ def seed_fixed(self: Any, result: Any, batch: Any) -> list[list[int]]:
 
 
 def reference(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """`builtin:reference`: kvcheck's correct pre-claim resolver.
+
+    Rows are cut with the stride recorded at launch (read from the result), stale rows neither
+    commit nor count, and the draft total covers live rows only while the per-row list keeps every
+    row.
+    """
     next_token_ids = result.next_token_ids.tolist()
     accept_lens = result.accept_lens.tolist()
     stride = result.speculative_num_draft_tokens  # the stride this batch was launched with
