@@ -1,8 +1,9 @@
 """Errors that the front doors turn into exit code 2 with one clear line.
 
 Anything raised as a `KvcheckUsageError` is the user's input being wrong (a target that cannot be
-found, a malformed option, an unreadable counterexample file). It is never a finding about the
-target, and the CLI never prints a traceback for it.
+found, a malformed option, an unreadable counterexample file) or something kvcheck cannot judge
+(a target that steps outside kvcheck's model, a fault in kvcheck's own code). It is never a
+finding about the target, and the CLI never prints a traceback for it.
 """
 
 from __future__ import annotations
@@ -18,3 +19,8 @@ class TargetLoadError(KvcheckUsageError):
 
 class ScenarioFormatError(KvcheckUsageError):
     """A scenario or counterexample JSON document that cannot be read."""
+
+
+class KvcheckInternalError(KvcheckUsageError):
+    """An exception raised inside kvcheck's own code while the target ran: kvcheck's fault, so
+    no verdict is given (exit 2) and the message says where it was raised."""

@@ -13,7 +13,7 @@ from kvcheck.cli.main import main
 # Like a real checkout: a module-level import of a name the resolver only uses on a path kvcheck
 # never takes (a grammar error), and a stale-row bug kvcheck does find.
 SOURCE = """
-from sglang.srt.managers.schedule_batch import FINISH_ABORT
+from sglang.srt.server_args import get_global_server_args
 
 
 class Processor:
@@ -23,7 +23,7 @@ class Processor:
         stride = self.draft_worker.speculative_num_draft_tokens
         for req, accepted in zip(batch.reqs, accepts):
             if req.grammar is not None:
-                req.to_finish = FINISH_ABORT()
+                req.to_finish = get_global_server_args()
             req.kv_committed_len += accepted - 1
             req.spec_verify_ct += 1
             req.spec_accepted_drafts += accepted - 1
@@ -45,7 +45,7 @@ def test_strict_loading_names_the_missing_import(
     target: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["check", target, *OPTIONS]) == 2
-    assert "FINISH_ABORT" in capsys.readouterr().err
+    assert "get_global_server_args" in capsys.readouterr().err
 
 
 def test_replay_loads_the_target_as_check_did(
@@ -64,4 +64,4 @@ def test_replay_loads_the_target_as_check_did(
     del document["allow_unavailable_imports"]
     saved.write_text(json.dumps(document))
     assert main(["replay", str(saved)]) == 2
-    assert "FINISH_ABORT" in capsys.readouterr().err
+    assert "get_global_server_args" in capsys.readouterr().err

@@ -145,7 +145,7 @@ def test_ideal_mode_faults_sglangs_stale_row_counting() -> None:
 _HEADER = """
 from __future__ import annotations
 
-from sglang.srt.managers.schedule_batch import FINISH_ABORT
+from sglang.srt.server_args import get_global_server_args
 
 
 def _runs(result, stride):
@@ -341,12 +341,12 @@ def test_unprovidable_import_on_an_unreached_path(
     def resolve(self, result, batch):
         for i, req in enumerate(batch.reqs):
             if req.grammar is not None:
-                req.to_finish = FINISH_ABORT("grammar")
+                req.to_finish = get_global_server_args("grammar")
         return _runs(result, result.speculative_num_draft_tokens)
     """
     target = source_target(tmp_path, body)
     err = expect_load_error(capsys, target)
-    assert "'FINISH_ABORT'" in err and "cannot provide" in err
+    assert "'get_global_server_args'" in err and "cannot provide" in err
     code, out, _ = run_cli(
         capsys, "check", target, "--allow-unavailable-imports", "--global-counters", "off", *BUDGET
     )
@@ -358,11 +358,11 @@ def test_unprovidable_name_reached_at_run_time(
 ) -> None:
     body = """
     def resolve(self, result, batch):
-        FINISH_ABORT("always")
+        get_global_server_args("always")
         return []
     """
     err = expect_load_error(capsys, source_target(tmp_path, body), "--allow-unavailable-imports")
-    assert "FINISH_ABORT" in err and "reached at run time" in err
+    assert "get_global_server_args" in err and "reached at run time" in err
 
 
 def test_import_inside_the_resolver(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

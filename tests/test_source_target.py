@@ -85,7 +85,9 @@ def make_self(loaded: LoadedSource, worker_stride: int) -> SimpleNamespace:
     obj = SimpleNamespace(
         draft_worker=SimpleNamespace(speculative_num_draft_tokens=worker_stride),
         model_worker=ModelWorker(),
-        metrics_reporter=SimpleNamespace(snapshot_spec_decode_metrics=lambda: snapshots.append(1)),
+        metrics_reporter=SimpleNamespace(
+            snapshot_spec_decode_metrics=lambda batch, result: snapshots.append(1)
+        ),
         snapshots=snapshots,
     )
     for name, function in loaded.self_methods.items():  # as the engine binds them
@@ -406,17 +408,18 @@ def test_module_level_function_target(tmp_path: Path) -> None:
 
 
 UNPROVIDABLE = """
-    from sglang.srt.managers.schedule_batch import FINISH_ABORT, ScheduleBatch
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.server_args import get_global_server_args
 
     class Mixin:
         def touches(self, result, batch):
-            return [[FINISH_ABORT()]]
+            return [[get_global_server_args()]]
 
         def untouched(self, result: ScheduleBatch, batch: "ScheduleBatch") -> list[list[int]]:
             return [[1]]
 
         def _helper(self):
-            return FINISH_ABORT
+            return get_global_server_args
 
         def via_helper(self, result, batch):
             return [[self._helper()]]
@@ -426,11 +429,11 @@ UNPROVIDABLE = """
 def test_touched_unprovidable_name_is_a_load_error(tmp_path: Path) -> None:
     path = write(tmp_path, UNPROVIDABLE)
     assert load_error(path, "Mixin.touches") == (
-        "target uses 'FINISH_ABORT' (imported from sglang.srt.managers.schedule_batch), which "
+        "target uses 'get_global_server_args' (imported from sglang.srt.server_args), which "
         "kvcheck cannot provide without importing that module"
     )
     message = load_error(path, "Mixin.via_helper")
-    assert "'FINISH_ABORT' (used by Mixin._helper)" in message
+    assert "'get_global_server_args' (used by Mixin._helper)" in message
 
 
 def test_untouched_unprovidable_name_is_fine(tmp_path: Path) -> None:
@@ -442,7 +445,7 @@ def test_untouched_unprovidable_name_is_fine(tmp_path: Path) -> None:
 def test_allow_unavailable_defers_the_error_to_run_time(tmp_path: Path) -> None:
     path = write(tmp_path, UNPROVIDABLE)
     loaded = load_from_source(str(path), "Mixin.touches", allow_unavailable=True)
-    with pytest.raises(TargetLoadError, match=r"'FINISH_ABORT'.*\(reached at run time\)"):
+    with pytest.raises(TargetLoadError, match=r"'get_global_server_args'.*\(reached at run time\)"):
         loaded.resolver(None, None, None)
 
 

@@ -14,8 +14,10 @@ target mutated. Its state is plain objects, so `clone()` is a deep copy.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import attrs
 
@@ -39,7 +41,7 @@ from kvcheck.core.scenario import (
     accept_for_row,
     token_id,
 )
-from kvcheck.errors import KvcheckUsageError
+from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 
 Resolver = Callable[[Any, Any, Any], Any]
 
@@ -354,6 +356,12 @@ class Engine:
                 f"target imports at run time what kvcheck cannot provide: {exc}"
             ) from None
         except Exception as exc:
+            fault = _kvcheck_fault(exc)
+            if fault is not None:
+                raise KvcheckInternalError(
+                    f"kvcheck's own code raised {type(exc).__name__}: {exc} ({fault}) while the "
+                    "target ran; this is a kvcheck bug, not a verdict on the target"
+                ) from None
             target_error = f"{type(exc).__name__}: {exc}"
         runs = _normalise_runs(returned)
         stale = tuple(req.is_retracted or req.finished() for req in launch.batch.reqs)
@@ -426,3 +434,23 @@ def _normalise_runs(returned: Any) -> tuple[tuple[int, ...], ...] | None:
 def _short_repr(value: Any, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# kvcheck's own code that runs inside a target's call: the fakes and what they reach. A target's
+# exception is raised in the target's frames (or in torch, called by the target); one whose
+# innermost frame is here is kvcheck's.
+_KVCHECK_CORE: Final = str(Path(__file__).resolve().parent) + os.sep
+
+
+def _kvcheck_fault(exc: BaseException) -> str | None:
+    """`file:line` of the kvcheck frame `exc` was raised in, when it was raised in kvcheck's
+    core (a fake's method, the engine); None when the target (or a library it called) raised."""
+    tb = exc.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename
+    if not filename.startswith(_KVCHECK_CORE):
+        return None
+    return f"{Path(filename).name}:{tb.tb_lineno}"

@@ -13,6 +13,8 @@ violation. `UnmodeledAttributeError` is an `AttributeError`, so `getattr(x, name
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -25,6 +27,7 @@ from kvcheck.core.spellings import (
     RESULT_DRAFT_TOTAL_NAMES,
     modelled_names,
 )
+from kvcheck.errors import KvcheckUsageError
 
 if TYPE_CHECKING:
     import torch
@@ -44,15 +47,64 @@ class UnmodeledAttributeError(AttributeError):
         )
 
 
+class FakeCallError(KvcheckUsageError):
+    """A call into one of kvcheck's fakes that its model of SGLang's method does not accept.
+
+    The fake's signature is kvcheck's reading of SGLang's, so a mismatch is kvcheck's fault or a
+    limit of its model, never a violation by the target (exit 2).
+    """
+
+    def __init__(self, owner: str, name: str, function: Callable[..., Any], why: str) -> None:
+        self.owner = owner
+        self.attribute = name
+        parameters = list(inspect.signature(function).parameters.values())[1:]  # not self
+        shown = "(" + ", ".join(str(p.replace(annotation=p.empty)) for p in parameters) + ")"
+        super().__init__(
+            f"kvcheck's model of `{owner}.{name}{shown}` does not accept the target's call "
+            f"({why}); this is a limit of kvcheck's fakes, not a verdict on the target"
+        )
+
+
+def sglang_method(function: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
+    """Wrap a fake's method so that a call its signature does not accept is a `FakeCallError`.
+
+    Free on the happy path: a `TypeError` whose traceback ends in this wrapper was raised while
+    binding the arguments (the method itself never ran); one raised inside the method is left
+    alone.
+    """
+    if getattr(function, "_kvcheck_checked", False):
+        return function
+    called = name or function.__name__
+
+    @functools.wraps(function)
+    def call(self: StrictFake, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(self, *args, **kwargs)
+        except TypeError as exc:
+            if exc.__traceback__ is not None and exc.__traceback__.tb_next is None:
+                raise FakeCallError(self._owner, called, function, str(exc)) from None
+            raise
+
+    call._kvcheck_checked = True  # type: ignore[attr-defined]
+    return call
+
+
 class StrictFake:
     """Base for fakes: reads and writes of unmodelled attributes raise `UnmodeledAttributeError`.
 
     `_fields` lists the plain attributes a fake holds; properties (aliases) and methods of the
-    class are modelled too. Private names (leading underscore) are the engine's own.
+    class are modelled too. Private names (leading underscore) are the engine's own. Public
+    methods are wrapped by `sglang_method`, so a call they do not accept is a `FakeCallError`.
     """
 
     _owner: ClassVar[str] = "object"
     _fields: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, value in list(vars(cls).items()):
+            if not name.startswith("_") and inspect.isfunction(value):
+                setattr(cls, name, sglang_method(value))
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup failed.
@@ -180,7 +232,7 @@ class FakeReq(StrictFake):
 for _name in REQ_DRAFT_COUNTER_NAMES:
     setattr(FakeReq, _name, _alias("_spec_drafts"))
 for _name in REQ_HISTOGRAM_METHODS:
-    setattr(FakeReq, _name, FakeReq._record_histogram)
+    setattr(FakeReq, _name, sglang_method(FakeReq._record_histogram, _name))
 
 
 class FakeSpecAlgorithm(StrictFake):
@@ -345,12 +397,6 @@ class FakeModelWorker(StrictFake):
         self.verify_feeds.append(ControllerFeed(_as_ints(per_req), kwargs.get("batch_size")))
 
 
-class FakeMetricsSnapshot(StrictFake):
-    """What `snapshot_spec_decode_metrics()` returns: nothing kvcheck models may be read."""
-
-    _owner = "snapshot"
-
-
 class FakeMetricsReporter(StrictFake):
     """`self.metrics_reporter` (0.5.23 resolvers take a read-only snapshot first)."""
 
@@ -360,14 +406,10 @@ class FakeMetricsReporter(StrictFake):
     def __init__(self) -> None:
         self.snapshots = 0
 
-    def snapshot_spec_decode_metrics(self) -> FakeMetricsSnapshot:
-        """The 0.5.23 metrics snapshot: counted, no KV effect.
-
-        Takes no arguments, where SGLang passes `(batch, result)` (docs/semantics.md §7): a resolver
-        calling it that way raises `TypeError` here, reported as `target-raised`.
-        """
+    def snapshot_spec_decode_metrics(self, batch: Any, result: Any) -> None:
+        """The 0.5.23 metrics snapshot of a batch and its result: counted, no KV effect, returns
+        nothing (as SGLang's does)."""
         self.snapshots += 1
-        return FakeMetricsSnapshot()
 
 
 class FakeScheduler(StrictFake):
@@ -390,16 +432,12 @@ class FakeScheduler(StrictFake):
         for name, function in methods.items():
             object.__setattr__(self, name, function.__get__(self, type(self)))
 
-    def advance_grammar_fsm(self, *args: Any, **kwargs: Any) -> list[int]:
-        """Advance every grammar once for a result: no request has a grammar, so every token
-        of every row is retained. Memoised on the result as 0.5.18+ does."""
-        result = next((a for a in (*args, *kwargs.values()) if isinstance(a, FakeResult)), None)
-        if result is None:
-            raise UnmodeledAttributeError(
-                self._owner, "advance_grammar_fsm", "calls", " without the result"
-            )
-        if not result.grammar_advanced:
-            result.grammar_retained_tokens = [int(a) for a in result.accept_lens.tolist()]
-            result.grammar_advanced = True
-        retained = result.grammar_retained_tokens
-        return list(retained) if retained is not None else []
+    def advance_grammar_fsm(self, result: FakeResult, batch: FakeBatch) -> None:
+        """Advance the grammars of a result's rows once (0.5.17+), for a target whose own file
+        does not define this method. No request has a grammar (`batch.has_grammar` is False), so
+        as in SGLang nothing happens: `grammar_retained_tokens` stays None, no row is cut."""
+        if result.grammar_advanced or not batch.has_grammar:
+            return
+        raise UnmodeledAttributeError(
+            self._owner, "advance_grammar_fsm", "calls", " on a batch with grammar requests"
+        )

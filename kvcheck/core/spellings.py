@@ -77,7 +77,7 @@ RESULT_DRAFT_TOTAL_NAMES: Final = (
     "num_correct_drafts",  # >= 0.5.12
 )
 RESULT_DRAFT_PER_REQ_NAMES: Final = (
-    "accept_length_per_req_cpu",  # 0.5.8 - 0.5.10
+    "accept_length_per_req_cpu",  # 0.5.7 - 0.5.10
     "num_accepted_drafts_per_req_cpu",  # 0.5.11
     "num_correct_drafts_per_req_cpu",  # >= 0.5.12
 )
@@ -164,11 +164,11 @@ SPELLINGS: Final[tuple[Spelling, ...]] = (
     ),
     Spelling("result.block_accept_lens", "block-accept lengths", "0.5.16", None, "None"),
     Spelling("result.cap_lens", "cap lengths", "0.5.16", None, "None"),
-    Spelling("result.grammar_advanced", "grammar already advanced", "0.5.18", None, "False"),
+    Spelling("result.grammar_advanced", "grammar already advanced", "0.5.17", None, "False"),
     Spelling(
         "result.grammar_retained_tokens",
-        "tokens each row kept after grammar",
-        "0.5.18",
+        "per row: None, or the token ids it kept after grammar",
+        "0.5.17",
         None,
         "None until set",
     ),
@@ -177,7 +177,7 @@ SPELLINGS: Final[tuple[Spelling, ...]] = (
     ),
     Spelling("result.num_accepted_drafts", _TOTAL, "0.5.11", "0.5.11", "judged if written"),
     Spelling("result.num_correct_drafts", _TOTAL, "0.5.12", None, "judged if written"),
-    Spelling("result.accept_length_per_req_cpu", _PER_ROW, "0.5.8", "0.5.10", "judged if written"),
+    Spelling("result.accept_length_per_req_cpu", _PER_ROW, "0.5.7", "0.5.10", "judged if written"),
     Spelling(
         "result.num_accepted_drafts_per_req_cpu", _PER_ROW, "0.5.11", "0.5.11", "judged if written"
     ),
@@ -213,18 +213,18 @@ SPELLINGS: Final[tuple[Spelling, ...]] = (
         record=CONTROLLER_CALL_WITH_BATCH_SIZE,
     ),
     Spelling(
-        "self.metrics_reporter.snapshot_spec_decode_metrics()",
+        "self.metrics_reporter.snapshot_spec_decode_metrics(batch, result)",
         "metrics snapshot (read-only)",
         "0.5.23",
         None,
-        "recorded; returns an empty snapshot",
+        "recorded; returns None",
     ),
     Spelling(
-        "self.advance_grammar_fsm(result, batch, runs)",
+        "self.advance_grammar_fsm(result, batch)",
         "advance grammars once per result",
-        "0.5.18",
+        "0.5.17",
         None,
-        "sets grammar_advanced; every token retained",
+        "the file's own method runs; else no-op (no grammar requests)",
     ),
     Spelling(
         "self.<method>()",

@@ -13,8 +13,9 @@ dependencies. The file is parsed with `ast`, and only what the resolver needs is
 Annotations are never evaluated: they are stripped from functions and turned into strings
 elsewhere, so names used only in annotations, in `if TYPE_CHECKING:` imports or in
 `typing.cast(T, x)` do not matter. Every other free name is provided as a builtin, a module-level
-definition of the same file, or an import from a module that is safe to import here (the standard
-library, `torch`, `typing_extensions`). Anything else the code touches is a `TargetLoadError`
+definition of the same file, a stand-in for an SGLang name (`kvcheck.targets.sglang_names`), or
+an import from a module that is safe to import here (the standard library, `torch`,
+`typing_extensions`). Anything else the code touches is a `TargetLoadError`
 naming the name and its module; imports nobody touches are never looked at.
 
 The extracted code is compiled with the file's own name and line numbers, so a traceback from
@@ -44,6 +45,7 @@ from typing import Any, Final, NoReturn
 import attrs
 
 from kvcheck.errors import TargetLoadError
+from kvcheck.targets.sglang_names import STAND_INS
 
 __all__ = ["LoadedSource", "load_from_source"]
 
@@ -353,6 +355,8 @@ def _import_binding(imp: _Import) -> object:
             f"(relative import from {imp.module}), which kvcheck cannot provide without "
             "importing its package"
         )
+    if imp.attr is not None and (imp.module, imp.attr) in STAND_INS:
+        return STAND_INS[(imp.module, imp.attr)]
     top = imp.module.partition(".")[0]
     if top not in sys.stdlib_module_names and top not in _SAFE_THIRD_PARTY:
         raise _CannotProvide(
