@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kvcheck.core.scenario import Admit, Config, Event, Scenario, Step, SwitchStride
 from kvcheck.core.target import Target
 from kvcheck.targets.api_shape import probe_target
+
+# Data the tests read, wherever the test module that reads it lives.
+TESTS_DIR = Path(__file__).resolve().parent
+ROOT = TESTS_DIR.parent
+README = ROOT / "README.md"
+SGLANG_FIXTURES = TESTS_DIR / "fixtures" / "sglang"
+COMMITTED_COUNTEREXAMPLES = TESTS_DIR / "counterexamples"
 
 
 def scenario(*events: Event, **config: Any) -> Scenario:

@@ -25,9 +25,9 @@ from kvcheck.counterexamples.fileformat import (
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
 from kvcheck.reporting.timeline import explain
 from kvcheck.targets.loading import load_target
-from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario
+from tests.helpers import COMMITTED_COUNTEREXAMPLES, STRIDE_SWITCH_BEFORE_DELIVERY, scenario
 
-COMMITTED = Path(__file__).parent / "counterexamples"
+COMMITTED = COMMITTED_COUNTEREXAMPLES
 
 # semantics.md §3.1 (finish, then the stale row of the launch in flight).
 STALE_FINISHED = scenario(Admit("r0", 10, 3), Step(), Step((2,)), Step((3,)), Step(), stride=4)

@@ -31,13 +31,13 @@ from kvcheck.core.fakes import (
 from kvcheck.core.target import Target
 from kvcheck.search.check import check
 from kvcheck.targets.loading import load_target
+from tests.helpers import README, SGLANG_FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+FIXTURES = SGLANG_FIXTURES
 INDEX = json.loads((FIXTURES / "index.json").read_text())
 GENERATIONS: list[dict[str, Any]] = INDEX["generations"]
 GEN_IDS = [g["generation"] for g in GENERATIONS]
 BY_ID = dict(zip(GEN_IDS, GENERATIONS, strict=True))
-README = Path(__file__).parent.parent / "README.md"
 # Small and fixed: the whole file runs in well under a minute on two cores. A search stops at
 # its first failure, so the buggy resolvers get the CLI's default budget at little cost.
 FIXED = ["--seed", "0", "--no-save", "--no-database"]

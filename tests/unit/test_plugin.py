@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Admit, Step
 from kvcheck.counterexamples.fileformat import SUFFIX, from_run, save
 from kvcheck.targets.loading import load_target
-from tests.helpers import scenario
+from tests.helpers import COMMITTED_COUNTEREXAMPLES, scenario
 
 pytest_plugins = ["pytester"]
 
@@ -24,7 +23,7 @@ pytest_plugins = ["pytester"]
 # and importing torch's or Hypothesis's compiled extensions a second time crashes the process.
 PRELOADED = (torch, kvcheck.search.check, kvcheck.reporting.timeline)
 
-COMMITTED = Path(__file__).parent / "counterexamples"
+COMMITTED = COMMITTED_COUNTEREXAMPLES
 FAST = [
     "-p",
     "no:cacheprovider",
