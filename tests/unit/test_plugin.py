@@ -179,13 +179,3 @@ def test_bad_counterexample_files_are_collection_errors(
     errors = [line for line in outcome.stdout.lines if line.startswith("kvcheck: ")]
     assert len(errors) == 1 and needle in errors[0], outcome.stdout.str()
     assert "Traceback" not in outcome.stdout.str()
-
-
-def test_items_spread_over_xdist_workers(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess(
-        "-n", "2", "--kvcheck-target", "builtin:seed-prefix", *FAST, "-v"
-    )
-    result.assert_outcomes(failed=2, passed=2)
-    out = result.stdout.str()
-    assert "[gw0]" in out and "[gw1]" in out
-    assert "timeline  builtin:seed-prefix" in out and "replay with: kvcheck replay" in out

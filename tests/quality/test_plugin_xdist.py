@@ -1,0 +1,31 @@
+"""The pytest plugin under pytest-xdist in a subprocess: its items spread over two workers and the
+failures still show the timeline and the replay command. (The plugin's unit tests are
+tests/unit/test_plugin.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+FAST = [
+    "-p",
+    "no:cacheprovider",
+    "-W",
+    "ignore::pytest.PytestAssertRewriteWarning",
+    "--kvcheck-max-examples",
+    "60",
+    "--kvcheck-seed",
+    "0",
+]
+
+
+def test_items_spread_over_xdist_workers(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--kvcheck-target", "builtin:seed-prefix", *FAST, "-v"
+    )
+    result.assert_outcomes(failed=2, passed=2)
+    out = result.stdout.str()
+    assert "[gw0]" in out and "[gw1]" in out
+    assert "timeline  builtin:seed-prefix" in out and "replay with: kvcheck replay" in out
