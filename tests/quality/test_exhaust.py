@@ -1,12 +1,14 @@
 """Bounded exhaustive checking, measured: the proof on the reference resolver within the issue's
 bounds, the seed-prefix resolver's shortest counterexample, state merging against the plain
-search, and a search bounded by steps alone. (Bounds, verdicts and the command's options are unit
+search, a search bounded by steps alone, and `kvcheck exhaust` proving the reference on
+5-event scenarios. (Bounds, verdicts and the command's options are unit
 tests: tests/unit/search/test_exhaust.py, tests/unit/cli/test_exhaust_command.py.)"""
 
 from __future__ import annotations
 
 import pytest
 
+from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Admit, Step
 from kvcheck.search.exhaust import Bounds, exhaust
@@ -66,3 +68,19 @@ def test_step_bound_alone_ends_the_search() -> None:
     assert result.verdict == "pass" and result.complete
     # Other events between the two steps are unbounded but finite.
     assert result.depth > 2
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["exhaust", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_pass_text(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "builtin:reference", "--events", "5")
+    assert code == 0
+    assert "no violation within bounds" in out
+    assert "distinct states" in out and "scenarios" in out

@@ -81,11 +81,6 @@ def test_seed_prefix_fails_with_the_timeline(pytester: pytest.Pytester) -> None:
     assert len(saved) == 2 and all(p.name.endswith(SUFFIX) for p in saved)
 
 
-def test_reference_passes(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--kvcheck-target", "builtin:reference", *FAST)
-    result.assert_outcomes(passed=4)
-
-
 def test_one_item_per_axis_value(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(
         "--kvcheck-target",

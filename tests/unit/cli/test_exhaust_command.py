@@ -28,13 +28,6 @@ def test_cli_counterexample_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["convention"] == "preclaim"
 
 
-def test_cli_pass_text(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(capsys, "builtin:reference", "--events", "5")
-    assert code == 0
-    assert "no violation within bounds" in out
-    assert "distinct states" in out and "scenarios" in out
-
-
 def test_cli_saves_a_replayable_counterexample(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
