@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
@@ -69,8 +69,15 @@ def test_clone_behaves_like_a_generic_deepcopy(seed: int) -> None:
 
 
 class Plain:
+    """An ordinary object with a __dict__, like the fakes and the engine."""
+
     def __init__(self, **fields: Any) -> None:
         self.__dict__.update(fields)
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
 
 @attrs.define
@@ -114,7 +121,7 @@ def test_functions_and_immutable_values_are_shared() -> None:
 
 
 def test_nested_containers_are_independent_after_mutation() -> None:
-    original = {
+    original: dict[str, Any] = {
         "reqs": {"r0": Plain(committed=3, outputs=[7, 8])},
         "queue": [[1], [2]],
         "flags": {"a", "b"},
