@@ -1,13 +1,23 @@
-"""Small shared pieces for the test suite: scenario builders and hand-written resolvers."""
+"""Small shared pieces for the test suite: where its data lives, scenario builders and
+hand-written resolvers."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kvcheck.core.scenario import Admit, Config, Event, Scenario, Step, SwitchStride
 from kvcheck.core.target import Target
 from kvcheck.targets.api_shape import probe_target
+
+# Data the tests read, wherever the test module that reads it lives.
+TESTS_DIR = Path(__file__).resolve().parent
+ROOT = TESTS_DIR.parent
+README = ROOT / "README.md"
+SGLANG_FIXTURES = TESTS_DIR / "fixtures" / "sglang"
+COMMITTED_COUNTEREXAMPLES = TESTS_DIR / "counterexamples"
 
 
 def scenario(*events: Event, **config: Any) -> Scenario:
@@ -29,3 +39,24 @@ STRIDE_SWITCH_BEFORE_DELIVERY = (
     SwitchStride(2),
     Step(),
 )
+
+# A resolver file in SGLang's style for `source_target`: it imports a name kvcheck cannot provide
+# (used only on a grammar-error path) and defines `_runs`, the usual slicing of the padded tokens.
+_HEADER = """
+from __future__ import annotations
+
+from sglang.srt.server_args import get_global_server_args
+
+
+def _runs(result, stride):
+    ids = result.next_token_ids.tolist()
+    return [ids[i * stride : i * stride + a] for i, a in enumerate(result.accept_lens.tolist())]
+
+"""
+
+
+def source_target(tmp_path: Path, body: str, name: str = "resolve") -> str:
+    """Write `body` below `_HEADER` to a file and return its `path::name` target spec."""
+    path = tmp_path / "batch_result_processor.py"
+    path.write_text(_HEADER + textwrap.dedent(body))
+    return f"{path}::{name}"

@@ -4,8 +4,8 @@
 specialised for what kvcheck's states are made of (plain objects, attrs classes, lists, dicts,
 tuples), about four times faster on an engine. Functions and immutable values (frozen attrs
 instances, tuples whose contents need no copy) are shared; anything else, such as a tensor a
-target stored on a fake, goes to `copy.deepcopy`. tests/test_exhaust.py checks that it behaves
-exactly like `copy.deepcopy` on engines and models.
+target stored on a fake, goes to `copy.deepcopy`. tests/unit/core/test_copying.py checks that it
+behaves exactly like `copy.deepcopy` on engines and models.
 """
 
 from __future__ import annotations

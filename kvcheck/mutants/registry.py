@@ -36,7 +36,8 @@ class Entry:
 
     It is judged under `convention` (the scheduler it is meant to run in), `global_counters`
     and `adaptive`; a mutant names the invariant `expect`ed to catch it, which must be among
-    those its shortest counterexamples break (tests/test_mutants.py checks this exhaustively).
+    those its shortest counterexamples break (tests/quality/test_mutants.py checks this
+    exhaustively).
     """
 
     name: str

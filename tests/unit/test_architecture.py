@@ -13,7 +13,7 @@ from pathlib import Path
 import grimp
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 
 def _import_graph() -> dict[str, set[str]]:

@@ -1,11 +1,12 @@
-"""The README opens with exactly two commands, and CI runs the second one verbatim."""
+"""The README opens with exactly two commands, CI runs the second one verbatim, and its spellings
+table is the generated one."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from kvcheck.core.spellings import spellings_table
+from tests.helpers import README, ROOT
 
 
 def readme_commands() -> list[str]:
@@ -28,3 +29,9 @@ def test_readme_opens_with_two_commands() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert readme_commands()[1] in ci_lines
+
+
+def test_readme_table_is_the_generated_one() -> None:
+    assert spellings_table() in README.read_text(), (
+        "README.md's spellings table is stale: paste the output of `kvcheck spellings`"
+    )

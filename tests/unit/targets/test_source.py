@@ -23,8 +23,9 @@ import torch
 
 from kvcheck.errors import TargetLoadError
 from kvcheck.targets.source import LoadedSource, load_from_source
+from tests.helpers import SGLANG_FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+FIXTURES = SGLANG_FIXTURES
 GENERATIONS: list[dict[str, Any]] = json.loads((FIXTURES / "index.json").read_text())["generations"]
 GEN_IDS = [g["generation"] for g in GENERATIONS]
 

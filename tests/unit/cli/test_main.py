@@ -12,7 +12,6 @@ import pytest
 from kvcheck.cli.main import main
 
 SMALL = ["--max-examples", "300", "--seed", "3"]
-QUIET = ["--no-save", "--no-database", *SMALL]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -45,11 +44,6 @@ def test_seed_prefix_text_report_names_the_invariant(capsys: pytest.CaptureFixtu
     assert "FAIL" in out and "committed-" in out and "<- violation" in out
 
 
-def test_seed_fixed_passes_under_sglang_counters(capsys: pytest.CaptureFixture[str]) -> None:
-    code, report = check_json(capsys, "builtin:seed-fixed", "--global-counters", "sglang", *SMALL)
-    assert (code, report["verdict"]) == (0, "pass")
-
-
 def test_seed_fixed_breaks_ideal_global_counters(capsys: pytest.CaptureFixture[str]) -> None:
     code, report = check_json(capsys, "builtin:seed-fixed", *SMALL)
     assert code == 1
@@ -68,14 +62,6 @@ def test_seed_fixed_misreads_rows_after_a_stride_switch(capsys: pytest.CaptureFi
     assert isinstance(events, list)
     admitted = {e["rid"] for e in events if e["kind"] == "admit"}
     assert len(admitted) == 2  # row 0's slice does not depend on the stride (semantics §3.4)
-
-
-def test_reference_survives_a_thousand_adaptive_scenarios(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    code, report = check_json(capsys, "builtin:reference", "--adaptive", "--max-examples", "1000")
-    assert (code, report["verdict"]) == (0, "pass")
-    assert report["examples"] == 1000
 
 
 def test_explicit_convention_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,19 +121,3 @@ def test_bare_kvcheck_reports_on_the_seed_resolvers(
     saved = sorted(p.name for p in (tmp_path / ".kvcheck" / "counterexamples").iterdir())
     assert len(saved) == 2
     assert out.count("replay with: kvcheck replay .kvcheck/counterexamples/") == 2
-
-
-def test_a_closed_pipe_is_not_a_traceback() -> None:
-    # `kvcheck check --json | head -0`: the reader is gone before kvcheck writes.
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kvcheck.cli", "check", "builtin:seed-prefix", "--json", *QUIET],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    process.stdout.close()
-    stderr = process.stderr.read()
-    process.wait(timeout=120)
-    assert "Traceback" not in stderr
-    assert process.returncode == 1

@@ -1,16 +1,13 @@
 """`kvcheck check` writes counterexample files; `kvcheck replay` and `kvcheck regress` use them.
 
-The acceptance path runs in fresh processes: a failing check writes a file, and a second
-interpreter, in which importing Hypothesis is impossible, replays it and reproduces the same
-invariant at the same event index.
+The acceptance path in fresh processes (a second interpreter, in which importing Hypothesis is
+impossible, replays a file and reproduces the same invariant at the same event index; a generated
+regression test run by pytest) is tests/quality/test_cli_end_to_end.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +15,7 @@ import pytest
 from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Admit, Step
-from kvcheck.counterexamples.fileformat import SUFFIX, load, save
+from kvcheck.counterexamples.fileformat import SUFFIX, save
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
@@ -27,60 +24,9 @@ FAST = ["--max-examples", "100", "--seed", "0", "--no-database"]
 STALE_FINISHED = scenario(Admit("r0", 10, 3), Step(), Step((2,)), Step((3,)), Step(), stride=4)
 
 
-def python(*args: str, cwd: Path, hashseed: str = "0") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONHASHSEED": hashseed}
-    return subprocess.run(
-        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120
-    )
-
-
-# Replays in an interpreter where `import hypothesis` fails, so Hypothesis cannot be involved.
-NO_HYPOTHESIS = """
-import sys
-sys.modules["hypothesis"] = None
-from kvcheck.cli.main import main
-code = main(sys.argv[1:])
-assert not any(name.startswith("hypothesis.") for name in sys.modules), "hypothesis imported"
-sys.exit(code)
-"""
-
-
 def saved_file(tmp_path: Path, spec: str = "builtin:seed-prefix") -> Path:
     result = run_scenario(STALE_FINISHED, load_target(spec), record=True)
     return save(from_run(result, spec), tmp_path)
-
-
-def test_check_writes_a_file_that_replays_in_a_fresh_process(tmp_path: Path) -> None:
-    found = python(
-        "-m",
-        "kvcheck.cli",
-        "check",
-        "builtin:seed-prefix",
-        *FAST,
-        "--save-dir",
-        "cx",
-        "--json",
-        cwd=tmp_path,
-    )
-    assert found.returncode == 1, found.stderr
-    report = json.loads(found.stdout)
-    path = tmp_path / report["counterexample_file"]
-    assert path.is_file() and path.name.endswith(SUFFIX)
-    assert report["replay_command"] == f"kvcheck replay {report['counterexample_file']}"
-    saved = load(path)
-    assert saved.violation is not None
-    assert saved.violation.invariant == report["violation"]["invariant"]
-
-    # Another interpreter with other string hashes: nothing may depend on set or dict order.
-    replayed = python(
-        "-c", NO_HYPOTHESIS, "replay", str(path), "--json", cwd=tmp_path, hashseed="4242"
-    )
-    assert replayed.returncode == 1, replayed.stderr
-    again = json.loads(replayed.stdout)
-    assert again["replay"] == "same"
-    assert again["violation"]["invariant"] == report["violation"]["invariant"]
-    assert again["violation"]["event_index"] == report["violation"]["event_index"]
-    assert again["counterexample_file"] == str(path)
 
 
 def test_check_text_output_names_the_file_and_the_replay_command(
@@ -192,64 +138,8 @@ def test_replay_target_that_no_longer_exists_exits_2(
 # --- kvcheck regress ----------------------------------------------------------------------------
 
 
-def run_pytest(test_file: Path) -> subprocess.CompletedProcess[str]:
-    return python(
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:kvcheck",
-        str(test_file),
-        cwd=test_file.parent,
-    )
-
-
-def test_regress_passes_against_the_fix_and_fails_against_the_bug(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = saved_file(tmp_path)
-    assert main(["regress", str(path)]) == 0
-    text = capsys.readouterr().out
-    assert (
-        "TARGET = 'builtin:seed-prefix'" in text
-        and "def test_no_committed_finished_frozen_" in text
-    )
-
-    buggy = tmp_path / "test_buggy.py"
-    buggy.write_text(text)
-    fixed_dir = tmp_path / "fixed"
-    assert (
-        main(["regress", str(path), "--target", "builtin:reference", "--out", f"{fixed_dir}/"]) == 0
-    )
-    [fixed] = fixed_dir.iterdir()
-    assert fixed.name.startswith("test_kvcheck_no_committed_finished_frozen_")
-    assert f"wrote {fixed}" in capsys.readouterr().out
-
-    passing = run_pytest(fixed)
-    assert passing.returncode == 0, passing.stdout + passing.stderr
-    failing = run_pytest(buggy)
-    assert failing.returncode == 1, failing.stdout + failing.stderr
-    assert "REPRODUCED  committed-finished-frozen at event 4 (r0)" in failing.stdout
-    assert f"counterexample file: {path}" in failing.stdout
-    assert "replay with: kvcheck replay" in failing.stdout
-
-
 def test_regress_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = saved_file(tmp_path)
     assert main(["regress", str(path), "--target", "builtin:nope"]) == 2
     assert "unknown builtin 'nope'" in capsys.readouterr().err
     assert main(["regress", str(tmp_path / "missing.kvcheck.json")]) == 2
-
-
-def test_database_entries_are_keyed_by_target_and_options() -> None:
-    from hypothesis.database import InMemoryExampleDatabase
-
-    from kvcheck.search.check import search
-
-    db = InMemoryExampleDatabase()
-    outcome = search(load_target("builtin:seed-prefix"), convention="preclaim", database=db)
-    assert outcome.failure is not None
-    keys = {key for key in db.data if not key.startswith(b".hypothesis")}
-    assert b"kvcheck.search.check|builtin:seed-prefix|preclaim|ideal|False|None" in keys

@@ -1,0 +1,172 @@
+"""The command line end to end: acceptance runs with the full budget, and fresh processes (a
+check whose file replays in another interpreter without Hypothesis, a generated regression test
+run by pytest, a closed pipe)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvcheck.cli.main import main
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Admit, Step
+from kvcheck.counterexamples.fileformat import SUFFIX, load, save
+from kvcheck.counterexamples.replay import from_run
+from kvcheck.targets.loading import load_target
+from tests.helpers import scenario
+
+# --- kvcheck check ------------------------------------------------------------------------------
+
+SMALL = ["--max-examples", "300", "--seed", "3"]
+QUIET = ["--no-save", "--no-database", *SMALL]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def check_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:
+    code, out, _ = run_cli(capsys, "check", *argv, "--json")
+    return code, json.loads(out)
+
+
+def test_seed_fixed_passes_under_sglang_counters(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = check_json(capsys, "builtin:seed-fixed", "--global-counters", "sglang", *SMALL)
+    assert (code, report["verdict"]) == (0, "pass")
+
+
+def test_reference_survives_a_thousand_adaptive_scenarios(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, report = check_json(capsys, "builtin:reference", "--adaptive", "--max-examples", "1000")
+    assert (code, report["verdict"]) == (0, "pass")
+    assert report["examples"] == 1000
+
+
+def test_a_closed_pipe_is_not_a_traceback() -> None:
+    # `kvcheck check --json | head -0`: the reader is gone before kvcheck writes.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kvcheck.cli", "check", "builtin:seed-prefix", "--json", *QUIET],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    stderr = process.stderr.read()
+    process.wait(timeout=120)
+    assert "Traceback" not in stderr
+    assert process.returncode == 1
+
+
+# --- fresh processes: check, replay, regress ----------------------------------------------------
+
+FAST = ["--max-examples", "100", "--seed", "0", "--no-database"]
+STALE_FINISHED = scenario(Admit("r0", 10, 3), Step(), Step((2,)), Step((3,)), Step(), stride=4)
+
+
+def python(*args: str, cwd: Path, hashseed: str = "0") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONHASHSEED": hashseed}
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+# Replays in an interpreter where `import hypothesis` fails, so Hypothesis cannot be involved.
+NO_HYPOTHESIS = """
+import sys
+sys.modules["hypothesis"] = None
+from kvcheck.cli.main import main
+code = main(sys.argv[1:])
+assert not any(name.startswith("hypothesis.") for name in sys.modules), "hypothesis imported"
+sys.exit(code)
+"""
+
+
+def saved_file(tmp_path: Path, spec: str = "builtin:seed-prefix") -> Path:
+    result = run_scenario(STALE_FINISHED, load_target(spec), record=True)
+    return save(from_run(result, spec), tmp_path)
+
+
+def test_check_writes_a_file_that_replays_in_a_fresh_process(tmp_path: Path) -> None:
+    found = python(
+        "-m",
+        "kvcheck.cli",
+        "check",
+        "builtin:seed-prefix",
+        *FAST,
+        "--save-dir",
+        "cx",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert found.returncode == 1, found.stderr
+    report = json.loads(found.stdout)
+    path = tmp_path / report["counterexample_file"]
+    assert path.is_file() and path.name.endswith(SUFFIX)
+    assert report["replay_command"] == f"kvcheck replay {report['counterexample_file']}"
+    saved = load(path)
+    assert saved.violation is not None
+    assert saved.violation.invariant == report["violation"]["invariant"]
+
+    # Another interpreter with other string hashes: nothing may depend on set or dict order.
+    replayed = python(
+        "-c", NO_HYPOTHESIS, "replay", str(path), "--json", cwd=tmp_path, hashseed="4242"
+    )
+    assert replayed.returncode == 1, replayed.stderr
+    again = json.loads(replayed.stdout)
+    assert again["replay"] == "same"
+    assert again["violation"]["invariant"] == report["violation"]["invariant"]
+    assert again["violation"]["event_index"] == report["violation"]["event_index"]
+    assert again["counterexample_file"] == str(path)
+
+
+def run_pytest(test_file: Path) -> subprocess.CompletedProcess[str]:
+    return python(
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:kvcheck",
+        str(test_file),
+        cwd=test_file.parent,
+    )
+
+
+def test_regress_passes_against_the_fix_and_fails_against_the_bug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = saved_file(tmp_path)
+    assert main(["regress", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert (
+        "TARGET = 'builtin:seed-prefix'" in text
+        and "def test_no_committed_finished_frozen_" in text
+    )
+
+    buggy = tmp_path / "test_buggy.py"
+    buggy.write_text(text)
+    fixed_dir = tmp_path / "fixed"
+    assert (
+        main(["regress", str(path), "--target", "builtin:reference", "--out", f"{fixed_dir}/"]) == 0
+    )
+    [fixed] = fixed_dir.iterdir()
+    assert fixed.name.startswith("test_kvcheck_no_committed_finished_frozen_")
+    assert f"wrote {fixed}" in capsys.readouterr().out
+
+    passing = run_pytest(fixed)
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    failing = run_pytest(buggy)
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert "REPRODUCED  committed-finished-frozen at event 4 (r0)" in failing.stdout
+    assert f"counterexample file: {path}" in failing.stdout
+    assert "replay with: kvcheck replay" in failing.stdout

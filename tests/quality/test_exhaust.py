@@ -1,0 +1,86 @@
+"""Bounded exhaustive checking, measured: the proof on the reference resolver within the issue's
+bounds, the seed-prefix resolver's shortest counterexample, state merging against the plain
+search, a search bounded by steps alone, and `kvcheck exhaust` proving the reference on
+5-event scenarios. (Bounds, verdicts and the command's options are unit
+tests: tests/unit/search/test_exhaust.py, tests/unit/cli/test_exhaust_command.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcheck.cli.main import main
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Admit, Step
+from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.targets.loading import load_target
+
+REFERENCE = load_target("builtin:reference")
+SEED_PREFIX = load_target("builtin:seed-prefix")
+
+
+def test_reference_is_proven_within_the_issue_bounds() -> None:
+    # 2 requests, 8 events, accept up to 3, strides {2,3}, every event kind, both overlap modes.
+    bounds = Bounds()
+    assert (bounds.requests, bounds.events, bounds.max_accept) == (2, 8, 3)
+    assert bounds.strides == (2, 3)
+    assert set(bounds.kinds) == {"admit", "step", "retract", "abort", "switch_stride"}
+    result = exhaust(REFERENCE, bounds, convention="preclaim")
+    assert result.adaptive
+    assert result.verdict == "pass" and result.complete
+    assert result.depth == 8
+    assert result.states > 10_000 and result.scenarios > result.states
+
+
+def test_seed_prefix_counterexample_has_the_minimal_length() -> None:
+    result = exhaust(SEED_PREFIX, Bounds(), convention="preclaim")
+    assert result.verdict == "fail"
+    scenario = result.counterexample
+    assert scenario is not None
+    # docs/semantics.md §3.1's finish-on-prefill form: admit; prefill launch; decode launch while
+    # the prefill result finishes the request; the decode row arrives stale.
+    assert [type(e) for e in scenario.events] == [Admit, Step, Step, Step]
+    admit = scenario.events[0]
+    assert isinstance(admit, Admit) and (admit.max_new_tokens == 1 or admit.eos_at == 1)
+    assert result.depth == 4
+    violation = result.violation
+    assert violation is not None and violation.invariant == "committed-finished-frozen"
+    replayed = run_scenario(scenario, SEED_PREFIX)
+    assert replayed.violation == violation
+
+
+@pytest.mark.parametrize(
+    "spec, events",
+    [("builtin:seed-prefix", 4), ("builtin:reference", 4), ("builtin:seed-fixed", 4)],
+)
+def test_state_merging_changes_nothing_but_the_work(spec: str, events: int) -> None:
+    bounds = Bounds(events=events, kinds=("step", "admit", "retract"), max_new=(1, 4))
+    target = load_target(spec)
+    merged = exhaust(target, bounds, convention="preclaim")
+    plain = exhaust(target, bounds, convention="preclaim", merge=False)
+    assert merged.verdict == plain.verdict
+    assert merged.depth == plain.depth
+    assert merged.minimal_invariants == plain.minimal_invariants
+    assert merged.states <= plain.states
+
+
+def test_step_bound_alone_ends_the_search() -> None:
+    result = exhaust(REFERENCE, Bounds(events=None, steps=2, strides=(2,)), convention="preclaim")
+    assert result.verdict == "pass" and result.complete
+    # Other events between the two steps are unbounded but finite.
+    assert result.depth > 2
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["exhaust", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_pass_text(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "builtin:reference", "--events", "5")
+    assert code == 0
+    assert "no violation within bounds" in out
+    assert "distinct states" in out and "scenarios" in out

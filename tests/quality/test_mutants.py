@@ -1,0 +1,112 @@
+"""The kill matrix over the mutant corpus (what `kvcheck mutants` reports), and the correct
+rewrites checked exhaustively on short scenarios.
+
+The whole matrix runs once, in one module-scoped fixture, with a CI budget and a fixed seed:
+every mutant must be killed, every correct rewrite must pass, the annotated invariant must be
+among those the mutant's shortest counterexamples break (decided exhaustively, so it does not
+depend on the seed), and the shrunk counterexamples must be as short as the exhaustive minimum
+for at least 90% of the mutants (the rest must say why). The corpus itself and the command's
+options are unit tests (tests/unit/mutants/, tests/unit/cli/test_mutants_command.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvcheck.mutants import BY_NAME, ENTRIES, MUTANTS, REWRITES, report
+from kvcheck.mutants.matrix import Matrix, run_matrix
+from kvcheck.search.exhaust import Bounds, exhaust
+
+# The CI budget: every mutant dies within a few dozen scenarios, so 150 examples mostly cost the
+# rewrites, which must survive all of them.
+CI_MAX_EXAMPLES = 150
+CI_SEED = 0
+
+
+@pytest.fixture(scope="module")
+def kill_matrix() -> Matrix:
+    return run_matrix(ENTRIES, max_examples=CI_MAX_EXAMPLES, seed=CI_SEED)
+
+
+# --- the matrix ---------------------------------------------------------------------------------
+
+
+def test_every_mutant_is_killed(kill_matrix: Matrix) -> None:
+    survivors = [r.name for r in kill_matrix.rows if r.kind == "mutant" and not r.killed]
+    assert survivors == []
+
+
+def test_every_rewrite_passes(kill_matrix: Matrix) -> None:
+    false_positives = [
+        f"{r.name}: {r.invariant} {r.shrunk_events}"
+        for r in kill_matrix.rows
+        if r.kind == "rewrite" and not r.passed
+    ]
+    assert false_positives == []
+
+
+def test_annotation_is_a_shortest_counterexample_invariant(kill_matrix: Matrix) -> None:
+    wrong = [
+        f"{r.name}: annotated {r.expect}, shortest break {r.exhaustive_invariants}"
+        for r in kill_matrix.rows
+        if r.kind == "mutant" and r.expect not in r.exhaustive_invariants
+    ]
+    assert wrong == []
+
+
+def test_search_mostly_reports_the_annotated_invariant(kill_matrix: Matrix) -> None:
+    summary = kill_matrix.summary
+    assert summary.annotated_invariant >= 0.9 * summary.mutants
+
+
+def test_shrunk_length_is_the_exhaustive_minimum(kill_matrix: Matrix) -> None:
+    mutants = [r for r in kill_matrix.rows if r.kind == "mutant"]
+    assert all(r.exhaustive_length is not None for r in mutants)
+    optimal = [r for r in mutants if r.shrink_ratio == 1.0]
+    assert len(optimal) >= 0.9 * len(mutants)
+    unexplained = [r.name for r in mutants if r.shrink_ratio != 1.0 and not r.shrink_note]
+    assert unexplained == []
+
+
+def test_summary_and_json(kill_matrix: Matrix) -> None:
+    data = report.matrix_to_json(kill_matrix)
+    summary = data["summary"]
+    assert summary["mutants"] == len(MUTANTS)
+    assert summary["killed"] == len(MUTANTS)
+    assert summary["rewrites"] == len(REWRITES)
+    assert summary["false_positives"] == 0
+    assert len(data["rows"]) == len(ENTRIES)
+    row = next(r for r in data["rows"] if r["name"] == "worker-stride")
+    for key in (
+        "status",
+        "examples_to_failure",
+        "seconds_to_failure",
+        "shrunk_length",
+        "invariant",
+        "invariant_matches",
+        "exhaustive_length",
+        "shrink_ratio",
+    ):
+        assert key in row
+    json.dumps(data)
+    text = report.format_matrix(kill_matrix)
+    assert f"{len(MUTANTS)}/{len(MUTANTS)} mutants killed (100%)" in text
+    assert "0 false positives" in text
+
+
+# --- rewrites beyond sampling -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [e.name for e in REWRITES])
+def test_rewrites_pass_exhaustively_on_short_scenarios(name: str) -> None:
+    entry = BY_NAME[name]
+    result = exhaust(
+        entry.target(),
+        Bounds(events=5, max_new=(1, 2, 4)),
+        convention=entry.convention,
+        global_counters=entry.global_counters,
+        adaptive=entry.adaptive,
+    )
+    assert result.verdict == "pass", result.violation

@@ -1,0 +1,76 @@
+"""`kvcheck exhaust`: its JSON and text output, saved counterexamples, mutant annotations, limits
+and usage errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvcheck.cli.main import main
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["exhaust", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_counterexample_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "builtin:seed-prefix", "--no-save", "--json")
+    data = json.loads(out)
+    assert code == 1
+    assert data["verdict"] == "fail"
+    assert data["scenarios"] > 0 and data["states"] > 0
+    assert data["violation"]["invariant"] == "committed-finished-frozen"
+    assert [e["kind"] for e in data["events"]] == ["admit", "step", "step", "step"]
+    assert data["convention"] == "preclaim"
+
+
+def test_cli_saves_a_replayable_counterexample(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = _run(capsys, "builtin:seed-prefix", "--save-dir", str(tmp_path))
+    assert code == 1
+    assert "shortest counterexample (4 events)" in out
+    files = list(tmp_path.glob("*.kvcheck.json"))
+    assert len(files) == 1
+    assert main(["replay", str(files[0]), "--json"]) == 1
+    replayed = json.loads(capsys.readouterr().out)
+    assert replayed["violation"]["invariant"] == "committed-finished-frozen"
+
+
+def test_cli_mutant_target_uses_its_annotation(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "mutant:ideal-total-in-sglang-mode", "--no-save", "--json")
+    data = json.loads(out)
+    assert code == 1
+    assert data["global_counters"] == "sglang"
+    assert data["convention"] == "honest"
+    assert data["violation"]["invariant"] == "global-counters"
+
+
+def test_cli_time_limit_is_incomplete_not_a_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "builtin:reference", "--max-states", "200", "--json")
+    assert code == 0
+    assert json.loads(out)["verdict"] == "incomplete"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["builtin:reference", "--strides", "0"],
+        ["builtin:reference", "--strides", "two"],
+        ["builtin:reference", "--kinds", "step,teleport"],
+        ["builtin:reference", "--events", "0"],
+        ["builtin:reference", "--overlap", "sometimes"],
+        ["builtin:nope"],
+        ["mutant:nope"],
+    ],
+)
+def test_cli_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = _run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err

@@ -1,0 +1,55 @@
+"""The fakes kvcheck hands a resolver (`kvcheck.core.fakes`): every supported spelling exists on
+them, unmodelled names fail loudly, and `kvcheck spellings` prints the table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvcheck.cli.main import main
+from kvcheck.core.fakes import (
+    FakeBatch,
+    FakeReq,
+    FakeResult,
+    FakeScheduler,
+    UnmodeledAttributeError,
+)
+from kvcheck.core.spellings import SPELLINGS, spellings_table
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _fakes() -> dict[str, Any]:
+    import torch
+
+    req = FakeReq("r0", 4, 8)
+    result = FakeResult(torch.zeros(4, dtype=torch.int64), torch.ones(1, dtype=torch.int32), 4)
+    return {"req": req, "batch": FakeBatch([req]), "result": result, "self": FakeScheduler(4, True)}
+
+
+@pytest.mark.parametrize("spelling", [s for s in SPELLINGS if "<" not in s.path], ids=str)
+def test_every_listed_spelling_exists_on_the_fakes(spelling: Any) -> None:
+    owner, *names = spelling.path.split("(", 1)[0].split(".")
+    value = _fakes()[owner]
+    for name in names:
+        value = getattr(value, name)
+    assert not spelling.path.endswith(")") or callable(value)
+
+
+def test_spellings_command_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "spellings")
+    assert code == 0 and out.strip() == spellings_table()
+
+
+def test_unmodelled_names_are_attribute_errors_that_name_the_supported_ones() -> None:
+    req = _fakes()["req"]
+    with pytest.raises(UnmodeledAttributeError, match=r"target reads `req\.foo`.*spec_verify_ct"):
+        _ = req.foo
+    assert getattr(req, "foo", None) is None  # hasattr-style version sniffing keeps working
+    with pytest.raises(UnmodeledAttributeError, match=r"target writes `req\.spec_verify_count`"):
+        req.spec_verify_count = 1
