@@ -14,12 +14,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from kvcheck.cli import check, exhaust, mutants, regress, replay
+from kvcheck.cli import check, exhaust, mutants, regress, releases, replay
 from kvcheck.cli.options import EXIT_OK, EXIT_USAGE, EXIT_VIOLATION, Parser
 from kvcheck.core.spellings import spellings_table
 from kvcheck.errors import KvcheckUsageError
 
-_COMMANDS: tuple[Any, ...] = (check, replay, regress, mutants, exhaust)
+_COMMANDS: tuple[Any, ...] = (check, replay, regress, releases, mutants, exhaust)
 
 
 def _run_spellings(args: argparse.Namespace) -> int:

@@ -1,7 +1,11 @@
 """Resolving a target spec into something the engine can call.
 
-Three forms (their grammar is a contract: CHANGELOG.md):
+The forms (their grammar is a contract: CHANGELOG.md):
 - `builtin:NAME`: one of kvcheck's own resolvers (`kvcheck.targets.builtins`);
+- `sglang==VERSION`: that SGLang release's resolver, fetched from the package index into
+  kvcheck's cache (`kvcheck.targets.sglang_release`);
+- `path/to/sglang` (a checkout root or the `sglang` package directory): its resolver, found the
+  same way;
 - `package.module:Qualname.attr`: imported normally;
 - `path/to/file.py::Qualname.attr`: read from source without importing its module, so a resolver
   inside an SGLang checkout can be checked on a machine without SGLang's dependencies.
@@ -14,10 +18,12 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+from pathlib import Path
 from typing import Any
 
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
+from kvcheck.targets import sglang_release
 from kvcheck.targets.api_shape import probe_target
 from kvcheck.targets.builtins import BUILTINS
 from kvcheck.targets.source import load_from_source
@@ -33,14 +39,37 @@ def load_target(spec: str, *, allow_unavailable: bool = False) -> Target:
     spec = spec.strip()
     if spec.startswith("builtin:"):
         return _load_builtin(spec)
+    if spec.startswith(sglang_release.SPEC_PREFIX):
+        return _load_release(spec, allow_unavailable)
     if "::" in spec:
         return _load_source(spec, allow_unavailable)
     if spec.count(":") == 1:
         return _load_import(spec)
+    if Path(spec).is_dir():
+        return _load_package(spec, allow_unavailable)
     raise TargetLoadError(
-        f"malformed target {spec!r}; expected builtin:NAME, package.module:Qualname or "
-        "path/to/file.py::Qualname"
+        f"malformed target {spec!r}; expected builtin:NAME, sglang==VERSION, "
+        "package.module:Qualname, path/to/file.py::Qualname or an SGLang checkout directory"
     )
+
+
+def _load_release(spec: str, allow_unavailable: bool) -> Target:
+    version = sglang_release.parse_spec(spec)
+    package = sglang_release.release_package(version)
+    return _load_sglang(spec, package, f"SGLang {version} (package index)", allow_unavailable)
+
+
+def _load_package(spec: str, allow_unavailable: bool) -> Target:
+    package = sglang_release.package_dir(Path(spec))
+    return _load_sglang(spec, package, f"the SGLang package at {spec}", allow_unavailable)
+
+
+def _load_sglang(spec: str, package: Path, what: str, allow_unavailable: bool) -> Target:
+    """The resolver of an SGLang package, read from source with its sibling methods."""
+    where = sglang_release.find_resolver(package)
+    loaded = load_from_source(str(where.file), where.qualname, allow_unavailable=allow_unavailable)
+    description = f"{what}: {where.qualname} ({where.file.name}, line {where.line})"
+    return probe_target(spec, loaded.resolver, description, loaded.self_methods)
 
 
 def _load_builtin(spec: str) -> Target:

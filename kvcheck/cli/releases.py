@@ -1,0 +1,140 @@
+"""`kvcheck releases`: every SGLang release in a range checked as it was published, one row each.
+
+Each release's resolver is fetched from the package index into kvcheck's cache (`sglang==V`) and
+judged twice: with the batch-global counters as every SGLang release keeps them (`sglang`) and
+as they should be (`ideal`, stale rows excluded). This is how the README shows what kvcheck finds
+in SGLang's history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import attrs
+
+from kvcheck.cli.options import EXIT_OK, add_json_option, positive_int, seed
+from kvcheck.errors import KvcheckUsageError, TargetLoadError
+from kvcheck.targets import sglang_release
+from kvcheck.targets.loading import load_target
+
+# One release checked at this budget per counter mode takes about a second.
+DEFAULT_RELEASE_EXAMPLES = 200
+
+
+def add_parser(commands: Any) -> None:
+    """Register `releases` on the front door's subparsers."""
+    parser = commands.add_parser(
+        "releases",
+        help="check every SGLang release in a range, fetched from the package index",
+        description=(
+            "Fetches each SGLang release's resolver (cached under $KVCHECK_CACHE, default "
+            "~/.cache/kvcheck) and checks it with SGLang's global counters and with ideal ones. "
+            "Prints one row per release. Exit 0 once every release has a verdict; 2 when the "
+            "index cannot be reached or a range bound is not a release."
+        ),
+    )
+    parser.add_argument("--from", dest="first", default=sglang_release.OLDEST, metavar="V")
+    parser.add_argument("--to", dest="last", default=None, metavar="V", help="default: newest")
+    parser.add_argument(
+        "--max-examples",
+        type=positive_int,
+        default=DEFAULT_RELEASE_EXAMPLES,
+        metavar="N",
+        help=f"per release and counter mode (default {DEFAULT_RELEASE_EXAMPLES})",
+    )
+    parser.add_argument("--seed", type=seed, default=0, metavar="N", help="default: 0")
+    add_json_option(parser)
+    parser.set_defaults(run=run)
+
+
+@attrs.frozen
+class ReleaseRow:
+    """One release's verdicts."""
+
+    version: str
+    location: str
+    convention: str
+    api_shape: str
+    verdict_sglang: str
+    verdict_ideal: str
+    first_broken: str | None
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as `--json` reports it."""
+        return attrs.asdict(self)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check every release in the range, printing each row as it finishes."""
+    from kvcheck.search.check import check  # Hypothesis: only when a check runs
+
+    versions = _versions_in_range(args.first, args.last)
+    rows: list[ReleaseRow] = []
+    if not args.json:
+        print(_HEADER)
+    for version in versions:
+        started = time.perf_counter()
+        target = load_target(f"{sglang_release.SPEC_PREFIX}{version}")
+        verdicts = {
+            mode: check(
+                target, global_counters=mode, max_examples=args.max_examples, seed=args.seed
+            )
+            for mode in ("sglang", "ideal")
+        }
+        broken = next((v.violation for v in verdicts.values() if v.violation is not None), None)
+        row = ReleaseRow(
+            version=version,
+            location=target.description.partition(": ")[2],
+            convention=verdicts["ideal"].convention,
+            api_shape=target.shape.versions,
+            verdict_sglang=verdicts["sglang"].verdict,
+            verdict_ideal=verdicts["ideal"].verdict,
+            first_broken=broken.invariant if broken is not None else None,
+            seconds=round(time.perf_counter() - started, 2),
+        )
+        rows.append(row)
+        if not args.json:
+            print(_format_row(row), flush=True)
+    if args.json:
+        print(json.dumps({"releases": [row.to_dict() for row in rows]}, indent=2))
+    return EXIT_OK
+
+
+def _versions_in_range(first: str, last: str | None) -> list[str]:
+    known = sglang_release.available_versions()
+    if not known:
+        raise KvcheckUsageError(
+            "cannot list SGLang releases: the package index did not answer `pip index versions "
+            "sglang`"
+        )
+    for bound in (first, last):
+        if bound is not None and bound not in known:
+            raise TargetLoadError(
+                f"SGLang {bound} is not a release kvcheck can check; releases: {', '.join(known)}"
+            )
+    low = sglang_release.version_key(first)
+    high = sglang_release.version_key(last) if last else None
+    return [
+        v
+        for v in known
+        if sglang_release.version_key(v) >= low
+        and (high is None or sglang_release.version_key(v) <= high)
+    ]
+
+
+_HEADER = (
+    f"{'release':<13} {'convention':<10} {'api shape':<12} {'sglang':<6} {'ideal':<6} "
+    f"{'first broken':<26} {'time':>6}  resolver"
+)
+
+
+def _format_row(row: ReleaseRow) -> str:
+    return (
+        f"{row.version:<13} {row.convention:<10} {row.api_shape:<12} {row.verdict_sglang:<6} "
+        f"{row.verdict_ideal:<6} {row.first_broken or '-':<26} {row.seconds:>5.1f}s  "
+        f"{row.location}"
+    )
