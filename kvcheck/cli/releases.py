@@ -127,14 +127,14 @@ def _versions_in_range(first: str, last: str | None) -> list[str]:
 
 
 _HEADER = (
-    f"{'release':<13} {'convention':<10} {'api shape':<12} {'sglang':<6} {'ideal':<6} "
+    f"{'release':<13} {'convention':<10} {'api shape':<13} {'sglang':<6} {'ideal':<6} "
     f"{'first broken':<26} {'time':>6}  resolver"
 )
 
 
 def _format_row(row: ReleaseRow) -> str:
     return (
-        f"{row.version:<13} {row.convention:<10} {row.api_shape:<12} {row.verdict_sglang:<6} "
+        f"{row.version:<13} {row.convention:<10} {row.api_shape:<13} {row.verdict_sglang:<6} "
         f"{row.verdict_ideal:<6} {row.first_broken or '-':<26} {row.seconds:>5.1f}s  "
         f"{row.location}"
     )

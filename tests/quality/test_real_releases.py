@@ -1,0 +1,120 @@
+"""The real SGLang releases are the corpus: every release from 0.5.6 to the newest on the package
+index, fetched into kvcheck's cache (`$KVCHECK_CACHE`, so later runs are offline), judged as a
+user would judge it. The verdicts are the ones the semantics predict (docs/semantics.md §1.2,
+§3.5): before the stale-row fix (0.5.11 and earlier) every release fails; from 0.5.12 every
+release passes with SGLang's own global counters and fails `global-counters` in ideal mode.
+
+Without the index, these tests skip locally and fail under CI (`CI` set): a download failure is
+never a silent pass there.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.search.check import check
+from kvcheck.targets import sglang_release
+from kvcheck.targets.loading import load_target
+from tests.helpers import README
+
+FIXED_IN: tuple[int, ...] = sglang_release.version_key("0.5.12")
+BUDGET = {"max_examples": 150, "seed": 0}
+
+
+def _releases() -> list[str]:
+    versions = sglang_release.available_versions()
+    if not versions:
+        if os.environ.get("CI"):
+            pytest.fail("the package index did not list SGLang's releases (pip index versions)")
+        pytest.skip("the package index is not reachable from here")
+    return versions
+
+
+def _load(version: str) -> object:
+    try:
+        return load_target(f"sglang=={version}")
+    except KvcheckUsageError as exc:
+        if os.environ.get("CI") or "cannot fetch" not in str(exc):
+            raise
+        pytest.skip(f"cannot fetch SGLang {version}: {exc}")
+
+
+def test_every_release_gets_the_verdict_the_semantics_predict() -> None:
+    versions = _releases()
+    assert "0.5.6" in versions and "0.5.23" in versions
+    wrong: list[str] = []
+    for version in versions:
+        target = _load(version)
+        sglang = check(target, global_counters="sglang", **BUDGET)  # type: ignore[arg-type]
+        ideal = check(target, global_counters="ideal", **BUDGET)  # type: ignore[arg-type]
+        fixed = sglang_release.version_key(version) >= FIXED_IN
+        if fixed:
+            ideal_broke = ideal.violation.invariant if ideal.violation else None
+            if not sglang.passed or ideal_broke != "global-counters":
+                wrong.append(f"{version}: sglang {sglang.verdict}, ideal broke {ideal_broke}")
+        elif sglang.passed or ideal.passed:
+            wrong.append(f"{version}: sglang {sglang.verdict}, ideal {ideal.verdict}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _kvcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).with_name("kvcheck")), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_the_newest_release_passes_and_the_last_unfixed_one_fails(tmp_path: Path) -> None:
+    _releases()
+    passed = _kvcheck("check", "sglang==0.5.23", "--global-counters", "sglang", "--no-save")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    failed = _kvcheck("check", "sglang==0.5.11", "--no-save")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "committed-finished-frozen" in failed.stdout
+
+
+def _readme_checkout_commands() -> list[str]:
+    text = README.read_text()
+    section = text.split("## Check your SGLang checkout", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.startswith("kvcheck ")]
+
+
+def _expected_exit(line: str, home: Path, version: str) -> int:
+    """What a README command must exit with when `~/sglang` is a checkout of `version`."""
+    target = shlex.split(line)[2]
+    if target.startswith(sglang_release.SPEC_PREFIX):
+        checked = target.removeprefix(sglang_release.SPEC_PREFIX)
+    else:
+        path = Path(target.split("::")[0].replace("~", str(home), 1))
+        if not path.exists():
+            return 2  # the other layout's file: not in this release
+        checked = version
+    fixed = sglang_release.version_key(checked) >= FIXED_IN
+    return 0 if fixed else 1
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.11"])
+def test_the_readme_checkout_commands_run_word_for_word(version: str, tmp_path: Path) -> None:
+    """`~/sglang` is a checkout of `version` (its package under python/): every command of the
+    README's section runs as written, in a shell, and gives the verdict of that release."""
+    _releases()
+    package = sglang_release.release_package(version)
+    home = tmp_path / "home"
+    (home / "sglang" / "python").mkdir(parents=True)
+    (home / "sglang" / "python" / "sglang").symlink_to(package, target_is_directory=True)
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "HOME": str(home), "PATH": bin_dir + os.pathsep + os.environ["PATH"]}
+    commands = _readme_checkout_commands()
+    assert len(commands) >= 4
+    for line in commands:
+        done = subprocess.run(
+            ["bash", "-c", line], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+        )
+        expected = _expected_exit(line, home, version)
+        assert done.returncode == expected, f"{line}\n{done.stdout}{done.stderr}"
