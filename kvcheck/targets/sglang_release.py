@@ -166,13 +166,14 @@ def _unpack(wheel: Path, root: Path) -> None:
                 if name.startswith("sglang/") and relative in _UNPACKED_FILES:
                     target = root / name
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    temporary = target.with_suffix(".tmp")
+                    # Per process: two runs may unpack the same release at once.
+                    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
                     temporary.write_bytes(archive.read(name))
                     temporary.replace(target)
                     written.append(relative)
     except (OSError, zipfile.BadZipFile) as exc:
         raise TargetLoadError(f"cannot unpack {wheel.name} into {str(root)!r}: {exc}") from None
-    marker = root / ".complete.tmp"
+    marker = root / f".complete.{os.getpid()}.tmp"
     marker.write_text("\n".join(written) + "\n")
     marker.replace(root / ".complete")
 
