@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from kvcheck.core.scenario import (
     Abort,
     Admit,
+    Algorithm,
     Config,
     Convention,
     Event,
@@ -71,8 +72,12 @@ def configs(
     convention: Convention = "preclaim",
     global_counters: GlobalCounterMode = "ideal",
     adaptive: bool = False,
+    algorithms: Sequence[Algorithm] = ("eagle",),
+    block_cap: bool = False,
 ) -> st.SearchStrategy[Config]:
-    """Configs with the given judging options; overlap (on first) and initial stride vary."""
+    """Configs with the given judging options; overlap (on first) and initial stride vary, and
+    so do the algorithm (among `algorithms`, EAGLE first) and, when `block_cap`, whether results
+    carry block/cap lengths."""
     return st.builds(
         Config,
         convention=st.just(convention),
@@ -80,6 +85,8 @@ def configs(
         stride=strides(),
         adaptive=st.just(adaptive),
         global_counters=st.just(global_counters),
+        algorithm=st.sampled_from(tuple(algorithms)) if len(algorithms) > 1 else st.just("eagle"),
+        block_cap=st.booleans() if block_cap else st.just(False),
     )
 
 
@@ -87,6 +94,9 @@ def configs(
 _EVENT_KINDS: Final = ("step",) * 6 + ("admit",) * 3 + ("retract",) * 3 + ("abort",)
 _ADAPTIVE_EVENT_KINDS: Final = (*_EVENT_KINDS, "switch_stride", "switch_stride")
 _MAX_ACCEPT_CODE: Final = MAX_GENERATED_STRIDE**MAX_REQUESTS - 1
+# Block-accept and cap lengths, one base-(stride + 1) digit per row (0..8), towards 0.
+_LENGTH_BASE: Final = MAX_GENERATED_STRIDE + 1
+_LENGTH_CODE: Final = st.integers(0, _LENGTH_BASE**MAX_REQUESTS - 1)
 
 # Events are drawn from a few integers each, with strategies built once here: Hypothesis draws
 # through `builds`/`lists`/`flatmap`, or strategies created inside a composite on every call,
@@ -107,14 +117,22 @@ def _draw_admit(draw: st.DrawFn, rids: Sequence[str]) -> Admit:
     return Admit(rid, prompt_len, max_new_tokens, eos_at)
 
 
-def _draw_step(draw: st.DrawFn) -> Step:
-    # One integer read as base-8 digits (digit + 1 per row): shrinks towards accept length 1.
-    code = draw(_ACCEPT_CODE)
-    accepts: list[int] = []
+def _digits(code: int, base: int) -> list[int]:
+    digits: list[int] = []
     while code:
-        code, digit = divmod(code, MAX_GENERATED_STRIDE)
-        accepts.append(digit + 1)
-    return Step(tuple(accepts))
+        code, digit = divmod(code, base)
+        digits.append(digit)
+    return digits
+
+
+def _draw_step(draw: st.DrawFn, block_cap: bool = False) -> Step:
+    # One integer read as base-8 digits (digit + 1 per row): shrinks towards accept length 1.
+    accepts = tuple(d + 1 for d in _digits(draw(_ACCEPT_CODE), MAX_GENERATED_STRIDE))
+    if not block_cap:
+        return Step(accepts)
+    blocks = tuple(_digits(draw(_LENGTH_CODE), _LENGTH_BASE))
+    caps = tuple(_digits(draw(_LENGTH_CODE), _LENGTH_BASE))
+    return Step(accepts, blocks, caps)
 
 
 @st.composite
@@ -134,10 +152,12 @@ def steps(draw: st.DrawFn) -> Step:
     return _draw_step(draw)
 
 
-def _draw_event(draw: st.DrawFn, rids: Sequence[str], kinds: Sequence[str]) -> Event:
+def _draw_event(
+    draw: st.DrawFn, rids: Sequence[str], kinds: Sequence[str], block_cap: bool = False
+) -> Event:
     kind = kinds[draw(_INDEX_BELOW[len(kinds)])]
     if kind == "step":
-        return _draw_step(draw)
+        return _draw_step(draw, block_cap)
     if kind == "admit":
         return _draw_admit(draw, rids)
     if kind == "switch_stride":
@@ -147,23 +167,36 @@ def _draw_event(draw: st.DrawFn, rids: Sequence[str], kinds: Sequence[str]) -> E
 
 
 @st.composite
-def events(draw: st.DrawFn, rids: Sequence[str] = REQUEST_IDS, *, adaptive: bool = False) -> Event:
-    """One event about the requests `rids`; steps are the most frequent kind."""
-    return _draw_event(draw, rids, _ADAPTIVE_EVENT_KINDS if adaptive else _EVENT_KINDS)
+def events(
+    draw: st.DrawFn,
+    rids: Sequence[str] = REQUEST_IDS,
+    *,
+    adaptive: bool = False,
+    block_cap: bool = False,
+) -> Event:
+    """One event about the requests `rids`; steps are the most frequent kind (with block/cap
+    lengths when `block_cap`)."""
+    kinds = _ADAPTIVE_EVENT_KINDS if adaptive else _EVENT_KINDS
+    return _draw_event(draw, rids, kinds, block_cap)
 
 
 _REQUEST_COUNT: Final = st.integers(1, MAX_REQUESTS)
 _UP_TO: Final = {n: st.integers(0, n) for n in range(MAX_EVENTS + 1)}
-_EVENTS: Final[dict[tuple[int, bool], st.SearchStrategy[Event]]] = {
-    (n, adaptive): events(REQUEST_IDS[:n], adaptive=adaptive)
+_EVENTS: Final[dict[tuple[int, bool, bool], st.SearchStrategy[Event]]] = {
+    (n, adaptive, block_cap): events(REQUEST_IDS[:n], adaptive=adaptive, block_cap=block_cap)
     for n in range(1, MAX_REQUESTS + 1)
     for adaptive in (False, True)
+    for block_cap in (False, True)
 }
 
 
 @st.composite
 def event_lists(
-    draw: st.DrawFn, *, adaptive: bool = False, max_events: int = MAX_EVENTS
+    draw: st.DrawFn,
+    *,
+    adaptive: bool = False,
+    max_events: int = MAX_EVENTS,
+    block_cap: bool = False,
 ) -> tuple[Event, ...]:
     """Lifecycles of 1-6 requests, up to `max_events` events.
 
@@ -178,7 +211,7 @@ def event_lists(
     drawn: list[Event] = [_draw_admit(draw, rids[i : i + 1]) for i in range(opening)]
     budget = max(max_events - opening, 0)
     min_events = draw(_UP_TO[budget] if budget <= MAX_EVENTS else st.integers(0, budget))
-    one_event = _EVENTS[(requests, adaptive)]
+    one_event = _EVENTS[(requests, adaptive, block_cap)]
     drawn.extend(draw(st.lists(one_event, min_size=min_events, max_size=budget)))
     return tuple(drawn)
 
@@ -189,13 +222,33 @@ def scenarios(
     global_counters: GlobalCounterMode = "ideal",
     adaptive: bool = False,
     max_events: int = MAX_EVENTS,
+    algorithms: Sequence[Algorithm] = ("eagle",),
+    block_cap: bool = False,
 ) -> st.SearchStrategy[Scenario]:
-    """Whole scenarios: a config and up to `max_events` events."""
-    return st.builds(
-        Scenario,
-        config=configs(convention=convention, global_counters=global_counters, adaptive=adaptive),
-        events=event_lists(adaptive=adaptive, max_events=max_events),
+    """Whole scenarios: a config and up to `max_events` events. `algorithms` and `block_cap`
+    say what the target's API generation supports (`ApiShape.algorithms`, `.block_cap`)."""
+    config = configs(
+        convention=convention,
+        global_counters=global_counters,
+        adaptive=adaptive,
+        algorithms=algorithms,
+        block_cap=block_cap,
     )
+    if not block_cap:
+        return st.builds(
+            Scenario, config=config, events=event_lists(adaptive=adaptive, max_events=max_events)
+        )
+    return _scenarios_with_lengths(config, adaptive, max_events)
+
+
+@st.composite
+def _scenarios_with_lengths(
+    draw: st.DrawFn, config: st.SearchStrategy[Config], adaptive: bool, max_events: int
+) -> Scenario:
+    """The config first, then events whose steps carry block/cap lengths when it says so."""
+    drawn = draw(config)
+    events = draw(event_lists(adaptive=adaptive, max_events=max_events, block_cap=drawn.block_cap))
+    return Scenario(drawn, events)
 
 
 def scenario_labels(scenario: Scenario, reached: Iterable[str]) -> set[str]:

@@ -23,6 +23,7 @@ import attrs
 
 from kvcheck.core.copying import deep_copy
 from kvcheck.core.fakes import (
+    ALGORITHM_FAKES,
     ControllerFeed,
     FakeBatch,
     FakeReq,
@@ -39,6 +40,7 @@ from kvcheck.core.scenario import (
     Step,
     SwitchStride,
     accept_for_row,
+    block_cap_for_row,
     token_id,
 )
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
@@ -67,6 +69,9 @@ class ObservedRequest:
     outputs: int
     finished: bool
     retracted: bool
+    block_tokens: Any = 0
+    cap_tokens: Any = 0
+    cap_histogram: tuple[tuple[int, int], ...] = ()
 
 
 @attrs.frozen
@@ -115,6 +120,7 @@ class _EngineLaunch:
     batch: FakeBatch
     stride: int
     accepts: tuple[int, ...]
+    block_caps: tuple[tuple[int, int], ...] = ()
 
 
 class Engine:
@@ -195,6 +201,8 @@ class Engine:
             self.config.adaptive,
             self.config.page_size,
             self.config.global_counters,
+            self.config.algorithm,
+            self.config.block_cap,
             self.scheduler.draft_worker.speculative_num_draft_tokens,
             reqs,
             tuple(req.rid for req in self.waiting),
@@ -208,6 +216,7 @@ class Engine:
                 tuple(req.rid for req in pending.batch.reqs),
                 pending.stride,
                 pending.accepts,
+                pending.block_caps,
             ),
         )
 
@@ -258,6 +267,9 @@ class Engine:
                 outputs=len(req.output_ids),
                 finished=req.finished(),
                 retracted=req.is_retracted,
+                block_tokens=req.spec_num_block_accept_tokens,
+                cap_tokens=req.spec_num_cap_tokens,
+                cap_histogram=tuple(sorted(req._cap_histogram.items())),
             )
             for req in self.reqs.values()
         )
@@ -320,16 +332,23 @@ class Engine:
         self.waiting.append(req)
 
     def _prepare_for_decode(self, step: Step) -> _EngineLaunch:
+        config = self.config
         stride = self.scheduler.draft_worker.speculative_num_draft_tokens
+        width = config.output_width(stride)
         reqs = list(self.running)
-        if self.config.convention == "preclaim":
+        if config.preclaims:
             for req in reqs:
                 req.kv_committed_len += 1
-        accepts = tuple(accept_for_row(step, row, stride) for row in range(len(reqs)))
+        rows = range(len(reqs))
+        accepts = tuple(accept_for_row(step, row, width, config.non_draft_tokens) for row in rows)
+        block_caps = (
+            tuple(block_cap_for_row(step, row, width) for row in rows) if config.block_cap else ()
+        )
         self.launch_count += 1
         batch = FakeBatch(reqs)  # a fresh list: the snapshot's row order is fixed at launch
-        batch.enable_overlap = self.config.overlap
-        return _EngineLaunch(self.launch_count, "decode", batch, stride, accepts)
+        batch.enable_overlap = config.overlap
+        batch.spec_algorithm = ALGORITHM_FAKES[config.algorithm]
+        return _EngineLaunch(self.launch_count, "decode", batch, stride, accepts, block_caps)
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -390,13 +409,26 @@ class Engine:
         # error should not pay for it.
         import torch
 
-        rows, stride = len(launch.batch.reqs), launch.stride
+        config = self.config
+        rows, width = len(launch.batch.reqs), config.output_width(launch.stride)
         next_token_ids = torch.tensor(
-            [token_id(launch.number, row, col) for row in range(rows) for col in range(stride)],
+            [token_id(launch.number, row, col) for row in range(rows) for col in range(width)],
             dtype=torch.int64,
         )
         accept_lens = torch.tensor(launch.accepts, dtype=torch.int32)
-        return FakeResult(next_token_ids, accept_lens, stride)
+        blocks = caps = None
+        if launch.block_caps:
+            blocks = torch.tensor([b for b, _ in launch.block_caps], dtype=torch.int32)
+            caps = torch.tensor([c for _, c in launch.block_caps], dtype=torch.int32)
+        return FakeResult(
+            next_token_ids,
+            accept_lens,
+            launch.stride,
+            output_stride=width if config.algorithm == "uno" else None,
+            non_draft_tokens=config.non_draft_tokens,
+            block_accept_lens=blocks,
+            cap_lens=caps,
+        )
 
     def _update_finish_state(self, req: FakeReq) -> None:
         if req.to_finish is not None:

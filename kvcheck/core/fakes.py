@@ -236,42 +236,51 @@ for _name in REQ_HISTOGRAM_METHODS:
 
 
 class FakeSpecAlgorithm(StrictFake):
-    """`batch.spec_algorithm`: kvcheck models the EAGLE family (one bonus token per row)."""
+    """`batch.spec_algorithm`: the scenario's speculative algorithm (`Config.algorithm`), asked
+    through SGLang's predicates. The EAGLE family includes EAGLE3, as SGLang's `is_eagle()`
+    does."""
 
     _owner = "batch.spec_algorithm"
+    _fields = frozenset({"name"})
+
+    def __init__(self, name: str = "eagle") -> None:
+        self.name = name
 
     def is_none(self) -> bool:
         """Speculative decoding is on: never the `none` algorithm."""
         return False
 
     def is_eagle(self) -> bool:
-        """The EAGLE family, the one kvcheck models (k = 1, row width = draft-token count)."""
-        return True
+        """EAGLE or EAGLE3 (k = 1, row width = draft-token count)."""
+        return self.name in ("eagle", "eagle3")
 
     def is_eagle3(self) -> bool:
-        """Not EAGLE3: kvcheck models plain EAGLE."""
-        return False
+        """EAGLE3 only."""
+        return self.name == "eagle3"
 
     def is_dflash(self) -> bool:
-        """Not DFLASH (0.5.14+, no pre-claim): kvcheck models EAGLE."""
-        return False
+        """DFLASH (0.5.14+), whose decode launch never pre-claims a slot."""
+        return self.name == "dflash"
 
     def is_uno(self) -> bool:
-        """Not UNO (k = 2, output stride F + 1): kvcheck models EAGLE."""
-        return False
+        """UNO (0.5.20+): k = 2, rows of `speculative_output_stride` = F + 1."""
+        return self.name == "uno"
 
     def is_ngram(self) -> bool:
-        """Not the ngram speculator: kvcheck models EAGLE."""
-        return False
+        """The n-gram speculator (EAGLE's result layout)."""
+        return self.name == "ngram"
 
     def __repr__(self) -> str:
-        return "EAGLE"
+        return self.name.upper()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> FakeSpecAlgorithm:
-        return self  # stateless
+        return self  # never changed after construction
 
 
-EAGLE: Final = FakeSpecAlgorithm()
+ALGORITHM_FAKES: Final = {
+    name: FakeSpecAlgorithm(name) for name in ("eagle", "eagle3", "ngram", "dflash", "uno")
+}
+EAGLE: Final = ALGORITHM_FAKES["eagle"]
 
 
 class FakeBatch(StrictFake):
@@ -315,17 +324,25 @@ class FakeResult(StrictFake):
     )
 
     def __init__(
-        self, next_token_ids: torch.Tensor, accept_lens: torch.Tensor, launch_stride: int
+        self,
+        next_token_ids: torch.Tensor,
+        accept_lens: torch.Tensor,
+        launch_stride: int,
+        *,
+        output_stride: int | None = None,
+        non_draft_tokens: int = 1,
+        block_accept_lens: torch.Tensor | None = None,
+        cap_lens: torch.Tensor | None = None,
     ) -> None:
         self.next_token_ids = next_token_ids
         self.accept_lens = accept_lens
-        # EAGLE: the row width is the draft-token count recorded at launch; an UNO-style result
-        # would set `speculative_output_stride` (one more non-draft token per row).
+        # The draft-token count recorded at launch; EAGLE's rows are that wide, UNO's rows are
+        # `speculative_output_stride` = one more (its second non-draft token), else None.
         self.speculative_num_draft_tokens = launch_stride
-        self.speculative_output_stride: int | None = None
-        self.num_non_draft_tokens_per_req = 1
-        self.block_accept_lens = None
-        self.cap_lens = None
+        self.speculative_output_stride: int | None = output_stride
+        self.num_non_draft_tokens_per_req = non_draft_tokens
+        self.block_accept_lens = block_accept_lens
+        self.cap_lens = cap_lens
         self.grammar_advanced = False
         self.grammar_retained_tokens: list[int] | None = None
         self.num_block_accept_tokens: Any = None

@@ -253,6 +253,26 @@ def check_histogram(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[F
         )
 
 
+def check_block_cap(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """Block-accept and cap statistics (0.5.16+): summed over applied rows, the cap lengths
+    logged in a histogram; a stale row adds nothing."""
+    observed = (obs.block_tokens, obs.cap_tokens, dict(obs.cap_histogram))
+    expected = (exp.block_tokens, exp.cap_tokens, dict(exp.cap_histogram))
+    if (
+        not _values_equal(exp.block_tokens, obs.block_tokens)
+        or not _values_equal(exp.cap_tokens, obs.cap_tokens)
+        or obs.cap_histogram != exp.cap_histogram
+    ):
+        yield Finding(
+            exp.rid,
+            expected,
+            observed,
+            f"{exp.rid} ({exp.phase}) block-accept / cap tokens / cap histogram expected "
+            f"{expected[0]} / {expected[1]} / {expected[2]} over applied rows, observed "
+            f"{observed[0]!r} / {observed[1]!r} / {observed[2]}",
+        )
+
+
 # --- batch-level values of a delivery ------------------------------------------------------------
 
 
@@ -298,15 +318,22 @@ def check_global_counters(exp: ExpectedDelivery, obs: ObservedDelivery) -> Itera
         )
     if exp.controller_feed is not None:
         yield from _check_controller_feed(list(exp.controller_feed), obs, launch, why)
+    if exp.block_cap_totals is None:
+        return
     names = ("num_block_accept_tokens", "num_cap_tokens")
-    for name, value in zip(names, obs.block_cap_totals, strict=True):
-        if not _values_equal(0, value):
+    for name, want, value in zip(names, exp.block_cap_totals, obs.block_cap_totals, strict=True):
+        if not _values_equal(want, value):
+            rule = (
+                "the result carries no block/cap lengths"
+                if not exp.launch.block_caps
+                else "its rows' lengths summed under the counter mode"
+            )
             yield Finding(
                 None,
-                0,
+                want,
                 value,
-                f"launch {launch}: result.{name} should be 0 (kvcheck provides no "
-                f"block/cap lengths), the resolver wrote {value!r}",
+                f"launch {launch}: result.{name} should be {want} ({rule}), the resolver "
+                f"wrote {value!r}{why}",
                 aspect="result-block-cap",
             )
 
@@ -383,6 +410,12 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         "the acceptance histogram counts applied rows by accept_len - 1 and sums to the verify "
         "count",
         check_histogram,
+    ),
+    on_request(
+        "stats-block-cap",
+        "the block-accept and cap token counters and the cap-length histogram (0.5.16+) sum "
+        "the block/cap lengths of applied rows only",
+        check_block_cap,
     ),
     on_delivery(
         "global-counters",

@@ -17,7 +17,6 @@ C == P + L - 1 + n_prefill_in_flight + H * n_decode_in_flight (§2.9 invariant 1
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Literal, TypeAlias
 
 import attrs
@@ -32,6 +31,7 @@ from kvcheck.core.scenario import (
     Step,
     SwitchStride,
     accept_for_row,
+    block_cap_for_row,
     token_id,
 )
 
@@ -58,6 +58,10 @@ class RequestLedger:
     verify_ct: int = 0
     drafts: int = 0
     histogram: dict[int, int] = attrs.field(factory=dict)
+    # Block/cap statistics of applied rows (0.5.16+): totals and the cap-length histogram.
+    block_tokens: int = 0
+    cap_tokens: int = 0
+    cap_histogram: dict[int, int] = attrs.field(factory=dict)
     abort_pending: bool = False
     retract_pending: bool = False
     admissions: int = 0
@@ -79,7 +83,9 @@ class Launch:
     """A batch as the model saw it launched.
 
     `number` is the launch count (token ids encode it), `rids` the rows in launch order, `stride`
-    the one recorded at launch, `accepts` the clamped accept length per row (empty for a prefill).
+    the one recorded at launch (the draft count; UNO rows are one wider), `accepts` the clamped
+    accept length per row (empty for a prefill), and `block_caps` each row's (block-accept, cap)
+    lengths when results carry them.
     """
 
     number: int
@@ -87,6 +93,7 @@ class Launch:
     rids: tuple[str, ...]
     stride: int
     accepts: tuple[int, ...]
+    block_caps: tuple[tuple[int, int], ...] = ()
 
 
 @attrs.frozen
@@ -103,6 +110,9 @@ class ExpectedDelivery:
     # sglang: every row; None when global counters are off).
     per_row_drafts: tuple[int, ...] = ()
     controller_feed: tuple[int, ...] | None = None
+    # The batch block-accept and cap totals on the result: 0 without block/cap lengths, else
+    # summed under the counter mode (sglang: every row; ideal: live rows).
+    block_cap_totals: tuple[int, int] | None = (0, 0)
 
 
 @attrs.frozen
@@ -117,6 +127,9 @@ class RequestExpectation:
     histogram: tuple[tuple[int, int], ...]
     outputs: int
     decode_in_flight: int
+    block_tokens: int = 0
+    cap_tokens: int = 0
+    cap_histogram: tuple[tuple[int, int], ...] = ()
 
 
 @attrs.frozen
@@ -166,6 +179,9 @@ class ReferenceModel:
                 r.verify_ct,
                 r.drafts,
                 tuple(sorted(r.histogram.items())),
+                r.block_tokens,
+                r.cap_tokens,
+                tuple(sorted(r.cap_histogram.items())),
                 r.abort_pending,
                 r.retract_pending,
                 r.decode_in_flight,
@@ -181,7 +197,7 @@ class ReferenceModel:
             tuple(self.waiting),
             tuple(self.running),
             tuple(self.merge_next),
-            tuple((f.kind, f.rids, f.stride, f.accepts) for f in self.in_flight),
+            tuple((f.kind, f.rids, f.stride, f.accepts, f.block_caps) for f in self.in_flight),
         )
 
     def apply(self, event: Event) -> Expectation:
@@ -223,6 +239,9 @@ class ReferenceModel:
                     histogram=tuple(sorted(r.histogram.items())),
                     outputs=r.outputs,
                     decode_in_flight=r.decode_in_flight,
+                    block_tokens=r.block_tokens,
+                    cap_tokens=r.cap_tokens,
+                    cap_histogram=tuple(sorted(r.cap_histogram.items())),
                 )
                 for r in self.requests.values()
             ),
@@ -294,17 +313,26 @@ class ReferenceModel:
         return Launch(self.launches, "prefill", rids, self.worker_stride, ())
 
     def _launch_decode(self, step: Step) -> Launch:
+        config = self.config
         stride = self.worker_stride
+        width = config.output_width(stride)
         rids = tuple(self.running)
-        accepts = tuple(accept_for_row(step, row, stride) for row in range(len(rids)))
+        accepts = tuple(
+            accept_for_row(step, row, width, config.non_draft_tokens) for row in range(len(rids))
+        )
+        block_caps = (
+            tuple(block_cap_for_row(step, row, width) for row in range(len(rids)))
+            if config.block_cap
+            else ()
+        )
         for rid in rids:
             req = self.requests[rid]
             req.decode_in_flight += 1
-            if self.config.convention == "preclaim":
+            if config.preclaims:
                 req.committed += 1
         self.launches += 1
         self.reached.add(f"stride {stride}")
-        return Launch(self.launches, "decode", rids, stride, accepts)
+        return Launch(self.launches, "decode", rids, stride, accepts, block_caps)
 
     def _retract(self, req: RequestLedger) -> None:
         if req.decode_in_flight:
@@ -335,46 +363,62 @@ class ReferenceModel:
         live_rows = stale.count(False)
         if live_rows >= 4:
             self.reached.add("batch with 4+ live rows")
+        config = self.config
+        k = config.non_draft_tokens
         runs = tuple(
             tuple(token_id(launch.number, row, col) for col in range(launch.accepts[row]))
             for row in range(len(launch.rids))
         )
-        global_drafts = self._expected_global_drafts(launch, stale)
-        per_row_drafts = tuple(a - 1 for a in launch.accepts)
-        controller_feed = self._expected_controller_feed(launch, stale)
+        # Drafts of a row are accept_len - k; the batch values follow the counter mode.
+        per_row_drafts = tuple(a - k for a in launch.accepts)
+        counted = self._counted_rows(stale)
+        global_drafts = None if counted is None else sum(per_row_drafts[i] for i in counted)
+        controller_feed = None if counted is None else tuple(per_row_drafts[i] for i in counted)
+        block_cap_totals = self._expected_block_cap_totals(launch, counted)
         for row, rid in enumerate(launch.rids):
             req = self.requests[rid]
             accept = launch.accepts[row]
             req.decode_in_flight -= 1
-            self._label_accept(accept, launch.stride, stale[row])
+            self._label_accept(accept, config.output_width(launch.stride), stale[row])
             if stale[row]:
                 self.reached.add(f"stale row of a {req.phase} request")
-                if req.phase == "finished" and self.config.convention == "preclaim":
+                if req.phase == "finished" and config.preclaims:
                     req.committed -= 1  # give back the launch's pre-claimed slot
                 continue
-            req.committed += accept - 1 if self.config.convention == "preclaim" else accept
+            req.committed += accept - 1 if config.preclaims else accept
             req.verify_ct += 1
-            req.drafts += accept - 1
-            req.histogram[accept - 1] = req.histogram.get(accept - 1, 0) + 1
+            req.drafts += accept - k
+            req.histogram[accept - k] = req.histogram.get(accept - k, 0) + 1
+            if launch.block_caps:
+                block, cap = launch.block_caps[row]
+                req.block_tokens += block
+                req.cap_tokens += cap
+                req.cap_histogram[cap] = req.cap_histogram.get(cap, 0) + 1
             req.outputs += accept
             self._check_finish(req)
-        return ExpectedDelivery(launch, stale, runs, global_drafts, per_row_drafts, controller_feed)
+        return ExpectedDelivery(
+            launch, stale, runs, global_drafts, per_row_drafts, controller_feed, block_cap_totals
+        )
 
-    def _expected_global_drafts(self, launch: Launch, stale: Iterable[bool]) -> int | None:
+    def _counted_rows(self, stale: tuple[bool, ...]) -> tuple[int, ...] | None:
+        """The rows the batch-level values count: every row (sglang), the live ones (ideal), or
+        None when they are not judged (off)."""
         mode = self.config.global_counters
         if mode == "off":
             return None
-        rows = zip(launch.accepts, stale, strict=True)
-        return sum(a - 1 for a, is_stale in rows if mode == "sglang" or not is_stale)
+        return tuple(i for i, is_stale in enumerate(stale) if mode == "sglang" or not is_stale)
 
-    def _expected_controller_feed(
-        self, launch: Launch, stale: Iterable[bool]
-    ) -> tuple[int, ...] | None:
-        mode = self.config.global_counters
-        if mode == "off":
+    def _expected_block_cap_totals(
+        self, launch: Launch, counted: tuple[int, ...] | None
+    ) -> tuple[int, int] | None:
+        if not launch.block_caps:
+            return (0, 0)  # no lengths on the result: SGLang writes 0
+        if counted is None:
             return None
-        rows = zip(launch.accepts, stale, strict=True)
-        return tuple(a - 1 for a, is_stale in rows if mode == "sglang" or not is_stale)
+        return (
+            sum(launch.block_caps[i][0] for i in counted),
+            sum(launch.block_caps[i][1] for i in counted),
+        )
 
     def _label_accept(self, accept: int, stride: int, stale: bool) -> None:
         kind = "stale" if stale else "live"

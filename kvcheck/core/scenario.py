@@ -34,10 +34,18 @@ import attrs
 
 from kvcheck.errors import ScenarioFormatError
 
-SCHEMA_VERSION: Final = 1
-SUPPORTED_SCHEMA_VERSIONS: Final = (1,)
+# Version 2 added the algorithm and block/cap lengths (`Config.algorithm`, `Config.block_cap`,
+# `Step.blocks`, `Step.caps`). A scenario that uses none of them is written as version 1, which
+# every kvcheck reads.
+SCHEMA_VERSION: Final = 2
+SUPPORTED_SCHEMA_VERSIONS: Final = (1, 2)
 
 Convention: TypeAlias = Literal["preclaim", "honest"]
+# The speculative algorithms SGLang's resolvers branch on or are fed by (docs/semantics.md §1.4):
+# the EAGLE family and n-gram share EAGLE's result layout; DFLASH (0.5.14+) never pre-claims;
+# UNO (0.5.20+) has two non-draft tokens per row and rows one token wider than the draft count.
+Algorithm: TypeAlias = Literal["eagle", "eagle3", "ngram", "dflash", "uno"]
+ALGORITHMS: Final[tuple[Algorithm, ...]] = ("eagle", "eagle3", "ngram", "dflash", "uno")
 GlobalCounterMode: TypeAlias = Literal["ideal", "sglang", "off"]
 CONVENTIONS: Final[tuple[Convention, ...]] = ("preclaim", "honest")
 GLOBAL_COUNTER_MODES: Final[tuple[GlobalCounterMode, ...]] = ("ideal", "sglang", "off")
@@ -69,6 +77,28 @@ class Config:
     global_counters: GlobalCounterMode = attrs.field(
         default="ideal", validator=attrs.validators.in_(GLOBAL_COUNTER_MODES)
     )
+    algorithm: Algorithm = attrs.field(default="eagle", validator=attrs.validators.in_(ALGORITHMS))
+    # Results carry per-row block-accept and cap lengths (`Step.blocks`, `Step.caps`; 0.5.16+).
+    block_cap: bool = False
+
+    @property
+    def preclaims(self) -> bool:
+        """Whether a decode launch pre-claims one slot: the pre-claim convention, except for
+        DFLASH, which never does (0.5.14)."""
+        return self.convention == "preclaim" and self.algorithm != "dflash"
+
+    @property
+    def non_draft_tokens(self) -> int:
+        """k: tokens of a row that are not drafts (the bonus; UNO's two)."""
+        return 2 if self.algorithm == "uno" else 1
+
+    def output_width(self, stride: int) -> int:
+        """Row width of `next_token_ids` for a launch at `stride` draft tokens (UNO: one more)."""
+        return stride + 1 if self.algorithm == "uno" else stride
+
+
+# Fields schema version 1 cannot say, with their defaults: written only when they differ.
+_V2_CONFIG_DEFAULTS: Final[dict[str, object]] = {"algorithm": "eagle", "block_cap": False}
 
 
 @attrs.frozen
@@ -104,11 +134,23 @@ class Step:
     """
 
     accepts: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
+    # Per-row block-accept and cap lengths, used when `Config.block_cap` is on: missing rows
+    # mean 0, values are clamped to [0, row width at launch].
+    blocks: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
+    caps: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
 
     @accepts.validator
     def _check_accepts(self, _: attrs.Attribute[tuple[int, ...]], value: tuple[int, ...]) -> None:
         if any(a < 1 for a in value):
             raise ValueError(f"accept lengths must be >= 1, got {value}")
+
+    @blocks.validator
+    @caps.validator
+    def _check_lengths(
+        self, attribute: attrs.Attribute[tuple[int, ...]], value: tuple[int, ...]
+    ) -> None:
+        if any(v < 0 for v in value):
+            raise ValueError(f"{attribute.name} must be >= 0, got {value}")
 
 
 @attrs.frozen
@@ -167,10 +209,18 @@ class Scenario:
     events: tuple[Event, ...] = attrs.field(converter=_event_tuple)
 
 
-def accept_for_row(step: Step, row: int, stride: int) -> int:
-    """The accept length row `row` of a batch launched by `step` reports, clamped to [1, stride]."""
+def accept_for_row(step: Step, row: int, width: int, non_draft: int = 1) -> int:
+    """The accept length row `row` of a batch launched by `step` reports, clamped to
+    [k, row width] (k = `non_draft`, the tokens of a row that are always accepted)."""
     raw = step.accepts[row] if row < len(step.accepts) else 1
-    return max(1, min(raw, stride))
+    return max(non_draft, min(raw, width))
+
+
+def block_cap_for_row(step: Step, row: int, width: int) -> tuple[int, int]:
+    """The (block-accept, cap) lengths row `row` of a batch launched by `step` reports."""
+    block = step.blocks[row] if row < len(step.blocks) else 0
+    cap = step.caps[row] if row < len(step.caps) else 0
+    return min(block, width), min(cap, width)
 
 
 def token_id(launch_no: int, row: int, column: int) -> int:
@@ -189,8 +239,15 @@ def describe_event(event: Event) -> str:
         case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e):
             eos = f", eos_at={e}" if e is not None else ""
             return f"admit {rid} (prompt={p}, max_new={m}{eos})"
-        case Step(accepts=accepts):
-            return f"step accepts={list(accepts)}" if accepts else "step"
+        case Step(accepts=accepts, blocks=blocks, caps=caps):
+            parts = ["step"]
+            if accepts:
+                parts.append(f"accepts={list(accepts)}")
+            if blocks:
+                parts.append(f"blocks={list(blocks)}")
+            if caps:
+                parts.append(f"caps={list(caps)}")
+            return " ".join(parts)
         case Retract(rid=rid):
             return f"retract {rid}"
         case Abort(rid=rid):
@@ -212,6 +269,10 @@ def describe_config(config: Config) -> str:
     if config.page_size != 1:
         parts.append(f"page size {config.page_size}")
     parts.append(f"global counters {config.global_counters}")
+    if config.algorithm != "eagle":
+        parts.append(f"algorithm {config.algorithm}")
+    if config.block_cap:
+        parts.append("block/cap lengths")
     return ", ".join(parts)
 
 
@@ -222,6 +283,10 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     """The JSON object of one event, `{"kind": ..., **fields}` (`EVENT_KINDS` names the kinds)."""
     # Lists, not tuples: the dict is the JSON form, and compares equal to json.loads output.
     data = attrs.asdict(event, value_serializer=_tuples_as_lists)
+    if isinstance(event, Step):  # version 2 fields, written only when used
+        for name in ("blocks", "caps"):
+            if not data[name]:
+                del data[name]
     return {"kind": _KIND_OF[type(event)], **data}
 
 
@@ -251,8 +316,13 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
-    """The JSON object of a config: every field, defaults included."""
-    return attrs.asdict(config)
+    """The JSON object of a config: every field, defaults included, except the version 2 fields
+    at their defaults (so such a scenario stays readable as version 1)."""
+    data = attrs.asdict(config)
+    for name, default in _V2_CONFIG_DEFAULTS.items():
+        if data[name] == default:
+            del data[name]
+    return data
 
 
 def config_from_dict(data: Mapping[str, Any]) -> Config:
@@ -272,11 +342,12 @@ def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
 
     Counterexample files carry these same three fields at their top level.
     """
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "config": config_to_dict(scenario.config),
-        "events": [event_to_dict(e) for e in scenario.events],
-    }
+    config = config_to_dict(scenario.config)
+    events = [event_to_dict(e) for e in scenario.events]
+    uses_v2 = any(name in config for name in _V2_CONFIG_DEFAULTS) or any(
+        "blocks" in e or "caps" in e for e in events
+    )
+    return {"schema_version": SCHEMA_VERSION if uses_v2 else 1, "config": config, "events": events}
 
 
 def check_schema_version(data: Mapping[str, Any]) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.scenario import Convention
+from kvcheck.core.scenario import Algorithm, Convention
 from kvcheck.core.spellings import version_range
 
 # Parts of SGLang's API a resolver maintains only in some generations, with a one-line description.
@@ -43,6 +43,10 @@ class ApiShape:
     convention: Convention
     convention_reason: str
     probe_error: str | None = None
+    # What its scenarios may draw: the algorithms its API generation runs through this resolver
+    # and whether results carry block/cap lengths (it reads them).
+    algorithms: tuple[Algorithm, ...] = ("eagle",)
+    block_cap: bool = False
 
     @property
     def versions(self) -> str:
@@ -82,6 +86,8 @@ class ApiShape:
             "convention": self.convention,
             "convention_reason": self.convention_reason,
             "probe_error": self.probe_error,
+            "algorithms": list(self.algorithms),
+            "block_cap": self.block_cap,
             "summary": self.summary(),
         }
 

@@ -158,7 +158,7 @@ def search(
         # draws.
         phases=(Phase.explicit, Phase.reuse, Phase.generate),
     )
-    @given(_scenarios(convention, global_counters, adaptive, overlap))
+    @given(_scenarios(convention, global_counters, adaptive, overlap, target.shape))
     def property_holds(scenario: Scenario) -> None:
         if unsupported:
             return
@@ -214,9 +214,14 @@ def _scenarios(
     global_counters: GlobalCounterMode,
     adaptive: bool,
     overlap: bool | None,
+    shape: ApiShape,
 ) -> SearchStrategy[Scenario]:
     strategy: SearchStrategy[Scenario] = scenarios(
-        convention=convention, global_counters=global_counters, adaptive=adaptive
+        convention=convention,
+        global_counters=global_counters,
+        adaptive=adaptive,
+        algorithms=shape.algorithms,
+        block_cap=shape.block_cap,
     )
     if overlap is None:
         return strategy

@@ -28,7 +28,16 @@ from typing import Any, Final
 import attrs
 
 from kvcheck.core.engine import Engine
-from kvcheck.core.scenario import Admit, Config, Convention, Event, Retract, Scenario, Step
+from kvcheck.core.scenario import (
+    Admit,
+    Algorithm,
+    Config,
+    Convention,
+    Event,
+    Retract,
+    Scenario,
+    Step,
+)
 from kvcheck.core.spellings import (
     CONTROLLER_CALL,
     REQ_HISTOGRAM_METHODS,
@@ -64,6 +73,14 @@ _STRIDE_KEYS: Final = (
     "result.speculative_num_draft_tokens",
     "self.draft_worker.speculative_num_draft_tokens",
 )
+
+# Algorithms by the release that first runs them through the spec-v2 resolver: every non-none
+# algorithm from 0.5.14 (DFLASH without pre-claim); UNO's k and output stride from 0.5.20.
+ALGORITHMS_SINCE: Final = "0.5.14"
+_UNO_KEYS: Final = frozenset(
+    {"result.num_non_draft_tokens_per_req", "result.speculative_output_stride"}
+)
+_BLOCK_CAP_KEYS: Final = frozenset({"result.block_accept_lens", "result.cap_lens"})
 
 PROBE_STRIDE: Final = 4
 PROBE_ACCEPT: Final = 3
@@ -190,6 +207,19 @@ def _probe(
     return _ProbeRun(log, tuple(live), tuple(finished), error)
 
 
+def _algorithms(window: _Window, reads: set[str]) -> tuple[Algorithm, ...]:
+    """The algorithms a target's scenarios may use: EAGLE always; from 0.5.14, where every
+    non-none algorithm decodes through this resolver, EAGLE3, n-gram and DFLASH (which never
+    pre-claims); UNO only for a target that reads k and the output stride (0.5.20+), since its
+    rows are not EAGLE's."""
+    if window.empty or window.low < _v(ALGORITHMS_SINCE):
+        return ("eagle",)
+    found: list[Algorithm] = ["eagle", "eagle3", "ngram", "dflash"]
+    if reads & _UNO_KEYS == _UNO_KEYS:
+        found.append("uno")
+    return tuple(found)
+
+
 def _convention(window: _Window, run: _ProbeRun) -> tuple[Convention, str]:
     from_versions = _convention_from_window(window)
     if from_versions is not None:
@@ -256,6 +286,8 @@ def detect_api_shape(
 
     convention, reason = _convention(window, run)
     return ApiShape(
+        algorithms=_algorithms(window, log.reads),
+        block_cap=bool(log.reads & _BLOCK_CAP_KEYS),
         spellings=spellings,
         first=_text(window.low),
         last=_text(window.high) if window.high is not None else None,

@@ -1,6 +1,6 @@
 """Built-in resolvers, written for kvcheck from the semantics (not copied from SGLang).
 
-All three use SGLang's resolver signature `(self, result, batch) -> list[list[int]]` and the
+The first three use SGLang's resolver signature `(self, result, batch) -> list[list[int]]` and the
 0.5.11 attribute spelling (`spec_accepted_drafts`, `update_spec_acceptance_histogram`,
 `result.num_accepted_drafts`), with the pre-claim convention: the decode launch already bumped
 `kv_committed_len` by one, so a live row adds `accept_len - 1`.
@@ -12,6 +12,9 @@ All three use SGLang's resolver signature `(self, result, batch) -> list[list[in
   stride from the worker and still counts every row in the batch-global counter.
 - `reference`: kvcheck's correct resolver: stride recorded at launch (from the result), stale
   rows excluded from the global counter too.
+- `reference-v2`: kvcheck's correct resolver in today's API (0.5.20+ spellings, honest committed
+  length, k and the output stride from the result, block/cap lengths), so the search draws every
+  algorithm and block/cap lengths for it.
 """
 
 from __future__ import annotations
@@ -103,8 +106,54 @@ def reference(self: Any, result: Any, batch: Any) -> list[list[int]]:
     return padded_runs(next_token_ids, accept_lens, stride)
 
 
+def output_stride(result: Any) -> int:
+    """The row width of a result: UNO's output stride when set, else the draft-token count
+    recorded at launch (0.5.20+)."""
+    stride = result.speculative_output_stride
+    return int(stride) if stride is not None else int(result.speculative_num_draft_tokens)
+
+
+def reference_v2(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """`builtin:reference-v2`: kvcheck's correct resolver in today's API (0.5.20+ spellings,
+    honest committed length).
+
+    A live row commits its whole run, counts `accept_len - k` drafts (k from the result: 2 for
+    UNO) and its block/cap lengths when the result carries them; stale rows change nothing and
+    count nowhere: the draft total, the controller's feed and the block/cap totals cover live
+    rows only, while the per-row draft list keeps every row.
+    """
+    next_token_ids = result.next_token_ids.tolist()
+    accept_lens = result.accept_lens.tolist()
+    stride = output_stride(result)
+    k = result.num_non_draft_tokens_per_req
+    blocks = result.block_accept_lens.tolist() if result.block_accept_lens is not None else None
+    caps = result.cap_lens.tolist() if result.cap_lens is not None else None
+    per_row = [accepted - k for accepted in accept_lens]
+    live: list[int] = []
+    for row, req in enumerate(batch.reqs):
+        if req.is_retracted or req.finished():
+            continue
+        live.append(row)
+        req.kv.kv_committed_len += accept_lens[row]
+        req.spec_verify_ct += 1
+        req.spec_num_correct_drafts += per_row[row]
+        req.update_spec_correct_drafts_histogram(per_row[row])
+        if blocks is not None:
+            req.spec_num_block_accept_tokens += blocks[row]
+        if caps is not None:
+            req.spec_num_cap_tokens += caps[row]
+            req.update_spec_cap_lens_histogram(caps[row])
+    result.num_correct_drafts_per_req_cpu = per_row
+    result.num_correct_drafts = sum(per_row[row] for row in live)
+    result.num_block_accept_tokens = sum(blocks[row] for row in live) if blocks else 0
+    result.num_cap_tokens = sum(caps[row] for row in live) if caps else 0
+    self.model_worker.on_verify_complete_cpu([per_row[row] for row in live], batch_size=len(live))
+    return padded_runs(next_token_ids, accept_lens, stride)
+
+
 BUILTINS: Final[dict[str, Resolver]] = {
     "seed-prefix": seed_prefix,
     "seed-fixed": seed_fixed,
     "reference": reference,
+    "reference-v2": reference_v2,
 }

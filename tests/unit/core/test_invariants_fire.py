@@ -16,7 +16,7 @@ import kvcheck
 from kvcheck.core.invariants import INVARIANTS
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Admit, Retract, Step
-from kvcheck.targets.builtins import commit_live_row, padded_runs, reference
+from kvcheck.targets.builtins import commit_live_row, padded_runs, reference, reference_v2
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario, target
 
 
@@ -123,6 +123,18 @@ def global_counter_all_rows(self: Any, result: Any, batch: Any) -> list[list[int
     return runs
 
 
+def block_cap_on_stale_rows(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Today's API, correct except that stale rows add their block/cap lengths too."""
+    runs = reference_v2(self, result, batch)
+    blocks, caps = result.block_accept_lens.tolist(), result.cap_lens.tolist()
+    for row, req in enumerate(batch.reqs):
+        if req.is_retracted or req.finished():
+            req.spec_num_block_accept_tokens += blocks[row]
+            req.spec_num_cap_tokens += caps[row]
+            req.update_spec_cap_lens_histogram(caps[row])
+    return runs
+
+
 Resolver = Callable[[Any, Any, Any], list[list[int]]]
 
 # Minimal hand-written scenarios: a finish on the prefill result with a stale decode row after it,
@@ -130,7 +142,13 @@ Resolver = Callable[[Any, Any, Any], list[list[int]]]
 FINISH_ON_PREFILL = (Admit("r0", 10, 1), Step(), Step((3,)), Step())
 RETRACT_IN_FLIGHT = (Admit("r0", 10, 50), Step(), Step((3,)), Retract("r0"), Step())
 LIVE_ROWS = (Admit("r0", 10, 50), Step(), Step((3,)), Step((2,)))
+# A finish on the prefill result, then its stale decode row with block/cap lengths 2 and 1.
+STALE_BLOCK_CAP = (Admit("r0", 10, 1), Step(), Step((3,), (2,), (1,)), Step())
 SWITCH = STRIDE_SWITCH_BEFORE_DELIVERY
+
+# Cases whose correct twin is today's reference (honest, block/cap lengths) rather than the
+# pre-claim `reference`.
+MODERN = {"convention": "honest", "block_cap": True}
 
 CASES: list[tuple[str, Resolver, tuple[Any, ...], dict[str, Any]]] = [
     ("target-raised", raises_on_stale, FINISH_ON_PREFILL, {}),
@@ -142,6 +160,7 @@ CASES: list[tuple[str, Resolver, tuple[Any, ...], dict[str, Any]]] = [
     ("stats-verify-count", counts_stale_verifies, FINISH_ON_PREFILL, {}),
     ("stats-accepted-drafts", counts_bonus_as_draft, LIVE_ROWS, {}),
     ("stats-histogram", histogram_off_by_one, LIVE_ROWS, {}),
+    ("stats-block-cap", block_cap_on_stale_rows, STALE_BLOCK_CAP, MODERN),
     ("global-counters", global_counter_all_rows, FINISH_ON_PREFILL, {}),
 ]
 
@@ -168,8 +187,9 @@ def test_fires_on_hand_written_scenario(
     assert result.violation is not None
     assert result.violation.invariant == invariant
     assert result.violation.event_index == len(events) - 1
-    # The reference resolver passes the same scenario: the scenario is not the cause.
-    assert run_scenario(scenario(*events, **config), target(reference)).violation is None
+    # The correct twin passes the same scenario: the scenario is not the cause.
+    twin = reference_v2 if config is MODERN else reference
+    assert run_scenario(scenario(*events, **config), target(twin)).violation is None
 
 
 @pytest.mark.parametrize(
@@ -180,7 +200,7 @@ def test_found_by_search(
 ) -> None:
     verdict = kvcheck.check(
         target(resolver),
-        convention="preclaim",
+        convention=config.get("convention", "preclaim"),
         adaptive=config.get("adaptive", False),
         max_examples=300,
         seed=1,
