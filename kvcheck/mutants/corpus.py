@@ -514,6 +514,7 @@ def histogram_skips_zero(g: Generation, self: Any, result: Any, batch: Any) -> A
         g.add_drafts(req, accepted - 1)
         if accepted > 1:
             g.record_histogram(req, accepted - 1)
+        g.count_block_cap(req)
     _publish(g, self, result, batch, accepts)
     return padded_runs(tokens, accepts, g.stride(self, result))
 
@@ -814,6 +815,104 @@ def block_total_from_accept_lens(g: Generation, self: Any, result: Any, batch: A
 
 
 # =============================================================================================
+# Mutants: algorithms and block/cap lengths (issue 9: UNO, k, DFLASH, 0.5.16+ statistics)
+# =============================================================================================
+
+
+def _live_rows_0_5_20(g: Generation, result: Any, batch: Any, accepts: list[int], k: int) -> None:
+    for req, accepted in zip(batch.reqs, accepts, strict=True):
+        if _stale(req):
+            continue
+        g.add_committed(req, accepted)
+        g.count_row(req, accepted - k)
+
+
+@mutant("block-cap-on-stale-rows", G0_5_16, expect="stats-block-cap", origin="semantics §1.4")
+def block_cap_on_stale_rows(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Adds every row's block-accept and cap lengths to its request, stale rows included."""
+    tokens, accepts = _tensors(result)
+    for row, (req, accepted) in enumerate(zip(batch.reqs, accepts, strict=True)):
+        if _stale(req):
+            if result.block_accept_lens is not None:
+                req.spec_num_block_accept_tokens += int(result.block_accept_lens[row])
+            if result.cap_lens is not None:
+                req.spec_num_cap_tokens += int(result.cap_lens[row])
+            continue
+        g.add_committed(req, accepted)
+        g.count_row(req, accepted - 1)
+    _publish(g, self, result, batch, accepts)
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+@mutant(
+    "block-cap-totals-count-stale-rows",
+    G0_5_20,
+    expect="global-counters",
+    origin="semantics §1.4",
+)
+def block_cap_totals_count_stale_rows(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Correct per request, but the result's block/cap totals sum every row, stale ones too."""
+    tokens, accepts = _tensors(result)
+    k = g.non_draft(result)
+    _live_rows_0_5_20(g, result, batch, accepts, k)
+    _publish(g, self, result, batch, accepts)
+    if result.block_accept_lens is not None:
+        result.num_block_accept_tokens = int(sum(result.block_accept_lens.tolist()))
+    if result.cap_lens is not None:
+        result.num_cap_tokens = int(sum(result.cap_lens.tolist()))
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+@mutant("uno-width-from-draft-tokens", G0_5_20, expect="runs-aligned", origin="semantics §1.4")
+def uno_width_from_draft_tokens(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Reads k from the result but cuts rows at speculative_num_draft_tokens, which is one short
+    of an UNO row (F, not F + 1)."""
+    tokens, accepts = _tensors(result)
+    k = g.non_draft(result)
+    _live_rows_0_5_20(g, result, batch, accepts, k)
+    _publish(g, self, result, batch, accepts)
+    return padded_runs(tokens, accepts, int(result.speculative_num_draft_tokens))
+
+
+@mutant("k-hard-coded-one", G0_5_20, expect="stats-accepted-drafts", origin="semantics §1.4")
+def k_hard_coded_one(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Reads the output stride but counts a - 1 drafts, as if every algorithm had one non-draft
+    token (UNO has two)."""
+    tokens, accepts = _tensors(result)
+    _ = result.num_non_draft_tokens_per_req  # read, then ignored
+    _live_rows_0_5_20(g, result, batch, accepts, 1)
+    _publish(g, self, result, batch, accepts)
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+def _dflash_aware_0_5_14(
+    g: Generation, self: Any, result: Any, batch: Any, *, dflash_preclaims: bool
+) -> Any:
+    tokens, accepts = _tensors(result)
+    preclaimed = dflash_preclaims or not batch.spec_algorithm.is_dflash()
+    for req, accepted in zip(batch.reqs, accepts, strict=True):
+        if req.grammar is not None:  # 0.5.14 truncates grammar runs; kvcheck draws none here
+            raise ValueError("grammar requests are not drawn for this entry")
+        if req.is_retracted:
+            continue
+        if req.finished():
+            if preclaimed:
+                g.add_committed(req, -1)
+            continue
+        g.add_committed(req, accepted - 1 if preclaimed else accepted)
+        g.count_row(req, accepted - 1)
+    _publish(g, self, result, batch, accepts)
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+@mutant("dflash-preclaim", G0_5_13, expect="committed-live", origin="semantics §1.2 (0.5.14)")
+def dflash_preclaim(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """0.5.14 shape, but treats DFLASH like EAGLE: commits a - 1 and gives a finished row's slot
+    back, though a DFLASH launch never pre-claimed one."""
+    return _dflash_aware_0_5_14(g, self, result, batch, dflash_preclaims=True)
+
+
+# =============================================================================================
 # Correct rewrites: different code, the same behaviour. Each must pass.
 # =============================================================================================
 
@@ -973,6 +1072,13 @@ def sglang_counters_0_5_13(g: Generation, self: Any, result: Any, batch: Any) ->
     g.write_totals(result, sum(drafts), drafts)
     g.feed_controller(self, drafts, batch_size=batch.batch_size())
     return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+@rewrite("dflash-aware-0.5.14", G0_5_13)
+def dflash_aware_0_5_14(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """0.5.14's pre-claim resolver with its DFLASH branch: a DFLASH row commits its whole run and
+    a finished DFLASH row gives nothing back (its launch never pre-claimed)."""
+    return _dflash_aware_0_5_14(g, self, result, batch, dflash_preclaims=False)
 
 
 @rewrite("early-exit-0.5.16", G0_5_16)

@@ -13,6 +13,9 @@ spelling kvcheck's fakes do not model yet, that spelling in `kvcheck.core.spelli
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any, Final, Literal
 
 import attrs
@@ -20,6 +23,32 @@ import attrs
 from kvcheck.core.scenario import Convention
 
 StrideSource = Literal["worker", "result", "output-stride"]
+
+
+@attrs.define
+class ResolverCall:
+    """The result and batch of the resolver call in progress, and the rows it counted: what
+    `Generation.count_row` and `write_totals` need to handle block/cap lengths (0.5.16+) without
+    every corpus function passing row indices."""
+
+    result: Any
+    batch: Any
+    counted: list[int] = attrs.field(factory=list)
+
+
+_CALL: contextvars.ContextVar[ResolverCall] = contextvars.ContextVar("kvcheck_corpus_call")
+
+
+@contextlib.contextmanager
+def resolver_call(result: Any, batch: Any) -> Iterator[ResolverCall]:
+    """Mark a corpus resolver's call on `result` and `batch` (`registry.bind` does)."""
+    token = _CALL.set(ResolverCall(result, batch))
+    try:
+        yield _CALL.get()
+    finally:
+        _CALL.reset(token)
+
+
 ControllerCall = Literal["none", "per-req", "batch-size"]
 
 
@@ -95,21 +124,42 @@ class Generation:
         getattr(req, self.histogram_method)(bucket)
 
     def count_row(self, req: Any, drafts: int) -> None:
-        """The per-request statistics of one applied row."""
+        """The per-request statistics of one applied row: verify count, drafts, histogram, and
+        from 0.5.16 the row's block-accept and cap lengths when the result carries them."""
         req.spec_verify_ct += 1
         self.add_drafts(req, drafts)
         self.record_histogram(req, drafts)
+        self.count_block_cap(req)
+
+    def count_block_cap(self, req: Any) -> None:
+        """From 0.5.16: an applied row's block-accept and cap lengths, when the result carries
+        them (the row is found by the request in the call's batch)."""
+        if not self.block_cap:
+            return
+        call = _CALL.get()
+        row = next(i for i, r in enumerate(call.batch.reqs) if r is req)
+        call.counted.append(row)
+        blocks, caps = call.result.block_accept_lens, call.result.cap_lens
+        if blocks is not None:
+            req.spec_num_block_accept_tokens += int(blocks[row])
+        if caps is not None:
+            req.spec_num_cap_tokens += int(caps[row])
+            req.update_spec_cap_lens_histogram(int(caps[row]))
 
     def write_totals(self, result: Any, total: Any, per_row: Any) -> None:
         """Write the batch draft total and per-row draft list on the result, by this generation's
-        names; 0.5.16+ also writes the block/cap totals, summed over every row (0 for None).
+        names; 0.5.16+ also writes the block/cap totals over the rows it counted (`count_row`
+        in this call; 0 when the result carries no lengths).
         """
         setattr(result, self.result_total, total)
         setattr(result, self.result_per_row, per_row)
         if self.block_cap:
+            rows = _CALL.get().counted
             block, cap = result.block_accept_lens, result.cap_lens
-            result.num_block_accept_tokens = 0 if block is None else int(sum(block))
-            result.num_cap_tokens = 0 if cap is None else int(sum(cap))
+            result.num_block_accept_tokens = (
+                0 if block is None else sum(int(block[i]) for i in rows)
+            )
+            result.num_cap_tokens = 0 if cap is None else sum(int(cap[i]) for i in rows)
 
     def feed_controller(self, scheduler: Any, per_row: list[int], batch_size: Any = None) -> None:
         """Feed the adaptive controller (0.5.12+); `batch_size` defaults to the rows fed."""

@@ -11,7 +11,7 @@ import attrs
 from kvcheck.core.invariants import INVARIANTS
 from kvcheck.core.scenario import CONVENTIONS, GLOBAL_COUNTER_MODES, Convention, GlobalCounterMode
 from kvcheck.core.target import Target
-from kvcheck.mutants.generations import Generation
+from kvcheck.mutants.generations import Generation, resolver_call
 from kvcheck.targets.api_shape import probe_target
 
 Kind = Literal["mutant", "rewrite"]
@@ -73,7 +73,8 @@ def bind(function: CorpusFunction, generation: Generation) -> Resolver:
 
     @functools.wraps(function)
     def resolver(self: Any, result: Any, batch: Any) -> Any:
-        return function(generation, self, result, batch)
+        with resolver_call(result, batch):
+            return function(generation, self, result, batch)
 
     # functools.wraps copies __wrapped__, which inspect.signature would follow to the
     # four-argument function; a resolver must look like (self, result, batch).

@@ -210,12 +210,12 @@ def _probe(
 def _algorithms(window: _Window, reads: set[str]) -> tuple[Algorithm, ...]:
     """The algorithms a target's scenarios may use: EAGLE always; from 0.5.14, where every
     non-none algorithm decodes through this resolver, EAGLE3, n-gram and DFLASH (which never
-    pre-claims); UNO only for a target that reads k and the output stride (0.5.20+), since its
-    rows are not EAGLE's."""
+    pre-claims); UNO only for a target that reads k or the output stride (0.5.20+ spellings),
+    since its rows are not EAGLE's."""
     if window.empty or window.low < _v(ALGORITHMS_SINCE):
         return ("eagle",)
     found: list[Algorithm] = ["eagle", "eagle3", "ngram", "dflash"]
-    if reads & _UNO_KEYS == _UNO_KEYS:
+    if reads & _UNO_KEYS:
         found.append("uno")
     return tuple(found)
 

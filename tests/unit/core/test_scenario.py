@@ -9,6 +9,7 @@ from hypothesis import given
 from kvcheck.strategies import scenarios
 
 from kvcheck.core.scenario import (
+    ALGORITHMS,
     SCHEMA_VERSION,
     Admit,
     Config,
@@ -21,14 +22,26 @@ from kvcheck.core.scenario import (
 from kvcheck.errors import ScenarioFormatError
 
 
-@given(scenarios(adaptive=True) | scenarios(convention="honest", global_counters="sglang"))
+@given(
+    scenarios(adaptive=True)
+    | scenarios(convention="honest", global_counters="sglang")
+    | scenarios(convention="honest", algorithms=ALGORITHMS, block_cap=True)
+)
 def test_json_round_trips_exactly(scenario: Scenario) -> None:
     assert from_json(to_json(scenario)) == scenario
 
 
 def test_json_form_is_versioned_and_readable() -> None:
     data = scenario_to_dict(Scenario(Config(), (Admit("r0", 3, 2, eos_at=1), Step((2, 3)))))
-    assert data["schema_version"] == SCHEMA_VERSION
+    # Nothing of version 2 is used, so the file stays readable by every kvcheck (version 1).
+    assert data["schema_version"] == 1 and set(data["config"]) == {
+        "convention",
+        "overlap",
+        "stride",
+        "adaptive",
+        "page_size",
+        "global_counters",
+    }
     assert data["events"] == [
         {"kind": "admit", "rid": "r0", "prompt_len": 3, "max_new_tokens": 2, "eos_at": 1},
         {"kind": "step", "accepts": [2, 3]},
@@ -66,6 +79,19 @@ def test_bad_documents_are_one_line_errors(document: str, message: str) -> None:
         from_json(document)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_algorithms_and_block_cap_lengths_are_schema_version_2() -> None:
+    scenario = Scenario(
+        Config(algorithm="uno", block_cap=True), (Admit("r0", 3, 2), Step((2,), (1,), (3,)))
+    )
+    data = scenario_to_dict(scenario)
+    assert data["schema_version"] == SCHEMA_VERSION == 2
+    assert data["config"]["algorithm"] == "uno" and data["config"]["block_cap"] is True
+    assert data["events"][1] == {"kind": "step", "accepts": [2], "blocks": [1], "caps": [3]}
+    assert from_json(to_json(scenario)) == scenario
+    only_lengths = Scenario(Config(), (Step((), (1,)),))
+    assert scenario_to_dict(only_lengths)["schema_version"] == 2
 
 
 def test_events_validate_at_the_boundary() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from kvcheck.core.invariants import Violation
 from kvcheck.core.run import RunResult, run_scenario
-from kvcheck.core.scenario import SCHEMA_VERSION, Admit, Retract, Scenario, Step
+from kvcheck.core.scenario import Admit, Retract, Scenario, Step
 from kvcheck.counterexamples.fileformat import (
     SUFFIX,
     Counterexample,
@@ -44,7 +44,7 @@ def test_round_trip_keeps_everything() -> None:
     again = loads(cx.to_json())
     assert again == cx
     data = json.loads(cx.to_json())
-    assert data["schema_version"] == SCHEMA_VERSION
+    assert data["schema_version"] == 1  # an EAGLE scenario: nothing of version 2 is used
     assert data["target"] == "builtin:seed-prefix"
     assert data["kvcheck_version"]
     assert data["violation"]["invariant"] == "committed-finished-frozen"
@@ -90,7 +90,10 @@ def valid_text() -> str:
         (lambda t: t[: len(t) // 2], "not valid JSON (corrupt or truncated?)"),
         (lambda t: "", "not valid JSON"),
         (lambda t: "[1, 2]", "must be a JSON object"),
-        (lambda t: t.replace('"schema_version": 1', '"schema_version": 2'), "reads version(s) 1"),
+        (
+            lambda t: t.replace('"schema_version": 1', '"schema_version": 3'),
+            "reads version(s) 1, 2",
+        ),
         (lambda t: t.replace('"schema_version": 1,', ""), "unsupported schema_version None"),
         (lambda t: t.replace("kvcheck-counterexample", "something-else"), "format is"),
         (lambda t: t.replace('"event_index": 4', '"event_index": "4"'), "event_index"),
