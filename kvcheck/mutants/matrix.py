@@ -22,6 +22,7 @@ import attrs
 
 from kvcheck.core.jsonable import jsonable
 from kvcheck.core.scenario import config_to_dict, event_to_dict
+from kvcheck.core.target import Target
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
 from kvcheck.search.exhaust import Bounds, exhaust
 from kvcheck.targets.loading import load_target
@@ -289,11 +290,22 @@ def run_entry(
     return row
 
 
+def bounds_for(target: Target, bounds: Bounds = MINIMUM_BOUNDS) -> Bounds:
+    """`bounds` widened to what the target's scenarios may draw: its algorithms whose results
+    the model treats differently (EAGLE's family and n-gram are one; DFLASH and UNO are not),
+    and block/cap lengths of 1 on every row when it reads them (a stale row then carries some)."""
+    distinct = tuple(a for a in target.shape.algorithms if a in ("eagle", "dflash", "uno"))
+    lengths = (1,) if target.shape.block_cap else ()
+    return attrs.evolve(bounds, algorithms=distinct, block_cap_lengths=lengths)
+
+
 def exhaustive_minimum(entry: Entry, bounds: Bounds = MINIMUM_BOUNDS) -> Any:
-    """The exhaustive search for `entry` under its annotated options (an `ExhaustResult`)."""
+    """The exhaustive search for `entry` under its annotated options (an `ExhaustResult`),
+    within `bounds` widened to what its target supports (`bounds_for`)."""
+    target = entry.target()
     return exhaust(
-        entry.target(),
-        bounds,
+        target,
+        bounds_for(target, bounds),
         convention=entry.convention,
         global_counters=entry.global_counters,
         adaptive=entry.adaptive,

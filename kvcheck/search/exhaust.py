@@ -57,6 +57,7 @@ from kvcheck.core.jsonable import jsonable
 from kvcheck.core.model import Expectation, Launch, ReferenceModel
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
+    ALGORITHMS,
     CONVENTIONS,
     EVENT_KINDS,
     GLOBAL_COUNTER_MODES,
@@ -64,6 +65,7 @@ from kvcheck.core.scenario import (
     MIN_STRIDE,
     Abort,
     Admit,
+    Algorithm,
     Config,
     Convention,
     Event,
@@ -100,6 +102,10 @@ class Bounds:
     max_new: tuple[int, ...] = attrs.field(default=(1, 4), converter=_tuple)
     eos: tuple[int | None, ...] = attrs.field(default=(None, 2), converter=_tuple)
     overlap: tuple[bool, ...] = attrs.field(default=(True, False), converter=_tuple)
+    # The algorithms the configs take, and the block-accept / cap lengths a decode row may
+    # report (empty: results carry none). A target's shape says which it supports.
+    algorithms: tuple[Algorithm, ...] = attrs.field(default=("eagle",), converter=_tuple)
+    block_cap_lengths: tuple[int, ...] = attrs.field(default=(), converter=_tuple)
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -126,6 +132,13 @@ class Bounds:
             problems.append(f"EOS positions must be >= 1, got {self.eos}")
         if not self.overlap:
             problems.append("at least one overlap setting is needed")
+        unknown_algorithms = [a for a in self.algorithms if a not in ALGORITHMS]
+        if not self.algorithms or unknown_algorithms:
+            problems.append(
+                f"algorithms must be among {', '.join(ALGORITHMS)}, got {self.algorithms}"
+            )
+        if any(v < 0 for v in self.block_cap_lengths):
+            problems.append(f"block/cap lengths must be >= 0, got {self.block_cap_lengths}")
         if problems:
             raise KvcheckUsageError("bounds: " + "; ".join(problems))
 
@@ -268,26 +281,33 @@ def exhaust(
     deadline = None if time_limit is None else started + time_limit
     seen: dict[Any, int] = {}
     frontier: list[_Node] = []
-    for overlap in dict.fromkeys(bounds.overlap):
-        for stride in dict.fromkeys(bounds.strides):
-            config = Config(
-                convention=convention,
-                overlap=overlap,
-                stride=stride,
-                adaptive=adaptive,
-                global_counters=global_counters,
-            )
-            engine = Engine(
-                config,
-                target.resolver,
-                target.self_methods,
-                not_judged=target.shape.not_judged,
-            )
-            model = ReferenceModel(config)
-            key = _key(engine, model) if merge else len(seen)
-            if key not in seen:
-                seen[key] = 0
-                frontier.append(_Node(config, engine, model, (), 0))
+    block_caps = (False, True) if bounds.block_cap_lengths else (False,)
+    for algorithm, block_cap, overlap, stride in itertools.product(
+        dict.fromkeys(bounds.algorithms),
+        block_caps,
+        dict.fromkeys(bounds.overlap),
+        dict.fromkeys(bounds.strides),
+    ):
+        config = Config(
+            convention=convention,
+            overlap=overlap,
+            stride=stride,
+            adaptive=adaptive,
+            global_counters=global_counters,
+            algorithm=algorithm,
+            block_cap=block_cap,
+        )
+        engine = Engine(
+            config,
+            target.resolver,
+            target.self_methods,
+            not_judged=target.shape.not_judged,
+        )
+        model = ReferenceModel(config)
+        key = _key(engine, model) if merge else len(seen)
+        if key not in seen:
+            seen[key] = 0
+            frontier.append(_Node(config, engine, model, (), 0))
 
     scenarios = 0
     depth = 0
@@ -390,11 +410,21 @@ def _expand(node: _Node, bounds: Bounds) -> Iterator[tuple[_Node, str | None]]:
         yield first, violation
         launch = _launched_decode(first.model, expected)
         if launch is not None:
-            top = min(bounds.max_accept, launch.stride)
-            for accepts in itertools.product(range(1, top + 1), repeat=len(launch.rids)):
-                trimmed = _trim_ones(accepts)
-                if trimmed:
-                    events.append(Step(trimmed))
+            config = node.config
+            k = config.non_draft_tokens
+            top = min(bounds.max_accept, config.output_width(launch.stride))
+            rows = len(launch.rids)
+            lengths: list[tuple[tuple[int, ...], tuple[int, ...]]] = [((), ())]
+            if config.block_cap:
+                per_row = list(itertools.product(bounds.block_cap_lengths, repeat=rows))
+                lengths = [
+                    (_trim_zeros(b), _trim_zeros(c)) for b, c in itertools.product(per_row, per_row)
+                ]
+            for accepts in itertools.product(range(k, max(top, k) + 1), repeat=rows):
+                for blocks, caps in lengths:
+                    trimmed = _trim_ones(accepts)
+                    if trimmed or blocks or caps:
+                        events.append(Step(trimmed, blocks, caps))
     events.extend(others)
     for index, event in enumerate(events):
         child, _, violation = _child(node, event, reuse=index == len(events) - 1)
@@ -432,6 +462,14 @@ def _launched_decode(after: ReferenceModel, expected: Expectation) -> Launch | N
     else:  # launched and delivered in the same step
         launch = expected.delivery.launch if expected.delivery is not None else None
     return launch if launch is not None and launch.kind == "decode" else None
+
+
+def _trim_zeros(lengths: tuple[int, ...]) -> tuple[int, ...]:
+    """Block/cap lengths without trailing zeros (a missing row means 0)."""
+    trimmed = list(lengths)
+    while trimmed and trimmed[-1] == 0:
+        trimmed.pop()
+    return tuple(trimmed)
 
 
 def _trim_ones(accepts: tuple[int, ...]) -> tuple[int, ...]:

@@ -45,11 +45,15 @@ class ShrinkResult:
 
 def _size(scenario: Scenario) -> tuple[int, int]:
     """Order on scenarios: fewer events first, then smaller numbers."""
-    total = scenario.config.stride + (0 if scenario.config.overlap else 1)
+    config = scenario.config
+    total = config.stride + (0 if config.overlap else 1)
+    # EAGLE and no block/cap lengths are the simplest: another algorithm or lengths cost one.
+    total += (config.algorithm != "eagle") + config.block_cap
     for event in scenario.events:
         match event:
-            case Step(accepts=accepts):
-                total += sum(accepts) + len(accepts)
+            case Step(accepts=accepts, blocks=blocks, caps=caps):
+                total += sum(accepts) + len(accepts) + sum(blocks) + len(blocks)
+                total += sum(caps) + len(caps)
             case Admit(prompt_len=p, max_new_tokens=m, eos_at=e):
                 total += p + m + (e or 0)
             case SwitchStride(stride=s):
@@ -68,14 +72,23 @@ def _smaller_ints(value: int, floor: int) -> Iterator[int]:
 
 def _event_variants(event: Event) -> Iterator[Event]:
     match event:
-        case Step(accepts=accepts):
-            if accepts:
+        case Step(accepts=accepts, blocks=blocks, caps=caps):
+            if accepts or blocks or caps:
                 yield Step()
+            for field, values in (("blocks", blocks), ("caps", caps)):
+                for length in range(len(values) - 1, -1, -1):  # missing rows mean 0
+                    yield attrs.evolve(event, **{field: values[:length]})
+                for row, value in enumerate(values):
+                    for smaller in _smaller_ints(value, 0):
+                        shrunk = (*values[:row], smaller, *values[row + 1 :])
+                        yield attrs.evolve(event, **{field: shrunk})
             for length in range(len(accepts) - 1, 0, -1):
-                yield Step(accepts[:length])
+                yield attrs.evolve(event, accepts=accepts[:length])
             for row, value in enumerate(accepts):
                 for smaller in _smaller_ints(value, 1):
-                    yield Step((*accepts[:row], smaller, *accepts[row + 1 :]))
+                    yield attrs.evolve(
+                        event, accepts=(*accepts[:row], smaller, *accepts[row + 1 :])
+                    )
         case Admit(prompt_len=p, max_new_tokens=m, eos_at=e):
             if e is not None:
                 yield attrs.evolve(event, eos_at=None)
@@ -93,6 +106,10 @@ def _event_variants(event: Event) -> Iterator[Event]:
 
 
 def _config_variants(config: Config) -> Iterator[Config]:
+    if config.algorithm != "eagle":
+        yield attrs.evolve(config, algorithm="eagle")
+    if config.block_cap:
+        yield attrs.evolve(config, block_cap=False)
     if not config.overlap:
         yield attrs.evolve(config, overlap=True)
     for smaller in _smaller_ints(config.stride, SMALLEST_STRIDE):
