@@ -145,9 +145,18 @@ def _candidates(scenario: Scenario) -> Iterator[Scenario]:
     if scenario.config.overlap:
         # Without overlap a launch is delivered in its own step, so the same bug (when it does
         # not need a stale row) often shows one step sooner: flip and drop an event together.
+        # A request that finished on its prefill result decodes only once it may emit a second
+        # token, so the flip is also tried with such requests allowed two.
         sequential = attrs.evolve(scenario.config, overlap=False)
-        for index in range(count - 1, -1, -1):
-            yield Scenario(sequential, events[:index] + events[index + 1 :])
+        decoding = tuple(
+            attrs.evolve(e, max_new_tokens=2)
+            if isinstance(e, Admit) and e.max_new_tokens == 1 and e.eos_at is None
+            else e
+            for e in events
+        )
+        for flipped in dict.fromkeys((events, decoding)):
+            for index in range(count - 1, -1, -1):
+                yield Scenario(sequential, flipped[:index] + flipped[index + 1 :])
 
 
 def shrink(
