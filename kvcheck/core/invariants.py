@@ -402,12 +402,12 @@ _TABLE: Final[tuple[Invariant, ...]] = (
     ),
     on_request(
         "stats-accepted-drafts",
-        "the accepted-draft counter sums accept_len - 1 over applied rows",
+        "the accepted-draft counter sums accept_len - k over applied rows (k = 1; UNO 2)",
         check_accepted_drafts,
     ),
     on_request(
         "stats-histogram",
-        "the acceptance histogram counts applied rows by accept_len - 1 and sums to the verify "
+        "the acceptance histogram counts applied rows by accept_len - k and sums to the verify "
         "count",
         check_histogram,
     ),
