@@ -201,6 +201,7 @@ class CoverageMeter:
         self._coverage.set_option("report:exclude_lines", [])
         self._coverage.set_option("run:disable_warnings", list(_QUIET))
         self._depth = 0
+        self._calls = 0  # measured calls of the resolver
 
     def instrument(self, target: Target) -> Target:
         """The target, its resolver measured on every call.
@@ -231,6 +232,7 @@ class CoverageMeter:
             if on:
                 self._coverage.start()
                 self._depth += 1
+                self._calls += 1
             else:
                 self._depth -= 1
                 self._coverage.stop()
@@ -255,7 +257,7 @@ class CoverageMeter:
                 f"cannot measure the coverage of {self.file}: {exc}; --no-coverage skips it"
             ) from None
         (measured,) = report["files"].values()
-        return TargetCoverage(
+        found = TargetCoverage(
             file=self.file,
             functions=tuple(span.qualname for span in self.code),
             statements=self._within(measured["executed_lines"] + measured["missing_lines"]),
@@ -263,6 +265,14 @@ class CoverageMeter:
             branches=self._branches(measured["executed_branches"] + measured["missing_branches"]),
             executed_branches=self._branches(measured["executed_branches"]),
         )
+        if self._calls and found.statements and not found.executed:
+            # Every call runs the resolver's first statement: nothing recorded means coverage.py
+            # did not see the code under this file name; reporting 0% would blame the target.
+            raise KvcheckInternalError(
+                f"coverage.py recorded nothing of {self.file} although the resolver ran "
+                f"{self._calls} times; --no-coverage skips measuring"
+            )
+        return found
 
     def _inside(self, line: int) -> bool:
         return any(line in span for span in self.code)

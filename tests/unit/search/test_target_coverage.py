@@ -7,6 +7,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import attrs
 import pytest
 
 from kvcheck.core.run import run_scenario
@@ -186,6 +187,20 @@ def test_a_vanished_file_is_an_error_of_kvchecks(target: Target) -> None:
     assert meter is not None
     Path(target.code[0].file).unlink()
     with pytest.raises(KvcheckUsageError, match="cannot measure the coverage of"):
+        meter.result()
+
+
+def test_code_measured_under_another_name_is_an_error_of_kvchecks(
+    target: Target, tmp_path: Path
+) -> None:
+    """Spans naming a copy of the file: the calls run, coverage.py sees none of it, and kvcheck
+    says so instead of reporting 0% against the target."""
+    copy = tmp_path / "copy.py"
+    copy.write_text(SOURCE)
+    spans = tuple(attrs.evolve(span, file=str(copy)) for span in target.code)
+    meter = CoverageMeter(spans)
+    assert run_scenario(STALE, meter.instrument(target)).violation is None
+    with pytest.raises(KvcheckUsageError, match=r"recorded nothing of .*copy\.py"):
         meter.result()
 
 
