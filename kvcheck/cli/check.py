@@ -16,9 +16,14 @@ import attrs
 from kvcheck.cli.options import (
     EXIT_OK,
     EXIT_VIOLATION,
+    add_coverage_options,
     add_json_option,
     add_judging_options,
+    coverage_below,
+    coverage_json,
+    coverage_text,
     positive_int,
+    require_coverage,
     seed,
 )
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, save
@@ -46,8 +51,9 @@ def add_parser(commands: Any) -> None:
         "check",
         help="search for a scenario on which TARGET breaks an invariant",
         description=(
-            "TARGET is builtin:NAME, package.module:Qualname or path/to/file.py::Qualname. "
-            "Exit 0: no violation found; 1: violation found; 2: usage or load error."
+            "TARGET is builtin:NAME, package.module:Qualname, path/to/file.py::Qualname, an "
+            "SGLang checkout or sglang==VERSION. Exit 0: no violation found; 1: violation found "
+            "(or line coverage below --min-coverage); 2: usage or load error."
         ),
     )
     parser.add_argument("target")
@@ -64,6 +70,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--seed", type=seed, default=None, metavar="N")
     add_json_option(parser)
+    add_coverage_options(parser.add_argument_group("the target's own coverage"), gate=True)
     group = parser.add_argument_group("counterexamples and reports")
     group.add_argument(
         "--save-dir",
@@ -95,12 +102,14 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """`kvcheck check TARGET`: search, save a failure's files, report as text or `--json`.
 
-    Returns exit 0 when no violation was found and 1 when one was; a usage or load error is
+    Returns exit 0 when no violation was found and 1 when one was, or when the target's line
+    coverage is below `--min-coverage` (the verdict stays `pass`); a usage or load error is
     raised as `KvcheckUsageError` (exit 2).
     """
     from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
     target = load_target(args.target, allow_unavailable=args.allow_unavailable_imports)
+    require_coverage(args, target)
     verdict = check(
         target,
         convention=args.convention,
@@ -109,15 +118,17 @@ def run(args: argparse.Namespace) -> int:
         max_examples=args.max_examples,
         seed=args.seed,
         database=database_for(args),
+        measure_coverage=not args.no_coverage,
     )
     saved = save_failure(verdict, args)
     if args.json:
-        report = verdict_to_json(verdict) | json_fields(saved)
-        print(json.dumps(report, indent=2, default=repr))
+        report = verdict_to_json(verdict) | coverage_json(verdict.coverage, args)
+        print(json.dumps(report | json_fields(saved), indent=2, default=repr))
     else:
-        print(format_verdict(verdict))
+        print("\n".join([format_verdict(verdict), *coverage_text(verdict.coverage, args)]))
         print_failure(verdict, saved)
-    return EXIT_OK if verdict.passed else EXIT_VIOLATION
+    below = coverage_below(verdict.coverage, args)
+    return EXIT_OK if verdict.passed and not below else EXIT_VIOLATION
 
 
 def run_default_job() -> int:

@@ -11,14 +11,19 @@ from typing import Any
 from kvcheck.cli.options import (
     EXIT_OK,
     EXIT_VIOLATION,
+    add_coverage_options,
     add_json_option,
     add_judging_options,
+    coverage_below,
+    coverage_json,
+    coverage_text,
     eos_list,
     event_kinds,
     int_list,
     non_negative_int,
     overlap_modes,
     positive_int,
+    require_coverage,
     seconds,
 )
 from kvcheck.core.scenario import EVENT_KINDS
@@ -45,8 +50,8 @@ def add_parser(commands: Any) -> None:
             "that reach the same state, and checks every invariant after every event. TARGET "
             "is builtin:NAME, mutant:NAME, package.module:Qualname or path/to/file.py::Qualname. "
             "Exit 0: no violation within the bounds (or a time/state limit stopped the search "
-            "first: verdict 'incomplete'); 1: a violation, with a shortest counterexample; 2: "
-            "usage or load error."
+            "first: verdict 'incomplete'); 1: a violation, with a shortest counterexample, or "
+            "line coverage below --min-coverage; 2: usage or load error."
         ),
     )
     exhaust.add_argument("target")
@@ -105,6 +110,7 @@ def add_parser(commands: Any) -> None:
     limits.add_argument("--save-dir", default=str(DEFAULT_DIR), metavar="DIR")
     limits.add_argument("--no-save", action="store_true")
     add_json_option(limits)
+    add_coverage_options(exhaust.add_argument_group("the target's own coverage"), gate=True)
     exhaust.set_defaults(run=run)
 
 
@@ -112,8 +118,9 @@ def run(args: argparse.Namespace) -> int:
     """`kvcheck exhaust TARGET`: enumerate within the bounds given and report.
 
     Judging options default to a `mutant:NAME` entry's annotations, else to the target's probed
-    shape. Returns exit 1 with a shortest counterexample (saved unless `--no-save`), else 0, also
-    for an incomplete search; `--events 0` without `--steps` is a `KvcheckUsageError`.
+    shape. Returns exit 1 with a shortest counterexample (saved unless `--no-save`) or when the
+    target's line coverage is below `--min-coverage`, else 0, also for an incomplete search;
+    `--events 0` without `--steps` is a `KvcheckUsageError`.
     """
     if args.events == 0 and args.steps is None:
         raise KvcheckUsageError("--events 0 (unbounded) needs a --steps bound")
@@ -130,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         overlap=args.overlap,
     )
     target, defaults = _load_exhaust_target(args.target, args.allow_unavailable_imports)
+    require_coverage(args, target)
     convention, convention_reason = _exhaust_convention(args.convention, target, defaults)
     global_counters = args.global_counters or defaults.get("global_counters", "ideal")
     if args.adaptive is not None:
@@ -152,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         merge=not args.no_merge,
         max_states=args.max_states,
         time_limit=args.time_limit,
+        measure_coverage=not args.no_coverage,
     )
     saved_path, replay = _save(result, args, convention_reason)
     if args.json:
@@ -159,12 +168,15 @@ def run(args: argparse.Namespace) -> int:
             "convention_reason": convention_reason,
             "adaptive_reason": adaptive_reason,
         }
+        report |= coverage_json(result.coverage, args)
         if result.failure is not None:
             report["counterexample_file"] = saved_path
             report["replay_command"] = replay
         print(json.dumps(report, indent=2, default=repr))
     else:
         print(format_exhaust(result, convention_reason, adaptive_reason, target.description))
+        for line in coverage_text(result.coverage, args):
+            print(line)
         if result.failure is not None:
             print()
             sys.stdout.flush()
@@ -173,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
                 print()
                 print(f"counterexample saved to {saved_path}")
                 print(f"replay with: {replay}")
-    return EXIT_VIOLATION if result.failure is not None else EXIT_OK
+    below = coverage_below(result.coverage, args)
+    return EXIT_VIOLATION if result.failure is not None or below else EXIT_OK
 
 
 def _load_exhaust_target(spec: str, allow_unavailable: bool) -> tuple[Target, dict[str, Any]]:

@@ -8,9 +8,14 @@ usage or load error. User errors are one clear line on stderr, never a traceback
 from __future__ import annotations
 
 import argparse
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from kvcheck.core.scenario import EVENT_KINDS, GLOBAL_COUNTER_MODES
+from kvcheck.core.target import Target
+from kvcheck.errors import KvcheckUsageError
+
+if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvcheck.search
+    from kvcheck.search.target_coverage import TargetCoverage
 
 EXIT_OK: Final = 0
 EXIT_VIOLATION: Final = 1
@@ -116,6 +121,17 @@ def event_kinds(text: str) -> tuple[str, ...]:
     return kinds if "step" in kinds else ("step", *kinds)
 
 
+def percent(text: str) -> float:
+    """A percentage, 0 to 100."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
+    return value
+
+
 def overlap_modes(text: str) -> tuple[bool, ...]:
     """`on`, `off` or `both`."""
     choices = {"on": (True,), "off": (False,), "both": (True, False)}
@@ -164,3 +180,71 @@ def add_judging_options(
 def add_json_option(parser: argparse._ActionsContainer) -> None:
     """`--json`: print one JSON object on stdout instead of the text report."""
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+# --- the target's coverage ------------------------------------------------------------------
+
+
+def add_coverage_options(parser: argparse._ActionsContainer, *, gate: bool) -> None:
+    """`--no-coverage`, and with `gate` `--min-coverage PCT`."""
+    parser.add_argument(
+        "--no-coverage",
+        action="store_true",
+        help="do not measure which lines and branches of a target read from source ran",
+    )
+    if gate:
+        parser.add_argument(
+            "--min-coverage",
+            type=percent,
+            default=None,
+            metavar="PCT",
+            help=(
+                "exit 1 when the target's line coverage is below PCT percent, even if no "
+                "violation was found (targets read from source only)"
+            ),
+        )
+
+
+def require_coverage(args: argparse.Namespace, target: Target) -> None:
+    """`--min-coverage` needs a coverage to compare: a `KvcheckUsageError` (exit 2) when it
+    comes with `--no-coverage` or a target not read from source, before anything runs."""
+    if getattr(args, "min_coverage", None) is None:
+        return
+    if args.no_coverage:
+        raise KvcheckUsageError("--min-coverage needs the coverage that --no-coverage turns off")
+    if not target.code:
+        raise KvcheckUsageError(
+            f"--min-coverage needs a target read from source (path/to/file.py::Qualname, an "
+            f"SGLang checkout or sglang==VERSION); {target.spec} is not, so kvcheck cannot "
+            "measure its coverage"
+        )
+
+
+def coverage_below(coverage: TargetCoverage | None, args: argparse.Namespace) -> bool:
+    """Whether `--min-coverage` was given and the measured line coverage is under it."""
+    minimum = getattr(args, "min_coverage", None)
+    return minimum is not None and coverage is not None and coverage.below(minimum)
+
+
+def coverage_text(coverage: TargetCoverage | None, args: argparse.Namespace) -> list[str]:
+    """The text report's coverage lines (none when not measured), and the `COVERAGE` line when
+    it is below `--min-coverage`."""
+    if coverage is None:
+        return []
+    lines = coverage.report_lines()
+    if coverage_below(coverage, args):
+        lines.append(
+            f"COVERAGE    {coverage.lines_run}/{coverage.lines_total} lines "
+            f"({coverage.line_percent:.1f}%) below --min-coverage {args.min_coverage:g}: exit 1"
+        )
+    return lines
+
+
+def coverage_json(coverage: TargetCoverage | None, args: argparse.Namespace) -> dict[str, Any]:
+    """The `--json` fields: `coverage` (null when not measured), `min_coverage` (null when not
+    given) and `coverage_below_minimum`."""
+    return {
+        "coverage": coverage.to_dict() if coverage is not None else None,
+        "min_coverage": getattr(args, "min_coverage", None),
+        "coverage_below_minimum": coverage_below(coverage, args),
+    }

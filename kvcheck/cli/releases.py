@@ -3,7 +3,8 @@
 Each release's resolver is fetched from the package index into kvcheck's cache (`sglang==V`) and
 judged twice: with the batch-global counters as every SGLang release keeps them (`sglang`) and
 as they should be (`ideal`, stale rows excluded). This is how the README shows what kvcheck finds
-in SGLang's history.
+in SGLang's history. Each row also says how much of the release's resolver code (the resolver,
+its siblings and helpers) the two searches ran together.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from kvcheck.cli.options import EXIT_OK, add_json_option, positive_int, seed
+from kvcheck.cli.options import EXIT_OK, add_coverage_options, add_json_option, positive_int, seed
 from kvcheck.errors import KvcheckUsageError, TargetLoadError
 from kvcheck.targets import sglang_release
 from kvcheck.targets.loading import load_target
@@ -47,6 +48,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--seed", type=seed, default=0, metavar="N", help="default: 0")
     add_json_option(parser)
+    add_coverage_options(parser, gate=False)
     parser.set_defaults(run=run)
 
 
@@ -62,10 +64,20 @@ class ReleaseRow:
     verdict_ideal: str
     first_broken: str | None
     seconds: float
+    # The release's own code run by both searches together (`TargetCoverage.to_dict()`); None
+    # with --no-coverage.
+    coverage: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The row as `--json` reports it."""
         return attrs.asdict(self)
+
+    @property
+    def coverage_column(self) -> str:
+        """`lines run/total` for the text table, `-` when not measured."""
+        if self.coverage is None:
+            return "-"
+        return f"{self.coverage['lines_run']}/{self.coverage['lines_total']}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,11 +93,17 @@ def run(args: argparse.Namespace) -> int:
         target = load_target(f"{sglang_release.SPEC_PREFIX}{version}")
         verdicts = {
             mode: check(
-                target, global_counters=mode, max_examples=args.max_examples, seed=args.seed
+                target,
+                global_counters=mode,
+                max_examples=args.max_examples,
+                seed=args.seed,
+                measure_coverage=not args.no_coverage,
             )
             for mode in ("sglang", "ideal")
         }
         broken = next((v.violation for v in verdicts.values() if v.violation is not None), None)
+        sglang_run, ideal_run = verdicts["sglang"].coverage, verdicts["ideal"].coverage
+        both = sglang_run.union(ideal_run) if sglang_run and ideal_run else None
         row = ReleaseRow(
             version=version,
             location=target.description.partition(": ")[2],
@@ -95,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
             verdict_ideal=verdicts["ideal"].verdict,
             first_broken=broken.invariant if broken is not None else None,
             seconds=round(time.perf_counter() - started, 2),
+            coverage=both.to_dict() if both is not None else None,
         )
         rows.append(row)
         if not args.json:
@@ -128,13 +147,13 @@ def _versions_in_range(first: str, last: str | None) -> list[str]:
 
 _HEADER = (
     f"{'release':<13} {'convention':<10} {'api shape':<13} {'sglang':<6} {'ideal':<6} "
-    f"{'first broken':<26} {'time':>6}  resolver"
+    f"{'first broken':<26} {'coverage':>8} {'time':>6}  resolver"
 )
 
 
 def _format_row(row: ReleaseRow) -> str:
     return (
         f"{row.version:<13} {row.convention:<10} {row.api_shape:<13} {row.verdict_sglang:<6} "
-        f"{row.verdict_ideal:<6} {row.first_broken or '-':<26} {row.seconds:>5.1f}s  "
-        f"{row.location}"
+        f"{row.verdict_ideal:<6} {row.first_broken or '-':<26} {row.coverage_column:>8} "
+        f"{row.seconds:>5.1f}s  {row.location}"
     )

@@ -93,12 +93,37 @@ class ApiShape:
 
 
 @attrs.frozen
+class CodeSpan:
+    """Where one function of a target's own code lives: its file, and the lines of its body.
+
+    `first` is the line of the first statement of the body (a docstring included) and `last` the
+    function's last line, so the `def` line and decorators (which run when the code is loaded,
+    not when the target is called) are outside it. Coverage is measured on these lines only
+    (`kvcheck.search.target_coverage`).
+    """
+
+    file: str  # absolute path, as the target's code objects were compiled with it
+    qualname: str  # `Class.method` or `function`
+    def_line: int
+    first: int
+    last: int
+
+    def __contains__(self, line: object) -> bool:
+        return isinstance(line, int) and self.first <= line <= self.last
+
+
+@attrs.frozen
 class Target:
     """A resolver under test. `self_methods` are other methods of the resolver's class that it
-    calls as `self.X(...)`, bound onto the fake scheduler (empty for plain functions)."""
+    calls as `self.X(...)`, bound onto the fake scheduler (empty for plain functions).
+
+    `code` is where the target's own code lives (the resolver, the siblings and the module-level
+    helper functions it reaches), known for targets read from source and empty otherwise.
+    """
 
     spec: str
     resolver: Callable[..., Any]
     description: str
     self_methods: Mapping[str, Callable[..., Any]]
     shape: ApiShape
+    code: tuple[CodeSpan, ...] = ()

@@ -7,6 +7,9 @@ without Hypothesis, so what is reported is exactly what `replay` reproduces.
 Convention `auto` judges the target under the convention it most plausibly follows first (a
 probe of how it treats a live row), then under the other one if that fails; it passes when either
 gives no violation and says which.
+
+For a target read from source, the verdict carries the target's own line and branch coverage over
+every scenario the searches ran, shrinking included (`kvcheck.search.target_coverage`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.shrink import shrink
+from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.strategies import label_run, scenarios
 from kvcheck.targets.loading import load_target
 
@@ -102,6 +106,9 @@ class Verdict:
     # Why adaptive stride switching was on or off, and the API shape the verdict assumed.
     adaptive_reason: str = ""
     api_shape: ApiShape | None = None
+    # The target's own code that the searches ran; None for a target not read from source or
+    # when not measured.
+    coverage: TargetCoverage | None = None
 
     @property
     def violation(self) -> Violation | None:
@@ -246,11 +253,13 @@ def check(
     seed: int | None = None,
     database: ExampleDatabase | None = None,
     overlap: bool | None = None,
+    measure_coverage: bool = True,
 ) -> Verdict:
     """Search for a violation by `target` (a spec string or a loaded `Target`).
 
     `adaptive=None` switches strides between launch and delivery exactly when the target feeds
     the adaptive controller (SGLang 0.5.12+, where adaptive speculation runs under overlap).
+    `measure_coverage` measures the coverage of a target read from source (`Verdict.coverage`).
 
     Raises `KvcheckUsageError` (exit 2 material) for bad options or an unloadable or unsupported
     target; never reports such a target as a violation.
@@ -286,11 +295,21 @@ def check(
         "adaptive_reason": adaptive_reason,
         "api_shape": shape,
     }
+    meter = meter_for(loaded, enabled=measure_coverage)
+    if meter is None:
+        return _search_conventions(loaded, convention, options)
+    verdict = _search_conventions(meter.instrument(loaded), convention, options)
+    return attrs.evolve(verdict, coverage=meter.result())
+
+
+def _search_conventions(
+    loaded: Target, convention: ConventionChoice, options: dict[str, Any]
+) -> Verdict:
     if convention != "auto":
         outcome = search(loaded, convention=convention, **_search_options(options))
         return _verdict(loaded, outcome, (), f"convention {convention} (given)", options)
 
-    first, reason = shape.convention, shape.convention_reason
+    first, reason = loaded.shape.convention, loaded.shape.convention_reason
     outcome = search(loaded, convention=first, **_search_options(options))
     if outcome.failure is None:
         return _verdict(loaded, outcome, (), reason, options)

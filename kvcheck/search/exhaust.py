@@ -77,6 +77,7 @@ from kvcheck.core.scenario import (
 )
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.search.target_coverage import TargetCoverage, meter_for
 
 _COLLECT_EVERY: Final = 20_000
 _COLLECT_GENERATION: Final = 0
@@ -195,6 +196,9 @@ class ExhaustResult:
     minimal_invariants: frozenset[str]
     # False when a state or time limit stopped the search before the bounds were cleared.
     complete: bool
+    # The target's own code that the enumerated scenarios ran; None for a target not read from
+    # source or when not measured.
+    coverage: TargetCoverage | None = None
 
     @property
     def verdict(self) -> str:
@@ -260,13 +264,15 @@ def exhaust(
     merge: bool = True,
     max_states: int | None = None,
     time_limit: float | None = None,
+    measure_coverage: bool = True,
 ) -> ExhaustResult:
     """Search every scenario within `bounds`, breadth-first; stop after the first level with a
     violation and return its first counterexample (re-run and recorded by `run_scenario`).
 
     `merge=False` turns state merging off (every event list is its own state): exponentially
     slower, for cross-checking the merge on small bounds. `max_states` and `time_limit` (seconds)
-    stop the search early with `complete == False`. Raises `UnsupportedTargetError` like
+    stop the search early with `complete == False`. `measure_coverage` measures the coverage of
+    a target read from source (`ExhaustResult.coverage`). Raises `UnsupportedTargetError` like
     `run_scenario` does for a target kvcheck cannot judge.
     """
     bounds = bounds or Bounds()
@@ -277,6 +283,9 @@ def exhaust(
             f"unknown global-counter mode {global_counters!r}; choose ideal, sglang or off"
         )
     adaptive = default_adaptive(bounds) if adaptive is None else adaptive
+    meter = meter_for(target, enabled=measure_coverage)
+    if meter is not None:
+        target = meter.instrument(target)
     started = time.perf_counter()
     deadline = None if time_limit is None else started + time_limit
     seen: dict[Any, int] = {}
@@ -373,6 +382,7 @@ def exhaust(
         failure=failure,
         minimal_invariants=frozenset(invariant for _, _, invariant in found),
         complete=complete and not found,
+        coverage=meter.result() if meter is not None else None,
     )
 
 

@@ -47,7 +47,7 @@ from kvcheck.core.spellings import (
     SPELLINGS_BY_KEY,
     version_range,
 )
-from kvcheck.core.target import ApiShape, Target
+from kvcheck.core.target import ApiShape, CodeSpan, Target
 from kvcheck.core.tracing import AccessLog, traced
 
 __all__ = ["detect_api_shape", "probe_target"]
@@ -307,8 +307,11 @@ def probe_target(
     resolver: Callable[..., Any],
     description: str,
     self_methods: Mapping[str, Callable[..., Any]] | None = None,
+    code: tuple[CodeSpan, ...] = (),
 ) -> Target:
-    """A `Target` for `resolver`, carrying its probed API shape. Raises `UnsupportedTargetError`
-    when the probe shows the target touches what kvcheck does not model."""
+    """A `Target` for `resolver`, carrying its probed API shape and where its code lives (`code`,
+    from the source loader). Raises `UnsupportedTargetError` when the probe shows the target
+    touches what kvcheck does not model."""
     methods = dict(self_methods or {})
-    return Target(spec, resolver, description, methods, detect_api_shape(resolver, methods))
+    shape = detect_api_shape(resolver, methods)
+    return Target(spec, resolver, description, methods, shape, code)

@@ -69,7 +69,7 @@ def _load_sglang(spec: str, package: Path, what: str, allow_unavailable: bool) -
     where = sglang_release.find_resolver(package)
     loaded = load_from_source(str(where.file), where.qualname, allow_unavailable=allow_unavailable)
     description = f"{what}: {where.qualname} ({where.file.name}, line {where.line})"
-    return probe_target(spec, loaded.resolver, description, loaded.self_methods)
+    return probe_target(spec, loaded.resolver, description, loaded.self_methods, loaded.code)
 
 
 def _load_builtin(spec: str) -> Target:
@@ -87,7 +87,7 @@ def _load_source(spec: str, allow_unavailable: bool = False) -> Target:
     if not path or not qualname:
         raise TargetLoadError(f"malformed target {spec!r}; expected path/to/file.py::Qualname")
     loaded = load_from_source(path, qualname, allow_unavailable=allow_unavailable)
-    return probe_target(spec, loaded.resolver, loaded.description, loaded.self_methods)
+    return probe_target(spec, loaded.resolver, loaded.description, loaded.self_methods, loaded.code)
 
 
 def _load_import(spec: str) -> Target:

@@ -19,7 +19,9 @@ an import from a module that is safe to import here (the standard library, `torc
 naming the name and its module; imports nobody touches are never looked at.
 
 The extracted code is compiled with the file's own name and line numbers, so a traceback from
-inside a target points at the user's file.
+inside a target points at the user's file, and coverage of what ran is measured against it:
+`LoadedSource.code` lists the compiled functions' line spans (the resolver, its sibling methods
+and the module-level functions they reach).
 
 Known approximations: names bound conditionally at module level (`try: import x / except
 ImportError: x = None`, either branch of an `if`) are tried in source order and the first one
@@ -35,6 +37,7 @@ import contextlib
 import difflib
 import functools
 import importlib
+import os
 import symtable
 import sys
 import types
@@ -44,6 +47,7 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
+from kvcheck.core.target import CodeSpan
 from kvcheck.errors import TargetLoadError
 from kvcheck.targets.sglang_names import STAND_INS
 
@@ -72,6 +76,8 @@ class LoadedSource:
     # scheduler, e.g. `function.__get__(fake, type(fake))`.
     self_methods: Mapping[str, Callable[..., Any]]
     description: str
+    # Where the compiled functions live in the file, resolver first, then by line.
+    code: tuple[CodeSpan, ...] = ()
 
 
 def load_from_source(path: str, qualname: str, *, allow_unavailable: bool = False) -> LoadedSource:
@@ -451,9 +457,10 @@ class _Loader:
             self._include_statement(top, qualname)
 
         module = self._execute(qualname)
+        code = self._code_spans(qualname, node, classes)
         if not classes:
             resolver = module.__dict__[node.name]
-            return LoadedSource(resolver, types.MappingProxyType({}), description)
+            return LoadedSource(resolver, types.MappingProxyType({}), description, code)
 
         cls = self._build_class(classes, module, qualname)
         resolver = cls.__dict__[node.name]
@@ -462,7 +469,37 @@ class _Loader:
         for name in self._methods:
             if name != node.name:
                 self_methods[name] = self._as_plain_method(cls, classes[-1], name)
-        return LoadedSource(resolver, types.MappingProxyType(self_methods), description)
+        return LoadedSource(resolver, types.MappingProxyType(self_methods), description, code)
+
+    def _code_spans(
+        self, qualname: str, target: _FunctionNode, classes: list[ast.ClassDef]
+    ) -> tuple[CodeSpan, ...]:
+        """The compiled functions' spans: the target, then its siblings and the module-level
+        functions it reaches, by line. Module-level classes and assignments are left out: their
+        bodies run once when the code is loaded, not when the target is called."""
+        file = os.path.abspath(self._filename)
+        prefix = ".".join(c.name for c in classes)
+        functions: list[tuple[str, _FunctionNode]] = [
+            (f"{prefix}.{name}", method)
+            for name, method in self._methods.items()
+            if method is not target
+        ]
+        functions += [
+            (d.node.name, d.node)
+            for d in self._statements.values()
+            if isinstance(d.node, ast.FunctionDef | ast.AsyncFunctionDef) and d.node is not target
+        ]
+        functions.sort(key=lambda item: item[1].lineno)
+        return tuple(
+            CodeSpan(
+                file=file,
+                qualname=name,
+                def_line=node.lineno,
+                first=node.body[0].lineno,
+                last=node.end_lineno or node.body[-1].lineno,
+            )
+            for name, node in [(qualname, target), *functions]
+        )
 
     def _lookup(self, parts: list[str]) -> tuple[_Definition, ast.stmt, list[ast.ClassDef]]:
         """The module-level definition `parts[0]`, the statement named by `parts`, and the chain

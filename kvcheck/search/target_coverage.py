@@ -1,0 +1,296 @@
+"""The target's own coverage: which lines and branches of its code the scenarios ran.
+
+A target read from source (`file.py::Qualname`, an SGLang checkout, `sglang==VERSION`) is
+compiled with its file's name and line numbers, and `Target.code` records the line spans of the
+functions that were compiled: the resolver, the sibling methods it reaches through `self`, and the
+module-level functions those reach. `CoverageMeter` measures them with coverage.py in the
+search, exhaustive or replay scenarios, by wrapping the resolver the engine calls (the probe at
+load time ran the unwrapped one, so it never counts), restricted to that one file and, within it,
+to those spans; `TargetCoverage` is what it found.
+
+Lines are coverage.py's statements (a docstring, a comment or the `def` line is not one; a
+statement over several lines is its first line), and branches its arcs from a line with more than
+one way on (an `if`, a loop, a conditional expression, ...). Nothing is excluded: a target's
+`# pragma: no cover` does not hide a line from kvcheck. Builtin and imported targets have no
+`code`, hence no coverage (None).
+
+Measuring is kvcheck's own doing: if coverage.py cannot analyse the file (it was deleted or
+changed underneath), that is a `KvcheckInternalError` (exit 2) naming the file, never a finding
+against the target.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import coverage
+
+from kvcheck.core.target import CodeSpan, Target
+from kvcheck.errors import KvcheckInternalError
+
+__all__ = ["CoverageMeter", "TargetCoverage", "format_lines", "meter_for"]
+
+# coverage.py warns (on stderr) about a run that reached nothing or a file it did not import;
+# kvcheck reports those as coverage figures instead.
+_QUIET: Final = (
+    "no-data-collected",
+    "module-not-imported",
+    "module-not-measured",
+    "include-ignored",
+    "already-imported",
+    "couldnt-parse",
+    "no-ctracer",
+)
+
+Branch = tuple[int, int | None]  # (from line, to line); None: the branch leaves the function
+
+
+@attrs.frozen
+class TargetCoverage:
+    """The lines and branches of a target's own code that ran, within its `CodeSpan`s.
+
+    `statements` and `branches` are what could run, `executed` and `executed_branches` what did;
+    a branch `(line, None)` leaves the function (a loop that ends it, an `if` with nothing after).
+    """
+
+    file: str
+    functions: tuple[str, ...]  # qualnames measured, the resolver first
+    statements: frozenset[int]
+    executed: frozenset[int]
+    branches: frozenset[Branch]
+    executed_branches: frozenset[Branch]
+
+    @property
+    def lines_total(self) -> int:
+        """How many statements the measured functions have."""
+        return len(self.statements)
+
+    @property
+    def lines_run(self) -> int:
+        """How many of them ran at least once."""
+        return len(self.executed)
+
+    @property
+    def branches_total(self) -> int:
+        """How many branch arcs the measured functions have."""
+        return len(self.branches)
+
+    @property
+    def branches_run(self) -> int:
+        """How many of them were taken at least once."""
+        return len(self.executed_branches)
+
+    @property
+    def missed_lines(self) -> tuple[int, ...]:
+        """The statements that never ran, by line number."""
+        return tuple(sorted(self.statements - self.executed))
+
+    @property
+    def missed_branches(self) -> tuple[Branch, ...]:
+        """The branches never taken, by line number (a function exit last among its line's)."""
+        return tuple(sorted(self.branches - self.executed_branches, key=_branch_order))
+
+    @property
+    def line_percent(self) -> float:
+        """Line coverage in percent (100.0 for code without statements)."""
+        return 100.0 * self.lines_run / self.lines_total if self.lines_total else 100.0
+
+    @property
+    def branch_percent(self) -> float:
+        """Branch coverage in percent (100.0 for code without branches)."""
+        return 100.0 * self.branches_run / self.branches_total if self.branches_total else 100.0
+
+    def below(self, minimum: float) -> bool:
+        """Whether line coverage is under `minimum` percent (compared exactly, not rounded)."""
+        return self.lines_run * 100 < minimum * self.lines_total
+
+    def union(self, other: TargetCoverage) -> TargetCoverage:
+        """What ran in either measurement of the same code (e.g. two counter modes)."""
+        if (self.file, self.statements, self.branches) != (
+            other.file,
+            other.statements,
+            other.branches,
+        ):
+            raise ValueError("coverage of different code cannot be merged")
+        return attrs.evolve(
+            self,
+            executed=self.executed | other.executed,
+            executed_branches=self.executed_branches | other.executed_branches,
+        )
+
+    def summary(self) -> str:
+        """`61/68 lines (90%), 22/30 branches (73%)`."""
+        return (
+            f"{self.lines_run}/{self.lines_total} lines ({self.line_percent:.0f}%), "
+            f"{self.branches_run}/{self.branches_total} branches ({self.branch_percent:.0f}%)"
+        )
+
+    def report_lines(self) -> list[str]:
+        """The text report's lines: the figures and what was measured, then what never ran."""
+        names = ", ".join(name.rpartition(".")[2] for name in self.functions)
+        lines = [f"coverage    {self.summary()} in {Path(self.file).name}: {names}"]
+        missed: list[str] = []
+        if self.missed_lines:
+            missed.append(f"lines {format_lines(self.missed_lines)}")
+        if self.missed_branches:
+            missed.append("branches " + ", ".join(_format_branch(b) for b in self.missed_branches))
+        for label, text in zip(("never run", ""), missed, strict=False):
+            lines.append(f"{label:<12}{text}")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `coverage` object of `--json` reports."""
+        return {
+            "file": self.file,
+            "functions": list(self.functions),
+            "lines_total": self.lines_total,
+            "lines_run": self.lines_run,
+            "line_percent": round(self.line_percent, 1),
+            "branches_total": self.branches_total,
+            "branches_run": self.branches_run,
+            "branch_percent": round(self.branch_percent, 1),
+            "missed_lines": list(self.missed_lines),
+            "missed_branches": [list(b) for b in self.missed_branches],
+        }
+
+
+def _branch_order(branch: Branch) -> tuple[int, int]:
+    start, end = branch
+    return start, end if end is not None else 1 << 30
+
+
+def _format_branch(branch: Branch) -> str:
+    start, end = branch
+    return f"{start}->{'exit' if end is None else end}"
+
+
+def format_lines(lines: Iterable[int]) -> str:
+    """Line numbers as runs: `12, 15-17, 30`."""
+    runs: list[list[int]] = []
+    for line in sorted(lines):
+        if runs and line == runs[-1][1] + 1:
+            runs[-1][1] = line
+        else:
+            runs.append([line, line])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+class CoverageMeter:
+    """Measures which lines and branches of `code` (spans of one file) run in the calls of
+    targets it has instrumented (`instrument`).
+
+    Measurements accumulate: several searches of one instrumented target give one union.
+    """
+
+    def __init__(self, code: tuple[CodeSpan, ...]) -> None:
+        files = {span.file for span in code}
+        if len(files) != 1:
+            raise ValueError(f"coverage is measured over one file, got {sorted(files)}")
+        self.code = code
+        self.file = code[0].file
+        self._coverage = coverage.Coverage(
+            data_file=None, branch=True, config_file=False, include=[self.file]
+        )
+        # The target's pragmas do not hide its lines from kvcheck.
+        self._coverage.set_option("report:exclude_lines", [])
+        self._coverage.set_option("run:disable_warnings", list(_QUIET))
+        self._depth = 0
+        self._calls = 0  # measured calls of the resolver
+
+    def instrument(self, target: Target) -> Target:
+        """The target, its resolver measured on every call.
+
+        coverage.py traces only while the resolver (and what it calls) runs: with its
+        `sys.settrace` cores (Python 3.11) a trace function left on for the whole search slows
+        every line of Hypothesis, the engine and the model as well (2.6x on a 300-scenario search
+        of SGLang 0.5.23). Starting and stopping it costs microseconds a call, tracing inside the
+        call about 0.2 ms. A failure of coverage.py itself is a `KvcheckInternalError` (exit 2),
+        never an exception of the target's.
+        """
+        resolver = target.resolver
+        meter = self
+
+        @functools.wraps(resolver)
+        def measured(self_obj: Any, result: Any, batch: Any) -> Any:
+            if meter._depth:  # re-entered from inside the target: already measuring
+                return resolver(self_obj, result, batch)
+            meter._switch(on=True)
+            try:
+                return resolver(self_obj, result, batch)
+            finally:
+                meter._switch(on=False)
+
+        return attrs.evolve(target, resolver=measured)
+
+    def _switch(self, *, on: bool) -> None:
+        try:
+            if on:
+                self._coverage.start()
+                self._depth += 1
+                self._calls += 1
+            else:
+                self._depth -= 1
+                self._coverage.stop()
+        except Exception as exc:
+            raise KvcheckInternalError(
+                f"measuring the coverage of {self.file} failed: {type(exc).__name__}: {exc}; "
+                "--no-coverage skips it"
+            ) from None
+
+    def result(self) -> TargetCoverage:
+        """What ran so far, restricted to the spans. Raises `KvcheckInternalError` when coverage.py
+        cannot analyse the file."""
+        try:
+            # Branch data even when nothing ran yet (coverage.py decides from the first data).
+            self._coverage.get_data().add_arcs({})
+            with tempfile.TemporaryDirectory(prefix="kvcheck-coverage-") as tmp:
+                out = Path(tmp) / "coverage.json"
+                self._coverage.json_report(morfs=[self.file], outfile=str(out))
+                report = json.loads(out.read_text())
+        except coverage.CoverageException as exc:
+            raise KvcheckInternalError(
+                f"cannot measure the coverage of {self.file}: {exc}; --no-coverage skips it"
+            ) from None
+        (measured,) = report["files"].values()
+        found = TargetCoverage(
+            file=self.file,
+            functions=tuple(span.qualname for span in self.code),
+            statements=self._within(measured["executed_lines"] + measured["missing_lines"]),
+            executed=self._within(measured["executed_lines"]),
+            branches=self._branches(measured["executed_branches"] + measured["missing_branches"]),
+            executed_branches=self._branches(measured["executed_branches"]),
+        )
+        if self._calls and found.statements and not found.executed:
+            # Every call runs the resolver's first statement: nothing recorded means coverage.py
+            # did not see the code under this file name; reporting 0% would blame the target.
+            raise KvcheckInternalError(
+                f"coverage.py recorded nothing of {self.file} although the resolver ran "
+                f"{self._calls} times; --no-coverage skips measuring"
+            )
+        return found
+
+    def _inside(self, line: int) -> bool:
+        return any(line in span for span in self.code)
+
+    def _within(self, lines: list[int]) -> frozenset[int]:
+        return frozenset(line for line in lines if self._inside(line))
+
+    def _branches(self, arcs: list[list[int]]) -> frozenset[Branch]:
+        # coverage.py writes a function exit as a negative line (minus the `def` line).
+        return frozenset(
+            (start, end if end > 0 else None) for start, end in arcs if self._inside(start)
+        )
+
+
+def meter_for(target: Target, *, enabled: bool = True) -> CoverageMeter | None:
+    """A meter for the target's own code; None when disabled or the target has no source spans
+    (builtin and imported targets)."""
+    if not enabled or not target.code:
+        return None
+    return CoverageMeter(target.code)

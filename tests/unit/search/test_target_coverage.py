@@ -1,0 +1,271 @@
+"""The target's own coverage (`kvcheck.search.target_coverage`): measured on the resolver read
+from source, its siblings and helpers, over the scenarios only (never the probe), by line and
+branch, and never blamed on the target when measuring fails."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import attrs
+import pytest
+
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Admit, Step
+from kvcheck.core.target import Target
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.search.check import check
+from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.search.target_coverage import (
+    CoverageMeter,
+    TargetCoverage,
+    format_lines,
+    meter_for,
+)
+from kvcheck.targets.loading import load_target
+from tests.helpers import scenario
+
+# A correct honest resolver (SGLang 0.5.19+ spellings) with a helper, a sibling method, a branch
+# only scenarios with a stale row reach, one no scenario reaches, and one only the probe (the very
+# first call, at load time) reaches.
+SOURCE = textwrap.dedent(
+    """\
+    _calls = []
+
+
+    def _runs(ids, accepts, stride):
+        return [ids[i * stride : i * stride + a] for i, a in enumerate(accepts)]
+
+
+    class Processor:
+        def unrelated(self):
+            return "never compiled"
+
+        def _commit(self, req, accepted):
+            req.kv.kv_committed_len += accepted
+            req.spec_verify_ct += 1
+            req.spec_num_correct_drafts += accepted - 1
+            req.update_spec_correct_drafts_histogram(accepted - 1)
+
+        def resolve(self, result, batch):
+            if not _calls:
+                first_call = True  # PROBE ONLY
+            _calls.append(1)
+            ids = result.next_token_ids.tolist()
+            accepts = result.accept_lens.tolist()
+            stride = result.speculative_num_draft_tokens
+            if stride > 100:
+                raise RuntimeError("no such stride")  # NEVER
+            for req, accepted in zip(batch.reqs, accepts):
+                if req.is_retracted or req.finished():
+                    continue  # STALE
+                self._commit(req, accepted)
+            return _runs(ids, accepts, stride)
+    """
+)
+
+
+def line_of(marker: str) -> int:
+    return next(n for n, text in enumerate(SOURCE.splitlines(), 1) if marker in text)
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Target:
+    path = tmp_path / "processor.py"
+    path.write_text(SOURCE)
+    return load_target(f"{path}::Processor.resolve")
+
+
+# Without overlap no row is ever stale; with it, r0 finishes (max_new_tokens 2) while its next
+# decode is in flight, whose row is stale when it arrives.
+NO_STALE = scenario(
+    Admit("r0", 4, 3), Step(), Step(), Step(), Step(), overlap=False, convention="honest"
+)
+STALE = scenario(
+    Admit("r0", 4, 2), Step(), Step(), Step(), Step(), overlap=True, convention="honest"
+)
+
+
+def test_a_branch_only_some_scenarios_reach_is_run_once_one_of_them_runs(target: Target) -> None:
+    meter = meter_for(target)
+    assert meter is not None
+    measured = meter.instrument(target)
+    stale = line_of("# STALE")
+    assert run_scenario(NO_STALE, measured).violation is None
+    before = meter.result()
+    assert stale in before.missed_lines
+    assert (stale - 1, stale) in before.missed_branches
+    assert line_of("req.kv.kv_committed_len") in before.executed  # the sibling ran
+
+    assert run_scenario(STALE, measured).violation is None
+    after = meter.result()
+    assert stale not in after.missed_lines
+    assert (stale - 1, stale) not in after.missed_branches
+    assert (stale - 1, stale) in after.executed_branches
+    assert after.executed > before.executed  # measurements accumulate
+
+
+def test_a_check_lists_the_never_reached_lines_and_branches(target: Target) -> None:
+    verdict = check(target, global_counters="sglang", max_examples=60, seed=0)
+    assert verdict.passed, verdict.violation
+    coverage = verdict.coverage
+    assert coverage is not None
+    never = line_of("# NEVER")
+    assert never in coverage.missed_lines
+    assert (never - 1, never) in coverage.missed_branches
+    assert line_of("# STALE") in coverage.executed
+    assert coverage.functions == ("Processor.resolve", "_runs", "Processor._commit")
+    # Only the spans' statements count: not the unrelated method, not the module level.
+    assert line_of('return "never compiled"') not in coverage.statements
+    assert line_of("_calls = []") not in coverage.statements
+    assert line_of("def resolve") not in coverage.statements
+    # Every line of the three bodies is one statement.
+    bodies = [("return [ids", "return [ids"), ("req.kv.kv", "update_spec"), ("if not", "return _")]
+    expected = {n for a, b in bodies for n in range(line_of(a), line_of(b) + 1)}
+    assert coverage.statements == expected and coverage.lines_total == len(expected) == 18
+    assert coverage.missed_lines == (line_of("# PROBE ONLY"), never)
+
+
+def test_the_probe_is_not_counted(target: Target) -> None:
+    """The probe at load time is the resolver's first call, the only one that takes the
+    `first_call` branch; the search's coverage must not show it run."""
+    assert target.resolver.__globals__["_calls"], "the probe called the resolver"
+    verdict = check(target, global_counters="sglang", max_examples=20, seed=0)
+    assert verdict.coverage is not None
+    probe_only = line_of("# PROBE ONLY")
+    assert probe_only in verdict.coverage.missed_lines
+    assert (probe_only - 1, probe_only) in verdict.coverage.missed_branches
+
+
+def test_exhaustive_search_measures_the_same_code(target: Target) -> None:
+    bounds = Bounds(requests=1, events=5, strides=(2,), kinds=("admit", "step"))
+    result = exhaust(target, bounds, convention="honest", global_counters="sglang")
+    assert result.verdict == "pass"
+    assert result.coverage is not None
+    assert line_of("# STALE") in result.coverage.executed
+    assert line_of("# NEVER") in result.coverage.missed_lines
+
+
+def test_builtin_and_imported_targets_have_no_coverage() -> None:
+    assert check("builtin:reference", max_examples=5, seed=0).coverage is None
+    entry = load_target("kvcheck.mutants:worker_stride")
+    assert check(entry, max_examples=5, seed=0).coverage is None
+    assert exhaust(load_target("builtin:reference"), Bounds(events=3)).coverage is None
+    assert meter_for(load_target("builtin:reference")) is None
+
+
+def test_coverage_can_be_turned_off(target: Target) -> None:
+    assert check(target, max_examples=5, seed=0, measure_coverage=False).coverage is None
+    bounds = Bounds(requests=1, events=2)
+    assert exhaust(target, bounds, measure_coverage=False).coverage is None
+
+
+def test_a_target_that_raises_is_still_measured_up_to_the_raise(tmp_path: Path) -> None:
+    path = tmp_path / "raises.py"
+    path.write_text("def resolve(self, result, batch):\n    x = 1\n    raise ValueError(x)\n")
+    verdict = check(load_target(f"{path}::resolve"), max_examples=20, seed=0)
+    assert verdict.violation is not None and verdict.violation.invariant == "target-raised"
+    assert verdict.coverage is not None and verdict.coverage.missed_lines == ()
+
+
+def test_a_failure_to_measure_is_kvchecks_not_the_targets(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meter = meter_for(target)
+    assert meter is not None
+
+    def broken() -> None:
+        raise RuntimeError("tracer unavailable")
+
+    monkeypatch.setattr(meter._coverage, "start", broken)
+    with pytest.raises(KvcheckUsageError, match=r"measuring the coverage of .* tracer unavailable"):
+        run_scenario(STALE, meter.instrument(target))
+
+
+def test_a_vanished_file_is_an_error_of_kvchecks(target: Target) -> None:
+    meter = meter_for(target)
+    assert meter is not None
+    Path(target.code[0].file).unlink()
+    with pytest.raises(KvcheckUsageError, match="cannot measure the coverage of"):
+        meter.result()
+
+
+def test_code_measured_under_another_name_is_an_error_of_kvchecks(
+    target: Target, tmp_path: Path
+) -> None:
+    """Spans naming a copy of the file: the calls run, coverage.py sees none of it, and kvcheck
+    says so instead of reporting 0% against the target."""
+    copy = tmp_path / "copy.py"
+    copy.write_text(SOURCE)
+    spans = tuple(attrs.evolve(span, file=str(copy)) for span in target.code)
+    meter = CoverageMeter(spans)
+    assert run_scenario(STALE, meter.instrument(target)).violation is None
+    with pytest.raises(KvcheckUsageError, match=r"recorded nothing of .*copy\.py"):
+        meter.result()
+
+
+def test_a_meter_measures_one_file(target: Target) -> None:
+    other = type(target.code[0])(file="/elsewhere.py", qualname="f", def_line=1, first=2, last=3)
+    with pytest.raises(ValueError, match="one file"):
+        CoverageMeter((*target.code, other))
+
+
+# --- the figures ------------------------------------------------------------------------------
+
+
+def figures(executed: set[int], taken: set[tuple[int, int | None]]) -> TargetCoverage:
+    return TargetCoverage(
+        file="/x/processor.py",
+        functions=("Processor.resolve", "_runs"),
+        statements=frozenset({10, 11, 12, 13, 15, 20}),
+        executed=frozenset(executed),
+        branches=frozenset({(11, 12), (11, 13), (13, 15), (13, None)}),
+        executed_branches=frozenset(taken),
+    )
+
+
+def test_figures_and_missed_lists() -> None:
+    coverage = figures({10, 11, 12, 20}, {(11, 12), (13, None)})
+    assert (coverage.lines_run, coverage.lines_total) == (4, 6)
+    assert (coverage.branches_run, coverage.branches_total) == (2, 4)
+    assert coverage.missed_lines == (13, 15)
+    assert coverage.missed_branches == ((11, 13), (13, 15))
+    assert coverage.summary() == "4/6 lines (67%), 2/4 branches (50%)"
+    data = coverage.to_dict()
+    assert data["missed_lines"] == [13, 15] and data["missed_branches"] == [[11, 13], [13, 15]]
+    for key in ("lines_total", "lines_run", "branches_total", "branches_run", "file"):
+        assert key in data
+    assert coverage.report_lines() == [
+        "coverage    4/6 lines (67%), 2/4 branches (50%) in processor.py: resolve, _runs",
+        "never run   lines 13, 15",
+        "            branches 11->13, 13->15",
+    ]
+
+
+def test_a_branch_leaving_the_function_is_written_exit() -> None:
+    coverage = figures({10, 11, 12, 13, 15, 20}, {(11, 12), (11, 13), (13, 15)})
+    assert coverage.missed_branches == ((13, None),)
+    assert coverage.report_lines()[1:] == ["never run   branches 13->exit"]
+    assert coverage.to_dict()["missed_branches"] == [[13, None]]
+
+
+def test_below_compares_exactly() -> None:
+    coverage = figures({10, 11, 12, 20}, set())  # 4/6 = 66.666...%
+    assert coverage.below(66.7) and not coverage.below(66.6) and not coverage.below(0)
+    full = figures({10, 11, 12, 13, 15, 20}, set())
+    assert not full.below(100)
+
+
+def test_union_of_two_measurements_of_the_same_code() -> None:
+    one = figures({10, 11}, {(11, 12)})
+    two = figures({10, 13}, {(13, None)})
+    both = one.union(two)
+    assert both.executed == {10, 11, 13}
+    assert both.executed_branches == {(11, 12), (13, None)}
+    with pytest.raises(ValueError, match="different code"):
+        one.union(TargetCoverage("/y.py", (), frozenset(), frozenset(), frozenset(), frozenset()))
+
+
+def test_format_lines_joins_runs() -> None:
+    assert format_lines([30, 12, 15, 16, 17]) == "12, 15-17, 30"
+    assert format_lines([]) == ""
