@@ -1,8 +1,8 @@
 """The target's own coverage on real SGLang 0.5.23 (`sglang==0.5.23`, from kvcheck's cache or the
 package index): a 300-scenario search runs every line of the per-request accounting, the stale
-rows' branch included, and what it never runs is exactly what kvcheck does not generate yet, each
-for a stated reason. When the fakes learn grammars, block/cap lengths or UNO strides, this list
-shrinks and this test says so.
+rows' branch included, UNO's output stride and the block/cap statistics, and what it never runs is
+exactly what kvcheck does not generate yet (grammar requests), each for a stated reason. When the
+fakes learn grammars, this list shrinks and this test says so.
 
 Without the index (and nothing cached) it skips locally and fails under CI (`CI` set), as
 tests/quality/test_real_releases.py does.
@@ -33,11 +33,6 @@ NEVER_RUN = {
         "the stride helper's guard: kvcheck's strides are always positive"
     ),
     "accept_tokens = result.grammar_retained_tokens[i]": "no request has a grammar",
-    "req.spec_num_block_accept_tokens += block_accept_lens[i]": (
-        "result.block_accept_lens is always None (no block/cap lengths modelled)"
-    ),
-    "req.spec_num_cap_tokens += cap_lens[i]": "result.cap_lens is always None",
-    "req.update_spec_cap_lens_histogram(cap_lens[i])": "result.cap_lens is always None",
 }
 # Whole functions, or their tails, that never run: the grammar paths.
 GRAMMAR_ONLY = "SchedulerBatchResultProcessor._accept_grammar_tokens"
@@ -50,6 +45,10 @@ MUST_RUN = (
     "if req.is_retracted or req.finished():",
     "pass",
     "self.advance_grammar_fsm(result, batch)",
+    # Block/cap lengths on the result (0.5.16+), drawn for targets that read them.
+    "req.spec_num_block_accept_tokens += block_accept_lens[i]",
+    "req.spec_num_cap_tokens += cap_lens[i]",
+    "req.update_spec_cap_lens_histogram(cap_lens[i])",
 )
 
 
@@ -132,17 +131,22 @@ def test_every_never_taken_branch_has_a_reason(measured: tuple[Target, TargetCov
     advance = _span(target, "SchedulerBatchResultProcessor.advance_grammar_fsm")
     gate = _line(lines, GRAMMAR_GATE, advance)
     outside_grammar = {
-        # The UNO stride: result.speculative_output_stride is always None (EAGLE).
-        (gate_line := _line(lines, "if stride is None:", helper), gate_line + 2),
         # The missing-stride guard.
         (guard := _line(lines, "if stride is None or stride < 1:", helper), guard + 1),
-        # No grammar, no block-accept lengths, no cap lengths.
+        # No grammar.
         (grammar_if := _line(lines, "if req.grammar is not None:", resolver), grammar_if + 3),
-        (block := _line(lines, "if block_accept_lens is not None:", resolver), block + 1),
-        (cap := _line(lines, "if cap_lens is not None:", resolver), cap + 1),
         # advance_grammar_fsm never gets past its gate.
         (gate, gate + 2),
     }
+    # Both ways of the UNO stride branch and of the block/cap branches ran.
+    uno = _line(lines, "if stride is None:", helper)
+    assert {b for b in coverage.executed_branches if b[0] == uno} == {
+        (uno, uno + 1),
+        (uno, uno + 2),
+    }
+    for text in ("if block_accept_lens is not None:", "if cap_lens is not None:"):
+        line = _line(lines, text, resolver)
+        assert len({b for b in coverage.executed_branches if b[0] == line}) == 2, text
     missed = set(coverage.missed_branches)
     in_grammar = {b for b in missed if b[0] in grammar or (b[0] in advance and b[0] > gate)}
     assert missed - in_grammar == outside_grammar

@@ -113,7 +113,8 @@ def make_result(accept: tuple[int, ...], stride: int, **extra: Any) -> SimpleNam
 
 
 def make_batch(reqs: list[SimpleNamespace]) -> SimpleNamespace:
-    return SimpleNamespace(reqs=reqs, batch_size=lambda: len(reqs))
+    eagle = SimpleNamespace(is_dflash=lambda: False, is_none=lambda: False)
+    return SimpleNamespace(reqs=reqs, batch_size=lambda: len(reqs), spec_algorithm=eagle)
 
 
 def load(gen: dict[str, Any], which: str) -> LoadedSource:
