@@ -1011,12 +1011,12 @@ def grammar_stale_rows(g: Generation, self: Any, result: Any, batch: Any) -> Any
 @mutant(
     "grammar-refusal-not-aborted",
     G0_5_15,
-    expect="runs-aligned",
+    expect="committed-finished-frozen",
     origin="semantics §2.6",
 )
 def grammar_refusal_not_aborted(g: Generation, self: Any, result: Any, batch: Any) -> Any:
     """Cuts the run before a token the grammar refuses but never aborts the request (the error
-    is only logged), so it keeps decoding: its next batch has a row too many."""
+    is only logged), so it keeps decoding: its next row is applied though it should be stale."""
     return _grammar_rows(g, self, result, batch, abort=False)
 
 

@@ -97,3 +97,20 @@ def test_the_grammar_aware_reference_passes(grammar: Grammar, overlap: bool) -> 
         scenario(*events, convention="honest", overlap=overlap), target(reference_v2)
     )
     assert result.violation is None
+
+
+def test_the_shrinker_drops_or_simplifies_a_grammar() -> None:
+    from kvcheck.search.shrink import _event_variants
+
+    admit = Admit("r0", 4, 8, grammar=Grammar("terminate", 6))
+    variants = [v.grammar for v in _event_variants(admit) if isinstance(v, Admit)]
+    assert variants[:3] == [None, Grammar("accept"), Grammar("terminate", 2)]
+
+
+def test_exhaustive_bounds_take_grammars() -> None:
+    from kvcheck.errors import KvcheckUsageError
+    from kvcheck.search.exhaust import Bounds
+
+    assert Bounds(grammars=(None, Grammar("reject", 2))).grammars[1] == Grammar("reject", 2)
+    with pytest.raises(KvcheckUsageError, match="grammars"):
+        Bounds(grammars=())
