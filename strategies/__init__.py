@@ -27,6 +27,7 @@ from kvcheck.core.scenario import (
     Convention,
     Event,
     GlobalCounterMode,
+    Grammar,
     Retract,
     Scenario,
     Step,
@@ -107,14 +108,30 @@ _EOS_AT_OR_ZERO: Final = st.integers(0, 24)
 _ACCEPT_CODE: Final = st.integers(0, _MAX_ACCEPT_CODE)
 _STRIDE: Final = st.integers(MIN_GENERATED_STRIDE, MAX_GENERATED_STRIDE)
 _INDEX_BELOW: Final = {n: st.integers(0, n - 1) for n in range(1, len(_ADAPTIVE_EVENT_KINDS) + 1)}
+# Grammars: none (first, so shrinking drops them), accept-all, terminate at output position
+# 2..24, reject at 1..24.
+_GRAMMAR_KIND: Final = st.integers(0, 3)
+_GRAMMAR_AT: Final = st.integers(1, 24)
 
 
-def _draw_admit(draw: st.DrawFn, rids: Sequence[str]) -> Admit:
+def _draw_grammar(draw: st.DrawFn) -> Grammar | None:
+    kind = draw(_GRAMMAR_KIND)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return Grammar("accept")
+    if kind == 2:
+        return Grammar("terminate", max(2, draw(_GRAMMAR_AT)))
+    return Grammar("reject", draw(_GRAMMAR_AT))
+
+
+def _draw_admit(draw: st.DrawFn, rids: Sequence[str], grammar: bool = False) -> Admit:
     rid = rids[draw(_INDEX_BELOW[len(rids)])]
     prompt_len = draw(_PROMPT_LEN)
     max_new_tokens = draw(_MAX_NEW_TOKENS)
     eos_at = draw(_EOS_AT_OR_ZERO) or None
-    return Admit(rid, prompt_len, max_new_tokens, eos_at)
+    drawn = _draw_grammar(draw) if grammar else None
+    return Admit(rid, prompt_len, max_new_tokens, eos_at, drawn)
 
 
 def _digits(code: int, base: int) -> list[int]:
@@ -153,13 +170,17 @@ def steps(draw: st.DrawFn) -> Step:
 
 
 def _draw_event(
-    draw: st.DrawFn, rids: Sequence[str], kinds: Sequence[str], block_cap: bool = False
+    draw: st.DrawFn,
+    rids: Sequence[str],
+    kinds: Sequence[str],
+    block_cap: bool = False,
+    grammar: bool = False,
 ) -> Event:
     kind = kinds[draw(_INDEX_BELOW[len(kinds)])]
     if kind == "step":
         return _draw_step(draw, block_cap)
     if kind == "admit":
-        return _draw_admit(draw, rids)
+        return _draw_admit(draw, rids, grammar)
     if kind == "switch_stride":
         return SwitchStride(draw(_STRIDE))
     rid = rids[draw(_INDEX_BELOW[len(rids)])]
@@ -173,20 +194,24 @@ def events(
     *,
     adaptive: bool = False,
     block_cap: bool = False,
+    grammar: bool = False,
 ) -> Event:
     """One event about the requests `rids`; steps are the most frequent kind (with block/cap
-    lengths when `block_cap`)."""
+    lengths when `block_cap`; admissions sometimes with a grammar when `grammar`)."""
     kinds = _ADAPTIVE_EVENT_KINDS if adaptive else _EVENT_KINDS
-    return _draw_event(draw, rids, kinds, block_cap)
+    return _draw_event(draw, rids, kinds, block_cap, grammar)
 
 
 _REQUEST_COUNT: Final = st.integers(1, MAX_REQUESTS)
 _UP_TO: Final = {n: st.integers(0, n) for n in range(MAX_EVENTS + 1)}
-_EVENTS: Final[dict[tuple[int, bool, bool], st.SearchStrategy[Event]]] = {
-    (n, adaptive, block_cap): events(REQUEST_IDS[:n], adaptive=adaptive, block_cap=block_cap)
+_EVENTS: Final[dict[tuple[int, bool, bool, bool], st.SearchStrategy[Event]]] = {
+    (n, adaptive, block_cap, grammar): events(
+        REQUEST_IDS[:n], adaptive=adaptive, block_cap=block_cap, grammar=grammar
+    )
     for n in range(1, MAX_REQUESTS + 1)
     for adaptive in (False, True)
     for block_cap in (False, True)
+    for grammar in (False, True)
 }
 
 
@@ -197,6 +222,7 @@ def event_lists(
     adaptive: bool = False,
     max_events: int = MAX_EVENTS,
     block_cap: bool = False,
+    grammar: bool = False,
 ) -> tuple[Event, ...]:
     """Lifecycles of 1-6 requests, up to `max_events` events.
 
@@ -208,10 +234,10 @@ def event_lists(
     rids = REQUEST_IDS[:requests]
     # Usually every request is admitted up front (Hypothesis favours 0 for the skipped count).
     opening = requests - draw(_UP_TO[requests])
-    drawn: list[Event] = [_draw_admit(draw, rids[i : i + 1]) for i in range(opening)]
+    drawn: list[Event] = [_draw_admit(draw, rids[i : i + 1], grammar) for i in range(opening)]
     budget = max(max_events - opening, 0)
     min_events = draw(_UP_TO[budget] if budget <= MAX_EVENTS else st.integers(0, budget))
-    one_event = _EVENTS[(requests, adaptive, block_cap)]
+    one_event = _EVENTS[(requests, adaptive, block_cap, grammar)]
     drawn.extend(draw(st.lists(one_event, min_size=min_events, max_size=budget)))
     return tuple(drawn)
 
@@ -224,9 +250,11 @@ def scenarios(
     max_events: int = MAX_EVENTS,
     algorithms: Sequence[Algorithm] = ("eagle",),
     block_cap: bool = False,
+    grammar: bool = False,
 ) -> st.SearchStrategy[Scenario]:
-    """Whole scenarios: a config and up to `max_events` events. `algorithms` and `block_cap`
-    say what the target's API generation supports (`ApiShape.algorithms`, `.block_cap`)."""
+    """Whole scenarios: a config and up to `max_events` events. `algorithms`, `block_cap` and
+    `grammar` say what the target's API generation supports (`ApiShape.algorithms`,
+    `.block_cap`, `.grammar`: admissions then sometimes carry a grammar)."""
     config = configs(
         convention=convention,
         global_counters=global_counters,
@@ -236,18 +264,28 @@ def scenarios(
     )
     if not block_cap:
         return st.builds(
-            Scenario, config=config, events=event_lists(adaptive=adaptive, max_events=max_events)
+            Scenario,
+            config=config,
+            events=event_lists(adaptive=adaptive, max_events=max_events, grammar=grammar),
         )
-    return _scenarios_with_lengths(config, adaptive, max_events)
+    return _scenarios_with_lengths(config, adaptive, max_events, grammar)
 
 
 @st.composite
 def _scenarios_with_lengths(
-    draw: st.DrawFn, config: st.SearchStrategy[Config], adaptive: bool, max_events: int
+    draw: st.DrawFn,
+    config: st.SearchStrategy[Config],
+    adaptive: bool,
+    max_events: int,
+    grammar: bool,
 ) -> Scenario:
     """The config first, then events whose steps carry block/cap lengths when it says so."""
     drawn = draw(config)
-    events = draw(event_lists(adaptive=adaptive, max_events=max_events, block_cap=drawn.block_cap))
+    events = draw(
+        event_lists(
+            adaptive=adaptive, max_events=max_events, block_cap=drawn.block_cap, grammar=grammar
+        )
+    )
     return Scenario(drawn, events)
 
 

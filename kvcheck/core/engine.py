@@ -26,6 +26,7 @@ from kvcheck.core.fakes import (
     ALGORITHM_FAKES,
     ControllerFeed,
     FakeBatch,
+    FakeGrammar,
     FakeReq,
     FakeResult,
     FakeScheduler,
@@ -95,6 +96,9 @@ class ObservedDelivery:
     per_row_drafts: Any = None
     controller_feeds: tuple[ControllerFeed, ...] = ()
     block_cap_totals: tuple[Any, Any] = (None, None)
+    # Per row: the tokens offered to the row's request's grammar during the call (None when the
+    # request has no grammar).
+    grammar_offered: tuple[tuple[int, ...] | None, ...] = ()
 
 
 @attrs.frozen
@@ -191,6 +195,14 @@ class Engine:
                 _plain(req.spec_num_block_accept_tokens),
                 _plain(req.spec_num_cap_tokens),
                 tuple(sorted(req._cap_histogram.items())),
+                None
+                if req.grammar is None
+                else (
+                    req.grammar._kind,
+                    req.grammar._at,
+                    len(req.grammar._offered),
+                    req.grammar._terminated,
+                ),
             )
             for rid, req in self.reqs.items()
         )
@@ -232,9 +244,11 @@ class Engine:
         delivery: ObservedDelivery | None = None
         target_error: str | None = None
         match event:
-            case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e):
+            case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
                 if rid not in self.reqs:
                     admitted = FakeReq(rid, p, m)
+                    if g is not None:
+                        admitted.grammar = FakeGrammar(g.kind, g.at)
                     self.reqs[rid] = admitted
                     self.eos_at[rid] = e
                     self.waiting.append(admitted)
@@ -320,7 +334,7 @@ class Engine:
         self.last_prefill = list(batch)
         self.launch_count += 1
         stride = self.scheduler.draft_worker.speculative_num_draft_tokens
-        return _EngineLaunch(self.launch_count, "prefill", FakeBatch(batch), stride, ())
+        return _EngineLaunch(self.launch_count, "prefill", FakeBatch(batch, "extend"), stride, ())
 
     def _reset_for_retract(self, req: FakeReq) -> None:
         self.retract_requested.discard(req.rid)
@@ -357,14 +371,26 @@ class Engine:
             for row, req in enumerate(launch.batch.reqs):
                 if req.is_retracted or req.finished():
                     continue
-                req.output_ids.append(token_id(launch.number, row, 0))
+                token = token_id(launch.number, row, 0)
+                req.output_ids.append(token)
                 self._update_finish_state(req)
+                if req.grammar is not None:
+                    # After the finish check, as SGLang's prefill result processing does.
+                    try:
+                        req.grammar.accept_token(token)
+                    except ValueError:
+                        if not req.finished():
+                            req.to_finish = "abort"
+                    req.grammar.finished = req.finished()
             return None, None
 
         result = self._make_result(launch)
         target_error: str | None = None
         returned: Any = None
         feeds_before = len(self.scheduler.model_worker.verify_feeds)
+        offered_before = [
+            None if req.grammar is None else len(req.grammar._offered) for req in launch.batch.reqs
+        ]
         try:
             returned = self.resolver(self.scheduler, result, launch.batch)
         except (UnmodeledAttributeError, KvcheckUsageError) as exc:
@@ -383,6 +409,11 @@ class Engine:
                 ) from None
             target_error = f"{type(exc).__name__}: {exc}"
         runs = _normalise_runs(returned)
+        grammar_offered = tuple(
+            None if req.grammar is None or before is None else tuple(req.grammar._offered[before:])
+            for req, before in zip(launch.batch.reqs, offered_before, strict=True)
+        )
+        self._apply_abort_requests()
         stale = tuple(req.is_retracted or req.finished() for req in launch.batch.reqs)
         # The scheduler's per-row loop (docs/semantics.md §2.4 step 3) with the target's runs.
         for row, req in enumerate(launch.batch.reqs):
@@ -391,6 +422,8 @@ class Engine:
             if runs is not None and row < len(runs):
                 req.output_ids.extend(runs[row])
             self._update_finish_state(req)
+            if req.grammar is not None:
+                req.grammar.finished = req.finished()
         observed = ObservedDelivery(
             launch_number=launch.number,
             rids=tuple(req.rid for req in launch.batch.reqs),
@@ -401,8 +434,23 @@ class Engine:
             per_row_drafts=result._draft_per_req,
             controller_feeds=tuple(self.scheduler.model_worker.verify_feeds[feeds_before:]),
             block_cap_totals=(result.num_block_accept_tokens, result.num_cap_tokens),
+            grammar_offered=grammar_offered,
         )
         return observed, target_error
+
+    def _apply_abort_requests(self) -> None:
+        """What SGLang's `abort_request(AbortReq(rid=...))` does to the requests the target named
+        (a 0.5.14-0.5.15 grammar refusal): a waiting request whose rid starts with it leaves the
+        queue; an unfinished running one gets `to_finish`."""
+        requests, self.scheduler._abort_requests = self.scheduler._abort_requests, []
+        for recv in requests:
+            for req in list(self.waiting):
+                if req.rid.startswith(recv.rid):
+                    self.waiting.remove(req)
+                    req.finished_reason, req.finished_len = "abort", len(req.output_ids)
+            for req in self.running + self.last_prefill:
+                if not req.finished() and req.rid.startswith(recv.rid):
+                    req.to_finish = "abort"
 
     def _make_result(self, launch: _EngineLaunch) -> FakeResult:
         # Imported here: torch takes seconds to import, and a CLI that only reports a usage
@@ -431,8 +479,11 @@ class Engine:
         )
 
     def _update_finish_state(self, req: FakeReq) -> None:
+        if req.finished():
+            return
         if req.to_finish is not None:
-            req.finished_reason, req.to_finish = req.to_finish, None
+            # Any reason set (an abort, or a resolver's FINISH_ABORT) is an abort here.
+            req.finished_reason, req.to_finish = "abort", None
             req.finished_len = len(req.output_ids)
             return
         emitted = len(req.output_ids)
@@ -442,6 +493,9 @@ class Engine:
             req.finished_reason, req.finished_len = "eos", eos_at
         elif emitted >= max_new:
             req.finished_reason, req.finished_len = "length", max_new
+        elif req.grammar is not None and req.grammar.is_terminated():
+            # FINISH_MATCHED_TOKEN after the EOS and length checks (0.5.18+ order).
+            req.finished_reason, req.finished_len = "grammar", emitted
 
 
 def _plain(value: Any) -> Any:

@@ -161,6 +161,43 @@ class FakeSamplingParams(StrictFake):
         self.max_new_tokens = max_new_tokens
 
 
+class FakeGrammar(StrictFake):
+    """`req.grammar`: the request's grammar matcher, as SGLang's resolvers and result processor
+    call it (`accept_token(token_id)`, `is_terminated()`, the `finished` flag the scheduler syncs).
+
+    It decides by output position: the n-th token offered is output position n (a rejected
+    token still uses up its position). `accept` takes everything; `terminate` is satisfied by
+    the token at position `at`; `reject` raises `ValueError` for the token at `at`. Offering a
+    token after termination raises `ValueError` too (a terminated matcher takes nothing). Every
+    offered token is logged, for the engine to observe.
+    """
+
+    _owner = "req.grammar"
+    _fields = frozenset({"finished"})
+
+    def __init__(self, kind: str, at: int | None) -> None:
+        self._kind = kind
+        self._at = at
+        self._offered: list[int] = []
+        self._terminated = False
+        self.finished = False
+
+    def accept_token(self, token_id: int) -> None:
+        """Advance the matcher by one token; `ValueError` when the grammar refuses it."""
+        self._offered.append(int(token_id))
+        position = len(self._offered)
+        if self._terminated:
+            raise ValueError(f"grammar already terminated; token {token_id} refused")
+        if self._kind == "reject" and position == self._at:
+            raise ValueError(f"token {token_id} refused at output position {position}")
+        if self._kind == "terminate" and position == self._at:
+            self._terminated = True
+
+    def is_terminated(self) -> bool:
+        """Whether the grammar has been satisfied (no further token is accepted)."""
+        return self._terminated
+
+
 class FakeReq(StrictFake):
     """A request as the resolver sees it. Staleness flags are live: read at delivery time."""
 
@@ -179,6 +216,7 @@ class FakeReq(StrictFake):
             "finished_len",
             "to_finish",
             "grammar",
+            "inflight_middle_chunks",
             "spec_verify_ct",
             "spec_num_block_accept_tokens",
             "spec_num_cap_tokens",
@@ -198,7 +236,8 @@ class FakeReq(StrictFake):
         self.finished_reason: str | None = None
         self.finished_len: int | None = None
         self.to_finish: str | None = None
-        self.grammar = None
+        self.grammar: FakeGrammar | None = None
+        self.inflight_middle_chunks = 0  # no chunked prefill is modelled
         self.spec_verify_ct = 0
         self.spec_num_block_accept_tokens = 0
         self.spec_num_cap_tokens = 0
@@ -283,18 +322,61 @@ ALGORITHM_FAKES: Final = {
 EAGLE: Final = ALGORITHM_FAKES["eagle"]
 
 
+class FakeForwardMode(StrictFake):
+    """`batch.forward_mode`: a prefill (extend) or a decode batch, asked through SGLang's
+    predicates."""
+
+    _owner = "batch.forward_mode"
+    _fields = frozenset({"name"})
+
+    def __init__(self, name: str = "decode") -> None:
+        self.name = name
+
+    def is_decode(self) -> bool:
+        """A decode (verify) batch."""
+        return self.name == "decode"
+
+    def is_extend(self) -> bool:
+        """A prefill (extend) batch."""
+        return self.name == "extend"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FakeForwardMode:
+        return self  # never changed after construction
+
+
+FORWARD_MODES: Final = {name: FakeForwardMode(name) for name in ("decode", "extend")}
+
+
+class FakeCopyDone(StrictFake):
+    """`result.copy_done`: the event of the device-to-host copy; the fake's tensors are already
+    on the CPU, so waiting returns at once."""
+
+    _owner = "result.copy_done"
+
+    def synchronize(self) -> None:
+        """Wait for the copy (already done)."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FakeCopyDone:
+        return self
+
+
+COPY_DONE: Final = FakeCopyDone()
+
+
 class FakeBatch(StrictFake):
     """The launch-time snapshot of a decode batch (SGLang's `batch.copy()`): a fresh list of the
     shared request objects, so row order is fixed at launch and flags are read at delivery."""
 
     _owner = "batch"
-    _fields = frozenset({"reqs", "spec_algorithm", "has_grammar", "enable_overlap"})
+    _fields = frozenset({"reqs", "spec_algorithm", "has_grammar", "enable_overlap", "forward_mode"})
 
-    def __init__(self, reqs: list[FakeReq]) -> None:
+    def __init__(self, reqs: list[FakeReq], forward_mode: str = "decode") -> None:
         self.reqs = reqs
         self.spec_algorithm = EAGLE
-        self.has_grammar = False
+        # As SGLang's batch constructor sets it, carried by `batch.copy()` (0.5.18+).
+        self.has_grammar = any(req.grammar is not None for req in reqs)
         self.enable_overlap = True
+        self.forward_mode = FORWARD_MODES[forward_mode]
 
     def batch_size(self) -> int:
         """SGLang's `batch.batch_size()`: every row of the snapshot, stale rows included."""
@@ -320,6 +402,7 @@ class FakeResult(StrictFake):
             "grammar_retained_tokens",
             "num_block_accept_tokens",
             "num_cap_tokens",
+            "copy_done",
         }
     )
 
@@ -344,7 +427,8 @@ class FakeResult(StrictFake):
         self.block_accept_lens = block_accept_lens
         self.cap_lens = cap_lens
         self.grammar_advanced = False
-        self.grammar_retained_tokens: list[int] | None = None
+        self.grammar_retained_tokens: list[Any] | None = None
+        self.copy_done = COPY_DONE
         self.num_block_accept_tokens: Any = None
         self.num_cap_tokens: Any = None
         self._draft_total: Any = None
@@ -440,6 +524,22 @@ class FakeScheduler(StrictFake):
         self.model_worker = FakeModelWorker()
         self.metrics_reporter = FakeMetricsReporter()
         self.enable_overlap = overlap
+        # `AbortReq` messages given to `abort_request` during the call, for the engine to apply.
+        self._abort_requests: list[Any] = []
+
+    def abort_request(self, recv_req: Any) -> None:
+        """SGLang's `Scheduler.abort_request(AbortReq(rid=...))` (0.5.14-0.5.15 resolvers call it
+        when a grammar refuses a token). Recorded; the engine applies it as SGLang's scheduler
+        does, before the result's rows are processed: every unfinished running request whose
+        rid starts with `rid` gets `to_finish`, a waiting one leaves the queue. `abort_all` is
+        not modelled."""
+        if getattr(recv_req, "abort_all", False) or not isinstance(
+            getattr(recv_req, "rid", None), str
+        ):
+            raise UnmodeledAttributeError(
+                self._owner, "abort_request", "calls", " with abort_all or without a rid"
+            )
+        self._abort_requests.append(recv_req)
 
     def bind_methods(self, methods: dict[str, Callable[..., Any]]) -> None:
         """Bind a source-loaded class's other methods onto this fake, `self` being the fake.
@@ -450,11 +550,32 @@ class FakeScheduler(StrictFake):
             object.__setattr__(self, name, function.__get__(self, type(self)))
 
     def advance_grammar_fsm(self, result: FakeResult, batch: FakeBatch) -> None:
-        """Advance the grammars of a result's rows once (0.5.17+), for a target whose own file
-        does not define this method. No request has a grammar (`batch.has_grammar` is False), so
-        as in SGLang nothing happens: `grammar_retained_tokens` stays None, no row is cut."""
+        """Advance the grammars of a decode result's rows once (0.5.17+), for a target whose own
+        file does not define this method (docs/semantics.md §1.4): nothing when already advanced
+        or no request has a grammar; else each live grammar row's run is offered token by token
+        until the grammar terminates or refuses one (refusal: `to_finish` abort), the kept
+        tokens are memoised per row in `grammar_retained_tokens` (None for other rows) and
+        `grammar_advanced` is set."""
         if result.grammar_advanced or not batch.has_grammar:
             return
-        raise UnmodeledAttributeError(
-            self._owner, "advance_grammar_fsm", "calls", " on a batch with grammar requests"
-        )
+        tokens = result.next_token_ids.tolist()
+        accepts = result.accept_lens.tolist()
+        stride = result.speculative_output_stride or result.speculative_num_draft_tokens
+        retained: list[Any] = [None] * len(batch.reqs)
+        for i, req in enumerate(batch.reqs):
+            grammar = req.grammar
+            if grammar is None or req.is_retracted or req.finished():
+                continue
+            kept: list[int] = []
+            for token in tokens[i * stride : i * stride + accepts[i]]:
+                try:
+                    grammar.accept_token(token)
+                except ValueError:
+                    req.to_finish = "abort"
+                    break
+                kept.append(token)
+                if grammar.is_terminated():
+                    break
+            retained[i] = kept
+        result.grammar_retained_tokens = retained
+        result.grammar_advanced = True

@@ -166,6 +166,48 @@ def check_runs_aligned(expected: Expectation, observed: Observation) -> Iterator
             return
 
 
+def _grammar_rows(
+    exp: ExpectedDelivery, obs: ObservedDelivery, stale: bool
+) -> Iterator[tuple[int, str, tuple[int, ...], tuple[int, ...]]]:
+    """(row, rid, expected, observed offered tokens) of the grammar rows that are (not) stale."""
+    for row, want in enumerate(exp.grammar_offered):
+        if want is None or exp.stale[row] != stale or row >= len(obs.grammar_offered):
+            continue
+        got = obs.grammar_offered[row]
+        yield row, exp.launch.rids[row], want, () if got is None else got
+
+
+def check_grammar_advanced_once(exp: ExpectedDelivery, obs: ObservedDelivery) -> Iterator[Finding]:
+    """`grammar-advanced-once` (§1.4): a live grammar row's grammar is offered its run exactly
+    once, token by token, up to the token that terminates it or the one it refuses."""
+    for row, rid, want, got in _grammar_rows(exp, obs, stale=False):
+        if want != got:
+            yield Finding(
+                rid,
+                list(want),
+                list(got),
+                f"the grammar of {rid} (row {row} of launch {exp.launch.number}) should be "
+                f"offered {list(want)} once, it was offered {list(got)}",
+            )
+            return
+
+
+def check_grammar_stale_untouched(
+    exp: ExpectedDelivery, obs: ObservedDelivery
+) -> Iterator[Finding]:
+    """`grammar-stale-untouched` (§1.4): a stale row never advances its request's grammar."""
+    for row, rid, _, got in _grammar_rows(exp, obs, stale=True):
+        if got:
+            yield Finding(
+                rid,
+                [],
+                list(got),
+                f"{rid}'s row {row} of launch {exp.launch.number} is stale, yet its grammar was "
+                f"offered {list(got)}",
+            )
+            return
+
+
 # --- every request ------------------------------------------------------------------------------
 
 
@@ -368,10 +410,22 @@ def _check_controller_feed(
 
 _TABLE: Final[tuple[Invariant, ...]] = (
     on_event("target-raised", "the resolver returns without raising", check_target_raised),
+    on_delivery(
+        "grammar-stale-untouched",
+        "a stale row never advances its request's grammar",
+        check_grammar_stale_untouched,
+    ),
+    on_delivery(
+        "grammar-advanced-once",
+        "a live grammar row's grammar is offered its run once, up to the token that terminates "
+        "it or the one it refuses",
+        check_grammar_advanced_once,
+    ),
     on_event(
         "runs-aligned",
         "one returned run per row, stale rows included; run i is row i's first accept_len "
-        "tokens under the stride recorded at launch",
+        "tokens under the stride recorded at launch (a live grammar row: the tokens its "
+        "grammar retained)",
         check_runs_aligned,
     ),
     on_request(

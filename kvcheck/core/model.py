@@ -27,6 +27,7 @@ from kvcheck.core.scenario import (
     Admit,
     Config,
     Event,
+    Grammar,
     Retract,
     Step,
     SwitchStride,
@@ -71,6 +72,11 @@ class RequestLedger:
     finish_reason: str | None = None
     # Where the request's KV is: admitted requests that are not retracted hold a row.
     holds_kv: bool = False
+    # Its grammar (§1.4), whether it has terminated, and how many tokens it has been offered
+    # (its output positions so far; a refused token uses up its position).
+    grammar: Grammar | None = None
+    grammar_terminated: bool = False
+    grammar_offered: int = 0
 
     @property
     def stale(self) -> bool:
@@ -113,6 +119,9 @@ class ExpectedDelivery:
     # The batch block-accept and cap totals on the result: 0 without block/cap lengths, else
     # summed under the counter mode (sglang: every row; ideal: live rows).
     block_cap_totals: tuple[int, int] | None = (0, 0)
+    # Per row, the tokens the row's grammar must be offered during the call: None without a
+    # grammar, () for a stale row, else the retained run plus a refused token.
+    grammar_offered: tuple[tuple[int, ...] | None, ...] = ()
 
 
 @attrs.frozen
@@ -188,6 +197,9 @@ class ReferenceModel:
                 r.finished_len,
                 r.finish_reason,
                 r.holds_kv,
+                r.grammar,
+                r.grammar_terminated,
+                r.grammar_offered,
             )
             for r in self.requests.values()
         )
@@ -259,6 +271,7 @@ class ReferenceModel:
             prompt_len=event.prompt_len,
             max_new_tokens=event.max_new_tokens,
             eos_at=event.eos_at,
+            grammar=event.grammar,
         )
         self.waiting.append(event.rid)
 
@@ -358,6 +371,11 @@ class ReferenceModel:
                 req.outputs += 1
                 if self._check_finish(req):
                     self.reached.add("finish on the prefill result")
+                # Offered after the finish check; a refusal aborts at the next applied row.
+                refused = req.grammar is not None and not self._offer(req, 1)[1]
+                if refused and req.phase != "finished":
+                    req.abort_pending = True
+                    self.reached.add("grammar refuses the prefill token")
             return None
         stale = tuple(self.requests[rid].stale for rid in launch.rids)
         live_rows = stale.count(False)
@@ -365,10 +383,13 @@ class ReferenceModel:
             self.reached.add("batch with 4+ live rows")
         config = self.config
         k = config.non_draft_tokens
-        runs = tuple(
+        runs = [
             tuple(token_id(launch.number, row, col) for col in range(launch.accepts[row]))
             for row in range(len(launch.rids))
-        )
+        ]
+        offered: list[tuple[int, ...] | None] = [
+            None if self.requests[rid].grammar is None else () for rid in launch.rids
+        ]
         # Drafts of a row are accept_len - k; the batch values follow the counter mode.
         per_row_drafts = tuple(a - k for a in launch.accepts)
         counted = self._counted_rows(stale)
@@ -385,7 +406,18 @@ class ReferenceModel:
                 if req.phase == "finished" and config.preclaims:
                     req.committed -= 1  # give back the launch's pre-claimed slot
                 continue
-            req.committed += accept - 1 if config.preclaims else accept
+            kept = accept
+            if req.grammar is not None:
+                kept, accepted = self._offer(req, accept)
+                offered[row] = runs[row][: kept + (not accepted)]
+                runs[row] = runs[row][:kept]
+                if not accepted:
+                    req.abort_pending = True  # the resolver aborts the request at this row
+                    self.reached.add("grammar refusal")
+                elif kept < accept:
+                    self.reached.add("grammar truncates a run")
+            # Statistics stay those of the raw accept length (§1.4).
+            req.committed += kept - 1 if config.preclaims else kept
             req.verify_ct += 1
             req.drafts += accept - k
             req.histogram[accept - k] = req.histogram.get(accept - k, 0) + 1
@@ -394,11 +426,33 @@ class ReferenceModel:
                 req.block_tokens += block
                 req.cap_tokens += cap
                 req.cap_histogram[cap] = req.cap_histogram.get(cap, 0) + 1
-            req.outputs += accept
+            req.outputs += kept
             self._check_finish(req)
         return ExpectedDelivery(
-            launch, stale, runs, global_drafts, per_row_drafts, controller_feed, block_cap_totals
+            launch,
+            stale,
+            tuple(runs),
+            global_drafts,
+            per_row_drafts,
+            controller_feed,
+            block_cap_totals,
+            tuple(offered),
         )
+
+    def _offer(self, req: RequestLedger, count: int) -> tuple[int, bool]:
+        """Offer the request's grammar up to `count` next output tokens, stopping once it
+        terminates or refuses one: how many it kept, and whether it refused none."""
+        grammar = req.grammar
+        assert grammar is not None
+        for kept in range(count):
+            req.grammar_offered += 1
+            position = req.grammar_offered
+            if req.grammar_terminated or (grammar.kind == "reject" and position == grammar.at):
+                return kept, False
+            if grammar.kind == "terminate" and position == grammar.at:
+                req.grammar_terminated = True
+                return kept + 1, True
+        return count, True
 
     def _counted_rows(self, stale: tuple[bool, ...]) -> tuple[int, ...] | None:
         """The rows the batch-level values count: every row (sglang), the live ones (ideal), or
@@ -438,6 +492,9 @@ class ReferenceModel:
             return True
         if req.outputs >= req.max_new_tokens:
             self._finish(req, "length", req.max_new_tokens)
+            return True
+        if req.grammar_terminated:
+            self._finish(req, "grammar", req.outputs)
             return True
         return False
 

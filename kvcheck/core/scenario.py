@@ -34,9 +34,9 @@ import attrs
 
 from kvcheck.errors import ScenarioFormatError
 
-# Version 2 added the algorithm and block/cap lengths (`Config.algorithm`, `Config.block_cap`,
-# `Step.blocks`, `Step.caps`). A scenario that uses none of them is written as version 1, which
-# every kvcheck reads.
+# Version 2 added the algorithm, block/cap lengths and grammars (`Config.algorithm`,
+# `Config.block_cap`, `Step.blocks`, `Step.caps`, `Admit.grammar`). A scenario that uses none of
+# them is written as version 1, which every kvcheck reads.
 SCHEMA_VERSION: Final = 2
 SUPPORTED_SCHEMA_VERSIONS: Final = (1, 2)
 
@@ -101,6 +101,41 @@ class Config:
 _V2_CONFIG_DEFAULTS: Final[dict[str, object]] = {"algorithm": "eagle", "block_cap": False}
 
 
+GrammarKind: TypeAlias = Literal["accept", "terminate", "reject"]
+GRAMMAR_KINDS: Final[tuple[GrammarKind, ...]] = ("accept", "terminate", "reject")
+
+
+@attrs.frozen
+class Grammar:
+    """A request's grammar (docs/semantics.md §1.4): `accept` takes every token; `terminate`
+    is satisfied by the token at output position `at` (1-based; later tokens of that run are
+    not retained, and the request then finishes); `reject` refuses the token at output position
+    `at` (the request is aborted there). `at` is None exactly for `accept`; a grammar cannot
+    terminate on the prefill token (`at >= 2` for `terminate`)."""
+
+    kind: GrammarKind = attrs.field(validator=attrs.validators.in_(GRAMMAR_KINDS))
+    at: int | None = attrs.field(default=None)
+
+    @at.validator
+    def _check_at(self, _: attrs.Attribute[int | None], value: int | None) -> None:
+        if self.kind == "accept":
+            if value is not None:
+                raise ValueError(f"an accept grammar has no position, got at={value}")
+            return
+        lowest = 2 if self.kind == "terminate" else 1
+        if value is None or value < lowest:
+            raise ValueError(f"a {self.kind} grammar needs at >= {lowest}, got {value}")
+
+
+def _grammar(value: Any) -> Grammar | None:
+    """`Admit.grammar` from a `Grammar`, its JSON object, or None."""
+    if value is None or isinstance(value, Grammar):
+        return value
+    if isinstance(value, Mapping):
+        return Grammar(**value)
+    raise ValueError(f"grammar must be an object or null, got {value!r}")
+
+
 @attrs.frozen
 class Admit:
     """Event: request `rid` joins the waiting queue with a prompt of `prompt_len` tokens (P).
@@ -114,6 +149,9 @@ class Admit:
     prompt_len: int = attrs.field(validator=_positive)
     max_new_tokens: int = attrs.field(validator=_positive)
     eos_at: int | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
+    # A grammar constraining its output (0.5.14+ resolvers truncate and abort by it); schema
+    # version 2, written only when set.
+    grammar: Grammar | None = attrs.field(default=None, converter=_grammar)
 
 
 def _int_tuple(values: Iterable[int]) -> tuple[int, ...]:
@@ -238,6 +276,11 @@ def describe_event(event: Event) -> str:
     match event:
         case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e):
             eos = f", eos_at={e}" if e is not None else ""
+            grammar = event.grammar
+            if grammar is not None:
+                eos += f", grammar {grammar.kind}" + (
+                    f" at {grammar.at}" if grammar.at is not None else ""
+                )
             return f"admit {rid} (prompt={p}, max_new={m}{eos})"
         case Step(accepts=accepts, blocks=blocks, caps=caps):
             parts = ["step"]
@@ -287,6 +330,11 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         for name in ("blocks", "caps"):
             if not data[name]:
                 del data[name]
+    if isinstance(event, Admit):
+        if data["grammar"] is None:
+            del data["grammar"]
+        elif data["grammar"]["at"] is None:
+            del data["grammar"]["at"]
     return {"kind": _KIND_OF[type(event)], **data}
 
 
@@ -345,7 +393,7 @@ def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
     config = config_to_dict(scenario.config)
     events = [event_to_dict(e) for e in scenario.events]
     uses_v2 = any(name in config for name in _V2_CONFIG_DEFAULTS) or any(
-        "blocks" in e or "caps" in e for e in events
+        "blocks" in e or "caps" in e or "grammar" in e for e in events
     )
     return {"schema_version": SCHEMA_VERSION if uses_v2 else 1, "config": config, "events": events}
 

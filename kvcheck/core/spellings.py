@@ -106,7 +106,29 @@ SPELLINGS: Final[tuple[Spelling, ...]] = (
     Spelling("req.finished_reason", "finish reason", None, None, "None until finished"),
     Spelling("req.finished_len", "output length at the stop", None, None, "None until finished"),
     Spelling("req.to_finish", "pending abort", None, None, "set by an Abort event"),
-    Spelling("req.grammar", "grammar FSM", "0.5.14", None, "None: no grammar requests"),
+    Spelling("req.grammar", "grammar FSM", "0.5.14", None, "None, or the Admit's grammar"),
+    Spelling(
+        "req.grammar.accept_token(t)",
+        "advance the grammar by one token",
+        "0.5.14",
+        None,
+        "ValueError at a refused position or after termination",
+    ),
+    Spelling(
+        "req.grammar.is_terminated()",
+        "grammar satisfied",
+        "0.5.14",
+        None,
+        "from the Admit's grammar",
+    ),
+    Spelling("req.grammar.finished", "finish flag the scheduler syncs", "0.5.14", None, "synced"),
+    Spelling(
+        "req.inflight_middle_chunks",
+        "chunked-prefill chunks in flight",
+        "0.5.17",
+        None,
+        "0 (no chunked prefill)",
+    ),
     Spelling("req.spec_verify_ct", "verify count", None, None, "judged"),
     Spelling("req.spec_accepted_tokens", _DRAFTS, None, "0.5.10", "judged"),
     Spelling("req.spec_accepted_drafts", _DRAFTS, "0.5.11", "0.5.11", "judged"),
@@ -134,7 +156,14 @@ SPELLINGS: Final[tuple[Spelling, ...]] = (
     Spelling("batch.reqs", "rows, in launch order", None, None, "fresh list per launch"),
     Spelling("batch.batch_size()", "row count, stale rows included", None, None, "len(reqs)"),
     Spelling("batch.enable_overlap", "overlap scheduling", None, None, "from the scenario"),
-    Spelling("batch.has_grammar", "any grammar request", None, None, "False"),
+    Spelling("batch.has_grammar", "any grammar request", None, None, "any row has a grammar"),
+    Spelling(
+        "batch.forward_mode",
+        "extend or decode batch",
+        "0.5.17",
+        None,
+        "is_decode() / is_extend() for the launch's kind",
+    ),
     Spelling(
         "batch.spec_algorithm",
         "speculative algorithm",
@@ -171,6 +200,9 @@ SPELLINGS: Final[tuple[Spelling, ...]] = (
         "0.5.17",
         None,
         "None until set",
+    ),
+    Spelling(
+        "result.copy_done", "device-to-host copy event", "0.5.17", None, "synchronize() returns"
     ),
     Spelling(
         "result.num_accepted_tokens", _TOTAL, None, "0.5.10", "judged if the target writes it"
@@ -224,7 +256,14 @@ SPELLINGS: Final[tuple[Spelling, ...]] = (
         "advance grammars once per result",
         "0.5.17",
         None,
-        "the file's own method runs; else no-op (no grammar requests)",
+        "the file's own method runs; else kvcheck's (memoised, live grammar rows)",
+    ),
+    Spelling(
+        "self.abort_request(AbortReq(rid=...))",
+        "abort a request (grammar refusal)",
+        "0.5.14",
+        "0.5.15",
+        "running: to_finish; waiting: leaves the queue",
     ),
     Spelling(
         "self.<method>()",

@@ -47,6 +47,8 @@ class ApiShape:
     # and whether results carry block/cap lengths (it reads them).
     algorithms: tuple[Algorithm, ...] = ("eagle",)
     block_cap: bool = False
+    # Whether its scenarios may draw grammar requests: it consults the grammar (0.5.14+).
+    grammar: bool = False
 
     @property
     def versions(self) -> str:
@@ -88,6 +90,7 @@ class ApiShape:
             "probe_error": self.probe_error,
             "algorithms": list(self.algorithms),
             "block_cap": self.block_cap,
+            "grammar": self.grammar,
             "summary": self.summary(),
         }
 

@@ -4,9 +4,9 @@ semantics (docs/semantics.md §1-§4), not copied from SGLang.
 Each function is a resolver body `(g, self, result, batch)` written against a `Generation`'s
 spellings (`g`), registered with the generation it is bound to, the convention it is judged
 under, and, for a mutant, the invariant expected to catch it. The first lines of a docstring are
-the entry's summary. Only bugs kvcheck's engine can expose are here: a bug in allocation,
-release or grammar handling (semantics §4.10, §4.16-§4.22, §4.26-§4.31) has no resolver-level
-witness yet.
+the entry's summary. Only bugs kvcheck's engine can expose are here: a bug in allocation or
+release (semantics §4.16-§4.22, §4.26-§4.31) has no resolver-level witness yet. Grammar entries
+(§4.10) truncate a live grammar row's run where its grammar terminates or refuses a token.
 
 A correct resolver of generation `g`, for reference: for each row, skip a retracted request; for
 a finished one give back the pre-claimed slot (pre-claim convention only); for a live one add
@@ -66,6 +66,66 @@ def _publish(g: Generation, scheduler: Any, result: Any, batch: Any, accepts: li
     live = [a - k for req, a in zip(batch.reqs, accepts, strict=True) if not _stale(req)]
     g.write_totals(result, sum(live), [a - k for a in accepts])
     g.feed_controller(scheduler, live)
+
+
+def _grammar_keep(
+    g: Generation, scheduler: Any, req: Any, run: list[int], *, abort: bool = True
+) -> list[int]:
+    """Offer `run` to the request's grammar token by token: keep up to the token that terminates
+    it, stop before one it refuses (and abort the request, unless `abort` is off)."""
+    kept: list[int] = []
+    for token in run:
+        try:
+            req.grammar.accept_token(token)
+        except ValueError:
+            if abort:
+                g.abort_for_grammar(scheduler, req)
+            break
+        kept.append(token)
+        if req.grammar.is_terminated():
+            break
+    return kept
+
+
+def _grammar_rows(
+    g: Generation,
+    self: Any,
+    result: Any,
+    batch: Any,
+    *,
+    commit_full: bool = False,
+    return_full: bool = False,
+    advance_twice: bool = False,
+    advance_stale: bool = False,
+    abort: bool = True,
+) -> Any:
+    """A correct grammar-aware resolver of generation `g` (each keyword plants one bug): live
+    grammar rows commit and return what the grammar retained; statistics, totals and the
+    controller feed use the raw accept length."""
+    tokens, accepts = _tensors(result)
+    stride, k = g.stride(self, result), g.non_draft(result)
+    runs = padded_runs(tokens, accepts, stride)
+    returned = [list(run) for run in runs]
+    for row, (req, accepted) in enumerate(zip(batch.reqs, accepts, strict=True)):
+        if req.is_retracted:
+            continue
+        if req.finished():
+            if advance_stale and req.grammar is not None:
+                _grammar_keep(g, self, req, runs[row])
+            _settle_finished(g, req)
+            continue
+        kept = runs[row]
+        if req.grammar is not None:
+            if advance_twice:
+                _grammar_keep(g, self, req, runs[row][:1], abort=abort)
+            kept = _grammar_keep(g, self, req, runs[row], abort=abort)
+            if not return_full:
+                returned[row] = kept
+        length = len(runs[row]) if commit_full else len(kept)
+        g.add_committed(req, length - 1 if g.convention == "preclaim" else length)
+        g.count_row(req, accepted - k)
+    _publish(g, self, result, batch, accepts)
+    return returned
 
 
 def _correct_rows(g: Generation, batch: Any, accepts: list[int], k: int) -> None:
@@ -890,19 +950,21 @@ def _dflash_aware_0_5_14(
 ) -> Any:
     tokens, accepts = _tensors(result)
     preclaimed = dflash_preclaims or not batch.spec_algorithm.is_dflash()
-    for req, accepted in zip(batch.reqs, accepts, strict=True):
-        if req.grammar is not None:  # 0.5.14 truncates grammar runs; kvcheck draws none here
-            raise ValueError("grammar requests are not drawn for this entry")
+    runs = padded_runs(tokens, accepts, g.stride(self, result))
+    for row, (req, accepted) in enumerate(zip(batch.reqs, accepts, strict=True)):
         if req.is_retracted:
             continue
         if req.finished():
             if preclaimed:
                 g.add_committed(req, -1)
             continue
-        g.add_committed(req, accepted - 1 if preclaimed else accepted)
+        if req.grammar is not None:  # 0.5.14 truncates a grammar row's run
+            runs[row] = _grammar_keep(g, self, req, runs[row])
+        kept = len(runs[row])
+        g.add_committed(req, kept - 1 if preclaimed else kept)
         g.count_row(req, accepted - 1)
     _publish(g, self, result, batch, accepts)
-    return padded_runs(tokens, accepts, g.stride(self, result))
+    return runs
 
 
 @mutant("dflash-preclaim", G0_5_13, expect="committed-live", origin="semantics §1.2 (0.5.14)")
@@ -910,6 +972,52 @@ def dflash_preclaim(g: Generation, self: Any, result: Any, batch: Any) -> Any:
     """0.5.14 shape, but treats DFLASH like EAGLE: commits a - 1 and gives a finished row's slot
     back, though a DFLASH launch never pre-claimed one."""
     return _dflash_aware_0_5_14(g, self, result, batch, dflash_preclaims=True)
+
+
+# =============================================================================================
+# Mutants: grammar requests (semantics §1.4, §4.10)
+# =============================================================================================
+
+
+@mutant(
+    "grammar-over-commit", G0_5_20, expect="committed-finished-frozen", origin="semantics §4.10"
+)
+def grammar_over_commit(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Returns the grammar-truncated run but commits the untruncated one: the tokens past the
+    grammar's end (or its refused token) keep KV the output never shows."""
+    return _grammar_rows(g, self, result, batch, commit_full=True)
+
+
+@mutant("grammar-untruncated-runs", G0_5_20, expect="runs-aligned", origin="semantics §4.10")
+def grammar_untruncated_runs(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Commits what the grammar retained but returns the untruncated run, so the output shows
+    tokens past the grammar's end."""
+    return _grammar_rows(g, self, result, batch, return_full=True)
+
+
+@mutant("grammar-advanced-twice", G0_5_20, expect="grammar-advanced-once", origin="semantics §4.10")
+def grammar_advanced_twice(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Peeks at a live grammar row by offering its first token, then offers the whole run: the
+    grammar is advanced twice over that token."""
+    return _grammar_rows(g, self, result, batch, advance_twice=True)
+
+
+@mutant("grammar-stale-rows", G0_5_20, expect="grammar-stale-untouched", origin="semantics §4.10")
+def grammar_stale_rows(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Offers a finished request's stale row to its grammar too."""
+    return _grammar_rows(g, self, result, batch, advance_stale=True)
+
+
+@mutant(
+    "grammar-refusal-not-aborted",
+    G0_5_15,
+    expect="committed-finished-frozen",
+    origin="semantics §2.6",
+)
+def grammar_refusal_not_aborted(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Cuts the run before a token the grammar refuses but never aborts the request (the error
+    is only logged), so it keeps decoding: its next row is applied though it should be stale."""
+    return _grammar_rows(g, self, result, batch, abort=False)
 
 
 # =============================================================================================
@@ -1079,6 +1187,19 @@ def dflash_aware_0_5_14(g: Generation, self: Any, result: Any, batch: Any) -> An
     """0.5.14's pre-claim resolver with its DFLASH branch: a DFLASH row commits its whole run and
     a finished DFLASH row gives nothing back (its launch never pre-claimed)."""
     return _dflash_aware_0_5_14(g, self, result, batch, dflash_preclaims=False)
+
+
+@rewrite("grammar-0.5.20", G0_5_20)
+def grammar_0_5_20(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Grammar-aware in today's API: a live grammar row commits and returns what its grammar
+    retained (a refusal sets `to_finish`); statistics use the raw accept length."""
+    return _grammar_rows(g, self, result, batch)
+
+
+@rewrite("grammar-abort-request-0.5.15", G0_5_15)
+def grammar_abort_request_0_5_15(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """0.5.15's grammar path: a refusal aborts through `self.abort_request(AbortReq(rid=...))`."""
+    return _grammar_rows(g, self, result, batch)
 
 
 @rewrite("early-exit-0.5.16", G0_5_16)

@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from kvcheck.core.scenario import Convention
+from kvcheck.targets.sglang_names import AbortRequest, FinishAbort
 
 StrideSource = Literal["worker", "result", "output-stride"]
 
@@ -72,6 +73,9 @@ class Generation:
     kv_on_req_kv: bool  # committed length at req.kv.kv_committed_len (0.5.19+)
     k_from_result: bool  # non-draft tokens per row read from the result (0.5.20+)
     block_cap: bool = False  # writes the block-accept and cap totals on the result (0.5.16+)
+    # How a grammar refusal aborts the request (0.5.14+): `self.abort_request(AbortReq(rid=...))`
+    # up to 0.5.15, `req.to_finish = FINISH_ABORT(...)` from 0.5.16.
+    grammar_abort: Literal["abort-request", "to-finish"] = "to-finish"
 
     # -- what a resolver of this generation reads and writes ---------------------------------
 
@@ -169,6 +173,13 @@ class Generation:
             size = len(per_row) if batch_size is None else batch_size
             scheduler.model_worker.on_verify_complete_cpu(per_row, batch_size=size)
 
+    def abort_for_grammar(self, scheduler: Any, req: Any) -> None:
+        """Abort `req` after its grammar refused a token, the way this generation does."""
+        if self.grammar_abort == "abort-request":
+            scheduler.abort_request(AbortRequest(rid=req.rid))
+        else:
+            req.to_finish = FinishAbort("grammar refused a token")
+
     @property
     def feeds_controller(self) -> bool:
         """Whether this generation's resolver feeds the adaptive controller (0.5.12+)."""
@@ -215,10 +226,16 @@ G0_5_12: Final = Generation(
     result_per_row="num_correct_drafts_per_req_cpu",
 )
 G0_5_13: Final = attrs.evolve(
-    G0_5_12, name="0.5.13", versions="0.5.13-0.5.14", controller="batch-size"
+    G0_5_12,
+    name="0.5.13",
+    versions="0.5.13-0.5.14",
+    controller="batch-size",
+    grammar_abort="abort-request",
 )
 G0_5_15: Final = attrs.evolve(G0_5_13, name="0.5.15", versions="0.5.15", convention="honest")
-G0_5_16: Final = attrs.evolve(G0_5_15, name="0.5.16", versions="0.5.16-0.5.18", block_cap=True)
+G0_5_16: Final = attrs.evolve(
+    G0_5_15, name="0.5.16", versions="0.5.16-0.5.18", block_cap=True, grammar_abort="to-finish"
+)
 G0_5_19: Final = attrs.evolve(G0_5_16, name="0.5.19", versions="0.5.19", kv_on_req_kv=True)
 G0_5_20: Final = attrs.evolve(
     G0_5_19,

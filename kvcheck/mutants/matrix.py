@@ -21,7 +21,7 @@ from typing import Any, Final
 import attrs
 
 from kvcheck.core.jsonable import jsonable
-from kvcheck.core.scenario import config_to_dict, event_to_dict
+from kvcheck.core.scenario import Grammar, config_to_dict, event_to_dict
 from kvcheck.core.target import Target
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
 from kvcheck.search.exhaust import Bounds, exhaust
@@ -293,10 +293,15 @@ def run_entry(
 def bounds_for(target: Target, bounds: Bounds = MINIMUM_BOUNDS) -> Bounds:
     """`bounds` widened to what the target's scenarios may draw: its algorithms whose results
     the model treats differently (EAGLE's family and n-gram are one; DFLASH and UNO are not),
-    and block/cap lengths of 1 on every row when it reads them (a stale row then carries some)."""
+    and block/cap lengths of 1 on every row when it reads them (a stale row then carries some),
+    and, when it consults the grammar, grammars that terminate or refuse at output position 2
+    (the first decode token)."""
     distinct = tuple(a for a in target.shape.algorithms if a in ("eagle", "dflash", "uno"))
     lengths = (1,) if target.shape.block_cap else ()
-    return attrs.evolve(bounds, algorithms=distinct, block_cap_lengths=lengths)
+    grammars = (
+        (None, Grammar("terminate", 2), Grammar("reject", 2)) if target.shape.grammar else (None,)
+    )
+    return attrs.evolve(bounds, algorithms=distinct, block_cap_lengths=lengths, grammars=grammars)
 
 
 def exhaustive_minimum(entry: Entry, bounds: Bounds = MINIMUM_BOUNDS) -> Any:

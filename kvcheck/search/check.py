@@ -229,6 +229,7 @@ def _scenarios(
         adaptive=adaptive,
         algorithms=shape.algorithms,
         block_cap=shape.block_cap,
+        grammar=shape.grammar,
     )
     if overlap is None:
         return strategy

@@ -70,6 +70,7 @@ from kvcheck.core.scenario import (
     Convention,
     Event,
     GlobalCounterMode,
+    Grammar,
     Retract,
     Scenario,
     Step,
@@ -107,6 +108,8 @@ class Bounds:
     # report (empty: results carry none). A target's shape says which it supports.
     algorithms: tuple[Algorithm, ...] = attrs.field(default=("eagle",), converter=_tuple)
     block_cap_lengths: tuple[int, ...] = attrs.field(default=(), converter=_tuple)
+    # The grammars an admitted request may carry (None: no grammar), for targets that consult one.
+    grammars: tuple[Grammar | None, ...] = attrs.field(default=(None,), converter=_tuple)
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -133,6 +136,10 @@ class Bounds:
             problems.append(f"EOS positions must be >= 1, got {self.eos}")
         if not self.overlap:
             problems.append("at least one overlap setting is needed")
+        if not self.grammars or any(
+            g is not None and not isinstance(g, Grammar) for g in self.grammars
+        ):
+            problems.append(f"grammars must be Grammar values or None, got {self.grammars}")
         unknown_algorithms = [a for a in self.algorithms if a not in ALGORITHMS]
         if not self.algorithms or unknown_algorithms:
             problems.append(
@@ -398,11 +405,11 @@ def _expand(node: _Node, bounds: Bounds) -> Iterator[tuple[_Node, str | None]]:
     if "admit" in kinds:
         rid = next((r for r in bounds.rids if r not in model.requests), None)
         if rid is not None:
-            for prompt_len, max_new, eos in itertools.product(
-                bounds.prompt_lens, bounds.max_new, bounds.eos
+            for prompt_len, max_new, eos, grammar in itertools.product(
+                bounds.prompt_lens, bounds.max_new, bounds.eos, bounds.grammars
             ):
                 if eos is None or eos < max_new:
-                    others.append(Admit(rid, prompt_len, max_new, eos))
+                    others.append(Admit(rid, prompt_len, max_new, eos, grammar))
     for rid, req in model.requests.items():
         if "retract" in kinds and req.phase == "running" and not req.retract_pending:
             others.append(Retract(rid))

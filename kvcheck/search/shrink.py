@@ -21,6 +21,7 @@ from kvcheck.core.scenario import (
     Admit,
     Config,
     Event,
+    Grammar,
     Retract,
     Scenario,
     Step,
@@ -54,8 +55,10 @@ def _size(scenario: Scenario) -> tuple[int, int]:
             case Step(accepts=accepts, blocks=blocks, caps=caps):
                 total += sum(accepts) + len(accepts) + sum(blocks) + len(blocks)
                 total += sum(caps) + len(caps)
-            case Admit(prompt_len=p, max_new_tokens=m, eos_at=e):
+            case Admit(prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
                 total += p + m + (e or 0)
+                if g is not None:  # a grammar costs one, plus its position
+                    total += 1 + (g.at or 0)
             case SwitchStride(stride=s):
                 total += s
     return len(scenario.events), total
@@ -89,7 +92,14 @@ def _event_variants(event: Event) -> Iterator[Event]:
                     yield attrs.evolve(
                         event, accepts=(*accepts[:row], smaller, *accepts[row + 1 :])
                     )
-        case Admit(prompt_len=p, max_new_tokens=m, eos_at=e):
+        case Admit(prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
+            if g is not None:
+                yield attrs.evolve(event, grammar=None)
+                if g.kind != "accept":
+                    yield attrs.evolve(event, grammar=Grammar("accept"))
+                    floor = 2 if g.kind == "terminate" else 1
+                    for smaller in _smaller_ints(g.at or floor, floor):
+                        yield attrs.evolve(event, grammar=Grammar(g.kind, smaller))
             if e is not None:
                 yield attrs.evolve(event, eos_at=None)
                 for smaller in _smaller_ints(e, 1):

@@ -288,6 +288,7 @@ def detect_api_shape(
     return ApiShape(
         algorithms=_algorithms(window, log.reads),
         block_cap=bool(log.reads & _BLOCK_CAP_KEYS),
+        grammar=consults_grammar and not window.empty and window.low >= _v(GRAMMAR_SINCE),
         spellings=spellings,
         first=_text(window.low),
         last=_text(window.high) if window.high is not None else None,

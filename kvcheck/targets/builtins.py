@@ -117,11 +117,13 @@ def reference_v2(self: Any, result: Any, batch: Any) -> list[list[int]]:
     """`builtin:reference-v2`: kvcheck's correct resolver in today's API (0.5.20+ spellings,
     honest committed length).
 
-    A live row commits its whole run, counts `accept_len - k` drafts (k from the result: 2 for
-    UNO) and its block/cap lengths when the result carries them; stale rows change nothing and
-    count nowhere: the draft total, the controller's feed and the block/cap totals cover live
-    rows only, while the per-row draft list keeps every row.
+    A live row commits its whole run (a grammar row: what its grammar retained, advanced once
+    per result through `self.advance_grammar_fsm`), counts `accept_len - k` drafts (k from the
+    result: 2 for UNO) and its block/cap lengths when the result carries them; stale rows change
+    nothing and count nowhere: the draft total, the controller's feed and the block/cap totals
+    cover live rows only, while the per-row draft list keeps every row.
     """
+    self.advance_grammar_fsm(result, batch)
     next_token_ids = result.next_token_ids.tolist()
     accept_lens = result.accept_lens.tolist()
     stride = output_stride(result)
@@ -129,12 +131,15 @@ def reference_v2(self: Any, result: Any, batch: Any) -> list[list[int]]:
     blocks = result.block_accept_lens.tolist() if result.block_accept_lens is not None else None
     caps = result.cap_lens.tolist() if result.cap_lens is not None else None
     per_row = [accepted - k for accepted in accept_lens]
+    runs = padded_runs(next_token_ids, accept_lens, stride)
     live: list[int] = []
     for row, req in enumerate(batch.reqs):
         if req.is_retracted or req.finished():
             continue
         live.append(row)
-        req.kv.kv_committed_len += accept_lens[row]
+        if req.grammar is not None:
+            runs[row] = list(result.grammar_retained_tokens[row])
+        req.kv.kv_committed_len += len(runs[row])
         req.spec_verify_ct += 1
         req.spec_num_correct_drafts += per_row[row]
         req.update_spec_correct_drafts_histogram(per_row[row])
@@ -148,7 +153,7 @@ def reference_v2(self: Any, result: Any, batch: Any) -> list[list[int]]:
     result.num_block_accept_tokens = sum(blocks[row] for row in live) if blocks else 0
     result.num_cap_tokens = sum(caps[row] for row in live) if caps else 0
     self.model_worker.on_verify_complete_cpu([per_row[row] for row in live], batch_size=len(live))
-    return padded_runs(next_token_ids, accept_lens, stride)
+    return runs
 
 
 BUILTINS: Final[dict[str, Resolver]] = {

@@ -37,6 +37,7 @@ import contextlib
 import difflib
 import functools
 import importlib
+import logging
 import os
 import symtable
 import sys
@@ -659,6 +660,12 @@ class _Loader:
     def _execute(self, qualname: str) -> types.ModuleType:
         """Run the selected module-level statements in a fresh module namespace."""
         module = types.ModuleType(_module_name(self._file), ast.get_docstring(self._tree))
+        # The file's own logger (`logging.getLogger(__name__)`) is kept quiet: its error paths
+        # (a grammar refusing a token) are scenarios kvcheck plays on purpose, not news.
+        quiet = logging.getLogger(module.__name__)
+        if not quiet.handlers:
+            quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
         module.__dict__.update(__file__=self._filename, __builtins__=builtins)
         module.__dict__.update(self._provided)
         body = [d.node for d in sorted(self._statements.values(), key=lambda d: d.order)]

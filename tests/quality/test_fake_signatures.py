@@ -29,10 +29,14 @@ RECEIVERS: dict[str, type] = {
     "result": fakes.FakeResult,
     "req": fakes.FakeReq,
     "req.kv": fakes.FakeKvInfo,
+    "req.grammar": fakes.FakeGrammar,
+    "batch.forward_mode": fakes.FakeForwardMode,
+    "result.copy_done": fakes.FakeCopyDone,
 }
 # Methods real resolvers call that kvcheck does not model, each only on a path kvcheck never
-# drives (a grammar request that rejects a token): calling one is exit 2, never a verdict.
-NOT_MODELLED: frozenset[str] = frozenset({"self.abort_request"})
+# drives: calling one is exit 2, never a verdict. (`self.abort_request`, the 0.5.14-0.5.15
+# grammar-refusal path, is modelled now.)
+NOT_MODELLED: frozenset[str] = frozenset()
 
 
 def _functions(tree: ast.Module, location: sglang_release.ResolverLocation) -> dict[str, ast.AST]:

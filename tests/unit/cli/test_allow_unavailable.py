@@ -11,7 +11,7 @@ import pytest
 from kvcheck.cli.main import main
 
 # Like a real checkout: a module-level import of a name the resolver only uses on a path kvcheck
-# never takes (a grammar error), and a stale-row bug kvcheck does find.
+# never takes (a request retracted a hundred times), and a stale-row bug kvcheck does find.
 SOURCE = """
 from sglang.srt.server_args import get_global_server_args
 
@@ -22,7 +22,7 @@ class Processor:
         accepts = result.accept_lens.tolist()
         stride = self.draft_worker.speculative_num_draft_tokens
         for req, accepted in zip(batch.reqs, accepts):
-            if req.grammar is not None:
+            if req.retraction_count > 100:
                 req.to_finish = get_global_server_args()
             req.kv_committed_len += accepted - 1
             req.spec_verify_ct += 1

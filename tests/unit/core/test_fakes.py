@@ -10,6 +10,7 @@ import pytest
 from kvcheck.cli.main import main
 from kvcheck.core.fakes import (
     FakeBatch,
+    FakeGrammar,
     FakeReq,
     FakeResult,
     FakeScheduler,
@@ -28,6 +29,7 @@ def _fakes() -> dict[str, Any]:
     import torch
 
     req = FakeReq("r0", 4, 8)
+    req.grammar = FakeGrammar("accept", None)
     result = FakeResult(torch.zeros(4, dtype=torch.int64), torch.ones(1, dtype=torch.int32), 4)
     return {"req": req, "batch": FakeBatch([req]), "result": result, "self": FakeScheduler(4, True)}
 
@@ -53,3 +55,27 @@ def test_unmodelled_names_are_attribute_errors_that_name_the_supported_ones() ->
     assert getattr(req, "foo", None) is None  # hasattr-style version sniffing keeps working
     with pytest.raises(UnmodeledAttributeError, match=r"target writes `req\.spec_verify_count`"):
         req.spec_verify_count = 1
+
+
+def test_grammar_fake_decides_by_output_position() -> None:
+    terminate = FakeGrammar("terminate", 2)
+    terminate.accept_token(7)
+    assert not terminate.is_terminated()
+    terminate.accept_token(8)
+    assert terminate.is_terminated()
+    with pytest.raises(ValueError, match="terminated"):
+        terminate.accept_token(9)
+    reject = FakeGrammar("reject", 1)
+    with pytest.raises(ValueError, match="position 1"):
+        reject.accept_token(7)
+    reject.accept_token(8)  # a refused token uses up its position
+    assert reject._offered == [7, 8] and not reject.is_terminated()
+
+
+def test_batch_has_grammar_when_any_request_has_one() -> None:
+    plain, constrained = FakeReq("r0", 4, 8), FakeReq("r1", 4, 8)
+    assert not FakeBatch([plain]).has_grammar
+    constrained.grammar = FakeGrammar("accept", None)
+    batch = FakeBatch([plain, constrained])
+    assert batch.has_grammar and batch.forward_mode.is_decode()
+    assert FakeBatch([plain], "extend").forward_mode.is_extend()

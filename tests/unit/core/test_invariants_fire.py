@@ -15,7 +15,7 @@ import pytest
 import kvcheck
 from kvcheck.core.invariants import INVARIANTS
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Retract, Step
+from kvcheck.core.scenario import Admit, Grammar, Retract, Step
 from kvcheck.targets.builtins import commit_live_row, padded_runs, reference, reference_v2
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario, target
 
@@ -126,12 +126,32 @@ def global_counter_all_rows(self: Any, result: Any, batch: Any) -> list[list[int
 def block_cap_on_stale_rows(self: Any, result: Any, batch: Any) -> list[list[int]]:
     """Today's API, correct except that stale rows add their block/cap lengths too."""
     runs = reference_v2(self, result, batch)
+    if result.block_accept_lens is None:  # a scenario without block/cap lengths
+        return runs
     blocks, caps = result.block_accept_lens.tolist(), result.cap_lens.tolist()
     for row, req in enumerate(batch.reqs):
         if req.is_retracted or req.finished():
             req.spec_num_block_accept_tokens += blocks[row]
             req.spec_num_cap_tokens += caps[row]
             req.update_spec_cap_lens_histogram(caps[row])
+    return runs
+
+
+def grammar_advanced_twice(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Today's API, but the memo is cleared and the grammars advanced a second time."""
+    runs = reference_v2(self, result, batch)
+    result.grammar_advanced = False
+    self.advance_grammar_fsm(result, batch)
+    return runs
+
+
+def grammar_on_stale_rows(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Today's API, but a stale row's run is offered to its request's grammar too."""
+    runs = reference_v2(self, result, batch)
+    for row, req in enumerate(batch.reqs):
+        if req.grammar is not None and (req.is_retracted or req.finished()):
+            for token in runs[row]:
+                req.grammar.accept_token(token)
     return runs
 
 
@@ -145,6 +165,9 @@ LIVE_ROWS = (Admit("r0", 10, 50), Step(), Step((3,)), Step((2,)))
 # A finish on the prefill result, then its stale decode row with block/cap lengths 2 and 1.
 STALE_BLOCK_CAP = (Admit("r0", 10, 1), Step(), Step((3,), (2,), (1,)), Step())
 SWITCH = STRIDE_SWITCH_BEFORE_DELIVERY
+# A grammar request: live rows (accept-all), and one that finishes on its prefill result.
+GRAMMAR_LIVE = (Admit("r0", 10, 50, grammar=Grammar("accept")), Step(), Step((3,)), Step((2,)))
+GRAMMAR_STALE = (Admit("r0", 10, 1, grammar=Grammar("accept")), Step(), Step((3,)), Step())
 
 # Cases whose correct twin is today's reference (honest, block/cap lengths) rather than the
 # pre-claim `reference`.
@@ -162,6 +185,8 @@ CASES: list[tuple[str, Resolver, tuple[Any, ...], dict[str, Any]]] = [
     ("stats-histogram", histogram_off_by_one, LIVE_ROWS, {}),
     ("stats-block-cap", block_cap_on_stale_rows, STALE_BLOCK_CAP, MODERN),
     ("global-counters", global_counter_all_rows, FINISH_ON_PREFILL, {}),
+    ("grammar-advanced-once", grammar_advanced_twice, GRAMMAR_LIVE, MODERN),
+    ("grammar-stale-untouched", grammar_on_stale_rows, GRAMMAR_STALE, MODERN),
 ]
 
 

@@ -25,7 +25,7 @@ from kvcheck.errors import ScenarioFormatError
 @given(
     scenarios(adaptive=True)
     | scenarios(convention="honest", global_counters="sglang")
-    | scenarios(convention="honest", algorithms=ALGORITHMS, block_cap=True)
+    | scenarios(convention="honest", algorithms=ALGORITHMS, block_cap=True, grammar=True)
 )
 def test_json_round_trips_exactly(scenario: Scenario) -> None:
     assert from_json(to_json(scenario)) == scenario

@@ -84,13 +84,13 @@ def test_unmodelled_attribute_is_a_load_error(
 def test_unprovidable_import_on_an_unreached_path(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """A top-level import only the grammar-error path uses: a load error unless allowed, then
-    harmless, because kvcheck never drives that path."""
+    """A top-level import only a path kvcheck never drives uses (a request retracted a hundred
+    times): a load error unless allowed, then harmless."""
     body = """
     def resolve(self, result, batch):
         for i, req in enumerate(batch.reqs):
-            if req.grammar is not None:
-                req.to_finish = get_global_server_args("grammar")
+            if req.retraction_count > 100:
+                req.to_finish = get_global_server_args("retractions")
         return _runs(result, result.speculative_num_draft_tokens)
     """
     target = source_target(tmp_path, body)

@@ -1,0 +1,116 @@
+"""Grammar requests (docs/semantics.md §1.4): the JSON form, the model's truncation and abort, and
+the engine and model agreeing on grammar-aware resolvers."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcheck.core.model import ReferenceModel
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import (
+    Admit,
+    Config,
+    Grammar,
+    Scenario,
+    Step,
+    from_json,
+    scenario_to_dict,
+    to_json,
+    token_id,
+)
+from kvcheck.targets.builtins import reference_v2
+from tests.helpers import scenario, target
+
+
+def test_grammar_is_schema_version_2_and_only_written_when_set() -> None:
+    plain = Scenario(Config(), (Admit("r0", 4, 8), Step()))
+    assert scenario_to_dict(plain)["schema_version"] == 1
+    constrained = Scenario(Config(), (Admit("r0", 4, 8, grammar=Grammar("terminate", 3)),))
+    data = scenario_to_dict(constrained)
+    assert data["schema_version"] == 2
+    assert data["events"][0]["grammar"] == {"kind": "terminate", "at": 3}
+    assert from_json(to_json(constrained)) == constrained
+    accept = Scenario(Config(), (Admit("r0", 4, 8, grammar=Grammar("accept")),))
+    assert scenario_to_dict(accept)["events"][0]["grammar"] == {"kind": "accept"}
+    assert from_json(to_json(accept)) == accept
+
+
+@pytest.mark.parametrize(
+    ("kind", "at"), [("accept", 2), ("terminate", None), ("terminate", 1), ("reject", 0)]
+)
+def test_grammar_positions_validate(kind: str, at: int | None) -> None:
+    with pytest.raises(ValueError):
+        Grammar(kind, at)  # type: ignore[arg-type]
+
+
+def _model(*events: object, **config: object) -> ReferenceModel:
+    model = ReferenceModel(Config(**config))  # type: ignore[arg-type]
+    for event in events:
+        model.apply(event)  # type: ignore[arg-type]
+    return model
+
+
+def test_a_terminating_grammar_truncates_the_run_and_finishes_the_request() -> None:
+    # Prefill (position 1), then a decode row of 4 whose second token (position 3) terminates.
+    events = (Admit("r0", 10, 20, grammar=Grammar("terminate", 3)), Step(), Step((4,)), Step())
+    model = ReferenceModel(Config(convention="honest"))
+    expectations = [model.apply(e) for e in events]
+    delivery = expectations[-1].delivery
+    assert delivery is not None and delivery.runs == ((token_id(2, 0, 0), token_id(2, 0, 1)),)
+    ledger = model.requests["r0"]
+    assert (ledger.phase, ledger.finish_reason, ledger.outputs) == ("finished", "grammar", 3)
+    assert ledger.committed == 10 + 3 - 1  # P + L - 1: honest commits the retained two
+    assert (ledger.verify_ct, ledger.drafts) == (1, 3)  # statistics keep the raw a - 1
+
+
+def test_a_refused_token_aborts_at_its_row_under_preclaim() -> None:
+    # The last step delivers the stale row of the launch already in flight: its -1.
+    events = (Admit("r0", 10, 20, grammar=Grammar("reject", 2)), Step(), Step((3,)), Step(), Step())
+    model = _model(*events, convention="preclaim")
+    ledger = model.requests["r0"]
+    assert (ledger.phase, ledger.finish_reason, ledger.outputs) == ("finished", "abort", 1)
+    assert ledger.committed == 10  # an empty retained run commits -1 after the +1: P + L - 1
+
+
+def test_a_refused_prefill_token_aborts_at_the_next_applied_row() -> None:
+    events = (Admit("r0", 10, 20, grammar=Grammar("reject", 1)), Step(), Step((3,)), Step())
+    ledger = _model(*events, convention="honest").requests["r0"]
+    assert (ledger.phase, ledger.finish_reason, ledger.outputs) == ("finished", "abort", 4)
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    [Grammar("accept"), Grammar("terminate", 3), Grammar("reject", 1), Grammar("reject", 3)],
+)
+@pytest.mark.parametrize("overlap", [True, False])
+def test_the_grammar_aware_reference_passes(grammar: Grammar, overlap: bool) -> None:
+    events = (
+        Admit("r0", 10, 20, grammar=grammar),
+        Admit("r1", 5, 3),
+        Step(),
+        Step((4, 2)),
+        Step((3, 3)),
+        Step((2,)),
+        Step(),
+    )
+    result = run_scenario(
+        scenario(*events, convention="honest", overlap=overlap), target(reference_v2)
+    )
+    assert result.violation is None
+
+
+def test_the_shrinker_drops_or_simplifies_a_grammar() -> None:
+    from kvcheck.search.shrink import _event_variants
+
+    admit = Admit("r0", 4, 8, grammar=Grammar("terminate", 6))
+    variants = [v.grammar for v in _event_variants(admit) if isinstance(v, Admit)]
+    assert variants[:3] == [None, Grammar("accept"), Grammar("terminate", 2)]
+
+
+def test_exhaustive_bounds_take_grammars() -> None:
+    from kvcheck.errors import KvcheckUsageError
+    from kvcheck.search.exhaust import Bounds
+
+    assert Bounds(grammars=(None, Grammar("reject", 2))).grammars[1] == Grammar("reject", 2)
+    with pytest.raises(KvcheckUsageError, match="grammars"):
+        Bounds(grammars=())
