@@ -1,8 +1,9 @@
 """The target's own coverage on real SGLang 0.5.23 (`sglang==0.5.23`, from kvcheck's cache or the
 package index): a 300-scenario search runs every line of the per-request accounting, the stale
-rows' branch included, UNO's output stride and the block/cap statistics, and what it never runs is
-exactly what kvcheck does not generate yet (grammar requests), each for a stated reason. When the
-fakes learn grammars, this list shrinks and this test says so.
+rows' branch included, UNO's output stride, the block/cap statistics and the grammar path of a
+decode result, and what it never runs is exactly what kvcheck does not drive, each for a stated
+reason (the prefill branch of advance_grammar_fsm, the stride guard, defensive returns). When the
+engine drives more, this list shrinks and this test says so.
 
 Without the index (and nothing cached) it skips locally and fails under CI (`CI` set), as
 tests/quality/test_real_releases.py does.
@@ -27,17 +28,18 @@ from kvcheck.targets.loading import load_target
 SPEC = "sglang==0.5.23"
 BUDGET = {"max_examples": 300, "seed": 0}
 
-# Statements that never run, by the text of their line, and why.
-NEVER_RUN = {
-    'raise RuntimeError("speculative result is missing a positive output row stride")': (
-        "the stride helper's guard: kvcheck's strides are always positive"
-    ),
-    "accept_tokens = result.grammar_retained_tokens[i]": "no request has a grammar",
-}
-# Whole functions, or their tails, that never run: the grammar paths.
-GRAMMAR_ONLY = "SchedulerBatchResultProcessor._accept_grammar_tokens"
-GRAMMAR_GATE = "if result.grammar_advanced or not batch.has_grammar:"  # advance_grammar_fsm
-# Lines that must run: the accounting of live rows and the stale rows' branch.
+# Where the code kvcheck never drives starts, by the text of a line, and why. Everything else of
+# the resolver, the stride helper and both grammar methods runs.
+STRIDE_GUARD = "if stride is None or stride < 1:"  # kvcheck's strides are always positive
+SINGLE_TOKEN = "if isinstance(tokens, int):"  # a single int comes only from the prefill path
+NEITHER_MODE = "if not (is_decode or batch.forward_mode.is_extend()):"  # batches are one of both
+COPY_DONE = "if result.copy_done is not None:"  # kvcheck's results always carry the copy event
+PREFILL = "if not is_decode:"  # the engine accepts the prefill token itself, as the scheduler
+NO_ACCEPT_LENS = "if result.accept_lens is None:"  # decode results always carry accept lengths
+GRAMMAR = "SchedulerBatchResultProcessor._accept_grammar_tokens"
+ADVANCE = "SchedulerBatchResultProcessor.advance_grammar_fsm"
+# Lines that must run: the accounting of live rows, the stale rows' branch, block/cap
+# statistics, and the grammar path of a decode result.
 MUST_RUN = (
     "req.kv.kv_committed_len += num_accept_tokens",
     "req.spec_verify_ct += 1",
@@ -45,7 +47,7 @@ MUST_RUN = (
     "if req.is_retracted or req.finished():",
     "pass",
     "self.advance_grammar_fsm(result, batch)",
-    # Block/cap lengths on the result (0.5.16+), drawn for targets that read them.
+    "accept_tokens = result.grammar_retained_tokens[i]",
     "req.spec_num_block_accept_tokens += block_accept_lens[i]",
     "req.spec_num_cap_tokens += cap_lens[i]",
     "req.update_spec_cap_lens_histogram(cap_lens[i])",
@@ -100,45 +102,55 @@ def test_the_resolver_its_siblings_and_helper_are_measured(
     assert coverage.file.endswith("scheduler_components/batch_result_processor.py")
 
 
+def _anchors(target: Target, lines: list[str]) -> dict[str, int]:
+    helper = _span(target, "_get_speculative_output_stride")
+    grammar, advance = _span(target, GRAMMAR), _span(target, ADVANCE)
+    return {
+        "guard": _line(lines, STRIDE_GUARD, helper),
+        "single": _line(lines, SINGLE_TOKEN, grammar),
+        "neither": _line(lines, NEITHER_MODE, advance),
+        "copy": _line(lines, COPY_DONE, advance),
+        "prefill": _line(lines, PREFILL, advance),
+        "no_accepts": _line(lines, NO_ACCEPT_LENS, advance),
+    }
+
+
 def test_every_never_run_line_has_a_reason(measured: tuple[Target, TargetCoverage]) -> None:
     target, coverage = measured
     lines = _lines(coverage.file)
-    resolver = _span(target, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens")
-    helper = _span(target, "_get_speculative_output_stride")
-    grammar = _span(target, GRAMMAR_ONLY)
-    advance = _span(target, "SchedulerBatchResultProcessor.advance_grammar_fsm")
-
-    expected = {_line(lines, text, helper if "raise" in text else resolver) for text in NEVER_RUN}
-    # _accept_grammar_tokens is only called on the grammar paths: none of it runs.
-    expected |= {n for n in coverage.statements if n in grammar}
-    # advance_grammar_fsm runs its gate and returns: no batch has a grammar.
-    gate = _line(lines, GRAMMAR_GATE, advance)
-    expected |= {n for n in coverage.statements if n in advance and n > gate + 1}
+    at = _anchors(target, lines)
+    expected = {at["guard"] + 1, at["single"] + 1, at["neither"] + 1, at["no_accepts"] + 1}
+    # The prefill branch of advance_grammar_fsm, up to the decode path's accept-length check.
+    expected |= {n for n in coverage.statements if at["prefill"] < n < at["no_accepts"]}
     assert set(coverage.missed_lines) == expected
 
+    resolver = _span(target, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens")
     for text in MUST_RUN:
         assert _line(lines, text, resolver) in coverage.executed, text
-    # The stride recorded at launch, read when the output stride is unset.
+    helper = _span(target, "_get_speculative_output_stride")
     assert _line(lines, "stride = result.speculative_num_draft_tokens", helper) in coverage.executed
+    assert coverage.line_percent >= 85
 
 
 def test_every_never_taken_branch_has_a_reason(measured: tuple[Target, TargetCoverage]) -> None:
     target, coverage = measured
     lines = _lines(coverage.file)
+    at = _anchors(target, lines)
+    expected = {
+        (at["guard"], at["guard"] + 1),
+        (at["single"], at["single"] + 1),
+        (at["neither"], at["neither"] + 1),
+        (at["copy"], at["copy"] + 2),  # the branch where copy_done is None
+        (at["no_accepts"], at["no_accepts"] + 1),
+    }
+    prefill_branches = {
+        b for b in coverage.missed_branches if at["prefill"] <= b[0] < at["no_accepts"]
+    }
+    assert (at["prefill"], at["prefill"] + 3) in prefill_branches  # into the prefill branch
+    assert set(coverage.missed_branches) - prefill_branches == expected
+    # The UNO stride branch, the block/cap branches and the stale-row branch ran both ways.
     resolver = _span(target, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens")
     helper = _span(target, "_get_speculative_output_stride")
-    grammar = _span(target, GRAMMAR_ONLY)
-    advance = _span(target, "SchedulerBatchResultProcessor.advance_grammar_fsm")
-    gate = _line(lines, GRAMMAR_GATE, advance)
-    outside_grammar = {
-        # The missing-stride guard.
-        (guard := _line(lines, "if stride is None or stride < 1:", helper), guard + 1),
-        # No grammar.
-        (grammar_if := _line(lines, "if req.grammar is not None:", resolver), grammar_if + 3),
-        # advance_grammar_fsm never gets past its gate.
-        (gate, gate + 2),
-    }
-    # Both ways of the UNO stride branch and of the block/cap branches ran.
     uno = _line(lines, "if stride is None:", helper)
     assert {b for b in coverage.executed_branches if b[0] == uno} == {
         (uno, uno + 1),
@@ -147,12 +159,6 @@ def test_every_never_taken_branch_has_a_reason(measured: tuple[Target, TargetCov
     for text in ("if block_accept_lens is not None:", "if cap_lens is not None:"):
         line = _line(lines, text, resolver)
         assert len({b for b in coverage.executed_branches if b[0] == line}) == 2, text
-    missed = set(coverage.missed_branches)
-    in_grammar = {b for b in missed if b[0] in grammar or (b[0] in advance and b[0] > gate)}
-    assert missed - in_grammar == outside_grammar
-    # Every branch inside the grammar-only code is missed, none of it taken.
-    assert not {b for b in coverage.executed_branches if b[0] in grammar}
-    # The stale-row branch and the live-row branch both ran.
     stale = _line(lines, "if req.is_retracted or req.finished():", resolver)
     assert {b for b in coverage.executed_branches if b[0] == stale} == {
         (stale, stale + 3),
