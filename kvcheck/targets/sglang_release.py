@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -198,12 +199,17 @@ def _download(version: str, wheels: Path) -> Path:
         "manylinux_2_34_x86_64",
     ]
     errors = ""
-    for extra in ([], tags):
-        done = _pip([*base, *extra, f"sglang=={version}", "-d", str(wheels)])
-        found = _cached_wheel(version, wheels)
-        if done.returncode == 0 and found is not None:
-            return found
-        errors = done.stderr
+    # Into a private folder first, then moved in whole: another process fetching the same release
+    # at once never sees a half-written wheel.
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=wheels) as private:
+        for extra in ([], tags):
+            done = _pip([*base, *extra, f"sglang=={version}", "-d", private])
+            fetched = _cached_wheel(version, Path(private))
+            if done.returncode == 0 and fetched is not None:
+                target = wheels / fetched.name
+                os.replace(fetched, target)
+                return target
+            errors = done.stderr
     if "No matching distribution" in errors or "Could not find a version" in errors:
         known = available_versions(errors)
         shown = ", ".join(known) if known else "none found"
