@@ -1013,6 +1013,12 @@ def grammar_stale_rows(g: Generation, self: Any, result: Any, batch: Any) -> Any
     G0_5_15,
     expect="committed-finished-frozen",
     origin="semantics §2.6",
+    shrink_note=(
+        "the search usually meets this bug as runs-aligned (a second request decoding beside "
+        "the request that should have been aborted); the shrinker keeps the invariant it found, "
+        "and the shortest runs-aligned witness is one event longer than the shortest "
+        "counterexample overall, which breaks committed-finished-frozen"
+    ),
 )
 def grammar_refusal_not_aborted(g: Generation, self: Any, result: Any, batch: Any) -> Any:
     """Cuts the run before a token the grammar refuses but never aborts the request (the error
