@@ -150,6 +150,9 @@ class Engine:
         self.scheduler = FakeScheduler(config.stride, config.overlap)
         if self_methods:
             self.scheduler.bind_methods(dict(self_methods))
+        # The target's file defines the grammar step SGLang's scheduler also runs on prefill
+        # batches (0.5.17+): the engine runs it there instead of accepting the token itself.
+        self.own_grammar_fsm = "advance_grammar_fsm" in (self_methods or {})
         self.reqs: dict[str, FakeReq] = {}
         self.eos_at: dict[str, int | None] = {}
         self.waiting: list[FakeReq] = []
@@ -368,21 +371,7 @@ class Engine:
 
     def _deliver(self, launch: _EngineLaunch) -> tuple[ObservedDelivery | None, str | None]:
         if launch.kind == "prefill":
-            for row, req in enumerate(launch.batch.reqs):
-                if req.is_retracted or req.finished():
-                    continue
-                token = token_id(launch.number, row, 0)
-                req.output_ids.append(token)
-                self._update_finish_state(req)
-                if req.grammar is not None:
-                    # After the finish check, as SGLang's prefill result processing does.
-                    try:
-                        req.grammar.accept_token(token)
-                    except ValueError:
-                        if not req.finished():
-                            req.to_finish = "abort"
-                    req.grammar.finished = req.finished()
-            return None, None
+            return None, self._deliver_prefill(launch)
 
         result = self._make_result(launch)
         target_error: str | None = None
@@ -451,6 +440,61 @@ class Engine:
             for req in self.running + self.last_prefill:
                 if not req.finished() and req.rid.startswith(recv.rid):
                     req.to_finish = "abort"
+
+    def _deliver_prefill(self, launch: _EngineLaunch) -> str | None:
+        """A prefill result: each live request takes its first token, then (after the finish
+        check, as SGLang's prefill processing does) its grammar accepts it. A target whose own
+        file defines `advance_grammar_fsm` (0.5.17+) has that code run on the prefill batch, as
+        SGLang's scheduler does; its exception is the target's (`target-raised`)."""
+        live = []
+        for row, req in enumerate(launch.batch.reqs):
+            if req.is_retracted or req.finished():
+                continue
+            req.output_ids.append(token_id(launch.number, row, 0))
+            self._update_finish_state(req)
+            live.append((row, req))
+        if not launch.batch.has_grammar:
+            return None
+        if self.own_grammar_fsm:
+            return self._call_target(self.scheduler.advance_grammar_fsm, launch)
+        for row, req in live:
+            if req.grammar is not None:
+                try:
+                    req.grammar.accept_token(token_id(launch.number, row, 0))
+                except ValueError:
+                    if not req.finished():
+                        req.to_finish = "abort"
+                req.grammar.finished = req.finished()
+        return None
+
+    def _call_target(self, method: Callable[..., Any], launch: _EngineLaunch) -> str | None:
+        """Run the target's grammar step on a prefill batch; the error text if it raised."""
+        import torch  # see _make_result
+
+        rows = len(launch.batch.reqs)
+        tokens = [token_id(launch.number, row, 0) for row in range(rows)]
+        result = FakeResult(
+            torch.tensor(tokens, dtype=torch.int64),
+            torch.ones(rows, dtype=torch.int32),
+            launch.stride,
+        )
+        result.accept_lens = None  # a prefill result has none
+        try:
+            method(result, launch.batch)
+        except (UnmodeledAttributeError, KvcheckUsageError) as exc:
+            raise UnsupportedTargetError(str(exc)) from None
+        except Exception as exc:
+            fault = _kvcheck_fault(exc)
+            if fault is not None:
+                raise KvcheckInternalError(
+                    f"kvcheck's own code raised {type(exc).__name__}: {exc} ({fault}) while the "
+                    "target ran; this is a kvcheck bug, not a verdict on the target"
+                ) from None
+            return f"{type(exc).__name__}: {exc}"
+        for req in launch.batch.reqs:
+            if req.grammar is not None:
+                req.grammar.finished = req.finished()
+        return None
 
     def _make_result(self, launch: _EngineLaunch) -> FakeResult:
         # Imported here: torch takes seconds to import, and a CLI that only reports a usage

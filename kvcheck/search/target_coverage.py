@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -204,7 +204,7 @@ class CoverageMeter:
         self._calls = 0  # measured calls of the resolver
 
     def instrument(self, target: Target) -> Target:
-        """The target, its resolver measured on every call.
+        """The target, its resolver and sibling methods measured on every call.
 
         coverage.py traces only while the resolver (and what it calls) runs: with its
         `sys.settrace` cores (Python 3.11) a trace function left on for the whole search slows
@@ -213,20 +213,25 @@ class CoverageMeter:
         call about 0.2 ms. A failure of coverage.py itself is a `KvcheckInternalError` (exit 2),
         never an exception of the target's.
         """
-        resolver = target.resolver
         meter = self
 
-        @functools.wraps(resolver)
-        def measured(self_obj: Any, result: Any, batch: Any) -> Any:
-            if meter._depth:  # re-entered from inside the target: already measuring
-                return resolver(self_obj, result, batch)
-            meter._switch(on=True)
-            try:
-                return resolver(self_obj, result, batch)
-            finally:
-                meter._switch(on=False)
+        def measured(function: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(function)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if meter._depth:  # re-entered from inside the target: already measuring
+                    return function(*args, **kwargs)
+                meter._switch(on=True)
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    meter._switch(on=False)
 
-        return attrs.evolve(target, resolver=measured)
+            return call
+
+        # The sibling methods too: the engine calls one directly where SGLang's scheduler does
+        # (the grammar step on a prefill batch, 0.5.17+).
+        methods = {name: measured(f) for name, f in target.self_methods.items()}
+        return attrs.evolve(target, resolver=measured(target.resolver), self_methods=methods)
 
     def _switch(self, *, on: bool) -> None:
         try:
