@@ -374,29 +374,11 @@ class Engine:
             return None, self._deliver_prefill(launch)
 
         result = self._make_result(launch)
-        target_error: str | None = None
-        returned: Any = None
         feeds_before = len(self.scheduler.model_worker.verify_feeds)
         offered_before = [
             None if req.grammar is None else len(req.grammar._offered) for req in launch.batch.reqs
         ]
-        try:
-            returned = self.resolver(self.scheduler, result, launch.batch)
-        except (UnmodeledAttributeError, KvcheckUsageError) as exc:
-            # Includes a name the source loader could not provide, reached at run time.
-            raise UnsupportedTargetError(str(exc)) from None
-        except ImportError as exc:
-            raise UnsupportedTargetError(
-                f"target imports at run time what kvcheck cannot provide: {exc}"
-            ) from None
-        except Exception as exc:
-            fault = _kvcheck_fault(exc)
-            if fault is not None:
-                raise KvcheckInternalError(
-                    f"kvcheck's own code raised {type(exc).__name__}: {exc} ({fault}) while the "
-                    "target ran; this is a kvcheck bug, not a verdict on the target"
-                ) from None
-            target_error = f"{type(exc).__name__}: {exc}"
+        returned, target_error = _run_target(self.resolver, self.scheduler, result, launch.batch)
         runs = _normalise_runs(returned)
         grammar_offered = tuple(
             None if req.grammar is None or before is None else tuple(req.grammar._offered[before:])
@@ -479,18 +461,9 @@ class Engine:
             launch.stride,
         )
         result.accept_lens = None  # a prefill result has none
-        try:
-            method(result, launch.batch)
-        except (UnmodeledAttributeError, KvcheckUsageError) as exc:
-            raise UnsupportedTargetError(str(exc)) from None
-        except Exception as exc:
-            fault = _kvcheck_fault(exc)
-            if fault is not None:
-                raise KvcheckInternalError(
-                    f"kvcheck's own code raised {type(exc).__name__}: {exc} ({fault}) while the "
-                    "target ran; this is a kvcheck bug, not a verdict on the target"
-                ) from None
-            return f"{type(exc).__name__}: {exc}"
+        _, target_error = _run_target(method, result, launch.batch)
+        if target_error is not None:
+            return target_error
         for req in launch.batch.reqs:
             if req.grammar is not None:
                 req.grammar.finished = req.finished()
@@ -540,6 +513,30 @@ class Engine:
         elif req.grammar is not None and req.grammar.is_terminated():
             # FINISH_MATCHED_TOKEN after the EOS and length checks (0.5.18+ order).
             req.finished_reason, req.finished_len = "grammar", emitted
+
+
+def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
+    """Call the target's code: (what it returned, None), or (None, its exception as text) when
+    it raised. Raises `UnsupportedTargetError` when it reached what kvcheck does not model or
+    cannot provide, and `KvcheckInternalError` when kvcheck's own code raised: neither is a
+    verdict on the target."""
+    try:
+        return function(*args), None
+    except (UnmodeledAttributeError, KvcheckUsageError) as exc:
+        # Includes a name the source loader could not provide, reached at run time.
+        raise UnsupportedTargetError(str(exc)) from None
+    except ImportError as exc:
+        raise UnsupportedTargetError(
+            f"target imports at run time what kvcheck cannot provide: {exc}"
+        ) from None
+    except Exception as exc:
+        fault = _kvcheck_fault(exc)
+        if fault is not None:
+            raise KvcheckInternalError(
+                f"kvcheck's own code raised {type(exc).__name__}: {exc} ({fault}) while the "
+                "target ran; this is a kvcheck bug, not a verdict on the target"
+            ) from None
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _plain(value: Any) -> Any:
