@@ -17,26 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
 from kvcheck.reporting.html import VIOLATION_STROKE, write_html
-from kvcheck.reporting.timeline import Timeline, build_timeline
-from kvcheck.targets.loading import load_target
-from tests.helpers import scenario
-
-TWO_REQUESTS = scenario(
-    Admit("r0", 10, 20),
-    Admit("r1", 10, 3),
-    Step(),
-    Step((2, 2)),
-    Step((1, 3)),
-    Step((1, 1)),
-    stride=4,
-)
-
-
-def timeline(spec: str = "builtin:seed-prefix") -> Timeline:
-    return build_timeline(run_scenario(TWO_REQUESTS, load_target(spec), record=True), target=spec)
+from tests.unit.reporting.test_html import timeline
 
 
 def chromium() -> str:
