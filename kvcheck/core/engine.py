@@ -24,8 +24,10 @@ import attrs
 from kvcheck.core.copying import deep_copy
 from kvcheck.core.fakes import (
     ALGORITHM_FAKES,
+    COPY_DONE,
     ControllerFeed,
     FakeBatch,
+    FakeCopyDone,
     FakeGrammar,
     FakeReq,
     FakeResult,
@@ -459,6 +461,7 @@ class Engine:
             torch.tensor(tokens, dtype=torch.int64),
             torch.ones(rows, dtype=torch.int32),
             launch.stride,
+            copy_done=self._copy_done(),
         )
         result.accept_lens = None  # a prefill result has none
         _, target_error = _run_target(method, result, launch.batch)
@@ -493,7 +496,13 @@ class Engine:
             non_draft_tokens=config.non_draft_tokens,
             block_accept_lens=blocks,
             cap_lens=caps,
+            copy_done=self._copy_done(),
         )
+
+    def _copy_done(self) -> FakeCopyDone | None:
+        # SGLang's overlap path records a device-to-host copy event on the result; its
+        # synchronous path leaves `copy_done` None (scheduler.py's non-overlap branch, 0.5.23).
+        return COPY_DONE if self.config.overlap else None
 
     def _update_finish_state(self, req: FakeReq) -> None:
         if req.finished():

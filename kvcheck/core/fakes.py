@@ -416,6 +416,7 @@ class FakeResult(StrictFake):
         non_draft_tokens: int = 1,
         block_accept_lens: torch.Tensor | None = None,
         cap_lens: torch.Tensor | None = None,
+        copy_done: FakeCopyDone | None = COPY_DONE,
     ) -> None:
         self.next_token_ids = next_token_ids
         self.accept_lens = accept_lens
@@ -428,7 +429,8 @@ class FakeResult(StrictFake):
         self.cap_lens = cap_lens
         self.grammar_advanced = False
         self.grammar_retained_tokens: list[Any] | None = None
-        self.copy_done = COPY_DONE
+        # SGLang records the copy event only on the overlap path; a synchronous result has none.
+        self.copy_done = copy_done
         self.num_block_accept_tokens: Any = None
         self.num_cap_tokens: Any = None
         self._draft_total: Any = None

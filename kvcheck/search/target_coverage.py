@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -33,6 +33,7 @@ import coverage
 
 from kvcheck.core.target import CodeSpan, Target
 from kvcheck.errors import KvcheckInternalError
+from kvcheck.targets.sglang_release import DEFENSIVE_GUARDS
 
 __all__ = ["CoverageMeter", "TargetCoverage", "format_lines", "meter_for"]
 
@@ -65,6 +66,9 @@ class TargetCoverage:
     executed: frozenset[int]
     branches: frozenset[Branch]
     executed_branches: frozenset[Branch]
+    # Known defensive guards among the measured lines (line of the `if` -> why no faithful
+    # scenario takes it), from `kvcheck.targets.sglang_release.DEFENSIVE_GUARDS`.
+    guards: Mapping[int, str] = attrs.field(factory=dict)
 
     @property
     def lines_total(self) -> int:
@@ -142,7 +146,25 @@ class TargetCoverage:
             missed.append("branches " + ", ".join(_format_branch(b) for b in self.missed_branches))
         for label, text in zip(("never run", ""), missed, strict=False):
             lines.append(f"{label:<12}{text}")
+        for branch, reason in self.missed_guards().items():
+            lines.append(f"{'':<12}{_format_branch(branch)}: guard against {reason}")
+        if self.missed_branches and self.only_guards_missed():
+            lines.append(f"{'':<12}every other line and branch ran")
         return lines
+
+    def missed_guards(self) -> dict[Branch, str]:
+        """The never-taken branches into a known defensive guard's body, with the reason."""
+        return {
+            branch: self.guards[branch[0]]
+            for branch in self.missed_branches
+            if branch[0] in self.guards
+        }
+
+    def only_guards_missed(self) -> bool:
+        """Whether everything that never ran is the body of a known defensive guard."""
+        guarded = self.missed_guards()
+        bodies = {end for _, end in guarded}
+        return len(guarded) == len(self.missed_branches) and set(self.missed_lines) <= bodies
 
     def to_dict(self) -> dict[str, Any]:
         """The `coverage` object of `--json` reports."""
@@ -157,6 +179,10 @@ class TargetCoverage:
             "branch_percent": round(self.branch_percent, 1),
             "missed_lines": list(self.missed_lines),
             "missed_branches": [list(b) for b in self.missed_branches],
+            "missed_guards": [
+                {"branch": list(branch), "reason": reason}
+                for branch, reason in self.missed_guards().items()
+            ],
         }
 
 
@@ -270,6 +296,7 @@ class CoverageMeter:
             executed=self._within(measured["executed_lines"]),
             branches=self._branches(measured["executed_branches"] + measured["missing_branches"]),
             executed_branches=self._branches(measured["executed_branches"]),
+            guards=self._guards(),
         )
         if self._calls and found.statements and not found.executed:
             # Every call runs the resolver's first statement: nothing recorded means coverage.py
@@ -279,6 +306,17 @@ class CoverageMeter:
                 f"{self._calls} times; --no-coverage skips measuring"
             )
         return found
+
+    def _guards(self) -> dict[int, str]:
+        try:
+            text = Path(self.file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            return {}  # coverage.py analysed it just now; a vanished file only loses the reasons
+        return {
+            number: DEFENSIVE_GUARDS[line.strip()]
+            for number, line in enumerate(text, start=1)
+            if line.strip() in DEFENSIVE_GUARDS and self._inside(number)
+        }
 
     def _inside(self, line: int) -> bool:
         return any(line in span for span in self.code)

@@ -3,8 +3,9 @@ package index): a 300-scenario search runs every line of the per-request account
 rows' branch, UNO's output stride, the block/cap statistics and both grammar paths (the decode
 result's in the resolver, the prefill batch's that the engine runs as SGLang's scheduler does):
 at least 95% of the lines. What never runs is defensive code real SGLang never reaches (a
-missing stride, a batch neither decode nor extend, a result without accept lengths or a copy
-event), each for a stated reason.
+missing stride, a batch neither decode nor extend, a decode result without accept lengths), each
+named with its reason in the report. Both ways of the copy-event check run: overlap results carry
+the event, synchronous ones do not, as in SGLang.
 
 Without the index (and nothing cached) it skips locally and fails under CI (`CI` set), as
 tests/quality/test_real_releases.py does.
@@ -34,7 +35,7 @@ BUDGET = {"max_examples": 300, "seed": 0}
 STRIDE_GUARD = "if stride is None or stride < 1:"  # kvcheck's strides are always positive
 SINGLE_TOKEN = "if isinstance(tokens, int):"  # a single int: the prefill path, which now runs
 NEITHER_MODE = "if not (is_decode or batch.forward_mode.is_extend()):"  # batches are one of both
-COPY_DONE = "if result.copy_done is not None:"  # kvcheck's results always carry the copy event
+COPY_DONE = "if result.copy_done is not None:"  # None on synchronous (overlap off) results
 PREFILL = "if not is_decode:"  # the prefill branch, run by the engine as SGLang's scheduler does
 NO_ACCEPT_LENS = "if result.accept_lens is None:"  # decode results always carry accept lengths
 GRAMMAR = "SchedulerBatchResultProcessor._accept_grammar_tokens"
@@ -142,10 +143,18 @@ def test_every_never_taken_branch_has_a_reason(measured: tuple[Target, TargetCov
     expected = {
         (at["guard"], at["guard"] + 1),
         (at["neither"], at["neither"] + 1),
-        (at["copy"], at["copy"] + 2),  # the branch where copy_done is None
         (at["no_accepts"], at["no_accepts"] + 1),
     }
     assert set(coverage.missed_branches) == expected
+    # Each is named as a known guard, with its reason, and nothing else is missed.
+    assert set(coverage.missed_guards()) == expected
+    assert coverage.only_guards_missed()
+    assert coverage.branch_percent >= 92
+    # A synchronous result has no copy event: both ways of its check run.
+    assert {b for b in coverage.executed_branches if b[0] == at["copy"]} == {
+        (at["copy"], at["copy"] + 1),
+        (at["copy"], at["copy"] + 2),
+    }
     assert (at["prefill"], at["prefill"] + 3) in coverage.executed_branches
     # The UNO stride branch, the block/cap branches and the stale-row branch ran both ways.
     resolver = _span(target, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens")
@@ -188,3 +197,5 @@ def test_the_cli_reports_and_gates_on_it(measured: tuple[Target, TargetCoverage]
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"coverage    {coverage.summary()}" in done.stdout
     assert "never run   lines" in done.stdout
+    assert "guard against a result without a positive row stride" in done.stdout
+    assert "every other line and branch ran" in done.stdout

@@ -23,11 +23,12 @@ from kvcheck.search.target_coverage import (
     meter_for,
 )
 from kvcheck.targets.loading import load_target
+from kvcheck.targets.sglang_release import DEFENSIVE_GUARDS
 from tests.helpers import scenario
 
 # A correct honest resolver (SGLang 0.5.19+ spellings) with a helper, a sibling method, a branch
-# only scenarios with a stale row reach, one no scenario reaches, and one only the probe (the very
-# first call, at load time) reaches.
+# only scenarios with a stale row reach, one no scenario reaches (SGLang's defensive stride guard,
+# word for word), and one only the probe (the very first call, at load time) reaches.
 SOURCE = textwrap.dedent(
     """\
     _calls = []
@@ -54,7 +55,7 @@ SOURCE = textwrap.dedent(
             ids = result.next_token_ids.tolist()
             accepts = result.accept_lens.tolist()
             stride = result.speculative_num_draft_tokens
-            if stride > 100:
+            if stride is None or stride < 1:
                 raise RuntimeError("no such stride")  # NEVER
             for req, accepted in zip(batch.reqs, accepts):
                 if req.is_retracted or req.finished():
@@ -63,6 +64,9 @@ SOURCE = textwrap.dedent(
             return _runs(ids, accepts, stride)
     """
 )
+
+
+GUARD = "if stride is None or stride < 1:"
 
 
 def line_of(marker: str) -> int:
@@ -124,6 +128,16 @@ def test_a_check_lists_the_never_reached_lines_and_branches(target: Target) -> N
     expected = {n for a, b in bodies for n in range(line_of(a), line_of(b) + 1)}
     assert coverage.statements == expected and coverage.lines_total == len(expected) == 18
     assert coverage.missed_lines == (line_of("# PROBE ONLY"), never)
+    # The stride guard is a known defensive one: named with its reason; the probe-only branch is
+    # not, so not everything missed is explained.
+    assert coverage.missed_guards() == {(never - 1, never): DEFENSIVE_GUARDS[GUARD]}
+    assert not coverage.only_guards_missed()
+    assert f"{never - 1}->{never}: guard against a result without" in "\n".join(
+        coverage.report_lines()
+    )
+    assert coverage.to_dict()["missed_guards"] == [
+        {"branch": [never - 1, never], "reason": DEFENSIVE_GUARDS[GUARD]}
+    ]
 
 
 def test_the_probe_is_not_counted(target: Target) -> None:
@@ -240,6 +254,23 @@ def test_figures_and_missed_lists() -> None:
         "never run   lines 13, 15",
         "            branches 11->13, 13->15",
     ]
+
+
+def test_when_only_known_guards_are_missed_the_report_says_so() -> None:
+    coverage = attrs.evolve(
+        figures({10, 11, 13, 15, 20}, {(11, 13), (13, 15), (13, None)}),
+        guards={11: "a reason"},
+    )
+    assert coverage.missed_guards() == {(11, 12): "a reason"}
+    assert coverage.only_guards_missed()
+    assert coverage.report_lines()[1:] == [
+        "never run   lines 12",
+        "            branches 11->12",
+        "            11->12: guard against a reason",
+        "            every other line and branch ran",
+    ]
+    # A guard that was taken is not listed; a missed line outside any guard's body spoils it.
+    assert not attrs.evolve(coverage, executed=frozenset({10, 11, 12, 20})).only_guards_missed()
 
 
 def test_a_branch_leaving_the_function_is_written_exit() -> None:
