@@ -20,6 +20,7 @@ from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 
 from kvcheck.core.scenario import (
+    ALGORITHMS,
     Abort,
     Admit,
     Algorithm,
@@ -61,6 +62,16 @@ COVERAGE_TARGETS: Final[tuple[str, ...]] = (
     "stale row of a retracted request",
 )
 ADAPTIVE_COVERAGE_TARGETS: Final[tuple[str, ...]] = ("stride switch with a launch in flight",)
+# And for a target of today's shape (every algorithm, block/cap lengths, grammar requests): the
+# situations of those paths, where SGLang's recent resolver bugs were.
+SHAPE_COVERAGE_TARGETS: Final[tuple[str, ...]] = (
+    *(f"algorithm {a}" for a in ALGORITHMS),
+    "block/cap lengths",
+    "grammar truncates a run",
+    "grammar refusal",
+    "grammar refuses the prefill token",
+    "stale row of a grammar request",
+)
 
 
 def strides() -> st.SearchStrategy[int]:
@@ -292,7 +303,9 @@ def _scenarios_with_lengths(
 def scenario_labels(scenario: Scenario, reached: Iterable[str]) -> set[str]:
     """Coverage labels of one run: what the model reached plus how many requests took part."""
     admitted = {e.rid for e in scenario.events if isinstance(e, Admit)}
-    labels = set(reached)
+    labels = set(reached) | {f"algorithm {scenario.config.algorithm}"}
+    if scenario.config.block_cap:
+        labels.add("block/cap lengths")
     if admitted:
         labels.add(f"{len(admitted)} requests")
     return labels

@@ -8,17 +8,21 @@ import json
 import sys
 from typing import Any
 
+import attrs
+
 from kvcheck.cli.options import (
     EXIT_OK,
     EXIT_VIOLATION,
     add_coverage_options,
     add_json_option,
     add_judging_options,
+    algorithm_list,
     coverage_below,
     coverage_json,
     coverage_text,
     eos_list,
     event_kinds,
+    grammar_list,
     int_list,
     non_negative_int,
     overlap_modes,
@@ -26,7 +30,7 @@ from kvcheck.cli.options import (
     require_coverage,
     seconds,
 )
-from kvcheck.core.scenario import EVENT_KINDS
+from kvcheck.core.scenario import ALGORITHMS, EVENT_KINDS
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, save
 from kvcheck.counterexamples.replay import from_run, replay_command
@@ -95,6 +99,36 @@ def add_parser(commands: Any) -> None:
     bounds.add_argument(
         "--overlap", type=overlap_modes, default=default.overlap, help="on, off or both (default)"
     )
+    bounds.add_argument(
+        "--algorithms",
+        type=algorithm_list,
+        default=default.algorithms,
+        metavar="A,A",
+        help=(
+            f"speculative algorithms, among {','.join(ALGORITHMS)}, or 'auto' for every one the "
+            "target supports (default eagle)"
+        ),
+    )
+    bounds.add_argument(
+        "--block-cap",
+        type=int_list,
+        default=default.block_cap_lengths,
+        metavar="N,N",
+        help=(
+            "block-accept and cap lengths a decode row may report, for targets that read them "
+            "(default: results carry none)"
+        ),
+    )
+    bounds.add_argument(
+        "--grammars",
+        type=grammar_list,
+        default=default.grammars,
+        metavar="G,G",
+        help=(
+            "grammars an admitted request may carry: none, accept, terminate@N, reject@N, for "
+            "targets that consult one (default none)"
+        ),
+    )
     judge = exhaust.add_argument_group("judging")
     add_judging_options(
         judge,
@@ -137,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         overlap=args.overlap,
     )
     target, defaults = _load_exhaust_target(args.target, args.allow_unavailable_imports)
+    bounds = _within_shape(bounds, args, target)
     require_coverage(args, target)
     convention, convention_reason = _exhaust_convention(args.convention, target, defaults)
     global_counters = args.global_counters or defaults.get("global_counters", "ideal")
@@ -187,6 +222,31 @@ def run(args: argparse.Namespace) -> int:
                 print(f"replay with: {replay}")
     below = coverage_below(result.coverage, args)
     return EXIT_VIOLATION if result.failure is not None or below else EXIT_OK
+
+
+def _within_shape(bounds: Bounds, args: argparse.Namespace, target: Target) -> Bounds:
+    """The bounds with `--algorithms auto` resolved; algorithms, block/cap lengths or grammars the
+    target cannot be judged on (its probed shape) are a usage error naming what it supports."""
+    shape = target.shape
+    algorithms = shape.algorithms if args.algorithms is None else args.algorithms
+    problems = []
+    unsupported = [a for a in algorithms if a not in shape.algorithms]
+    if unsupported:
+        problems.append(
+            f"it is judged on {', '.join(shape.algorithms)} only, not {', '.join(unsupported)}"
+        )
+    if args.block_cap and not shape.block_cap:
+        problems.append("it reads no block/cap lengths (--block-cap)")
+    if any(g is not None for g in args.grammars) and not shape.grammar:
+        problems.append("it consults no grammar (--grammars)")
+    if problems:
+        raise KvcheckUsageError(f"{target.description}: " + "; ".join(problems))
+    return attrs.evolve(
+        bounds,
+        algorithms=algorithms,
+        block_cap_lengths=args.block_cap,
+        grammars=args.grammars,
+    )
 
 
 def _load_exhaust_target(spec: str, allow_unavailable: bool) -> tuple[Target, dict[str, Any]]:

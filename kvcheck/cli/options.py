@@ -10,7 +10,14 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from kvcheck.core.scenario import EVENT_KINDS, GLOBAL_COUNTER_MODES
+from kvcheck.core.scenario import (
+    ALGORITHMS,
+    EVENT_KINDS,
+    GLOBAL_COUNTER_MODES,
+    GRAMMAR_KINDS,
+    Algorithm,
+    Grammar,
+)
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
 
@@ -130,6 +137,43 @@ def percent(text: str) -> float:
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
     return value
+
+
+def algorithm_list(text: str) -> tuple[Algorithm, ...] | None:
+    """Comma-separated speculative algorithms (`kvcheck.core.scenario.ALGORITHMS`), or `auto`
+    (None: every algorithm the target supports)."""
+    if text.strip() == "auto":
+        return None
+    names = tuple(a.strip() for a in text.split(",") if a.strip())
+    unknown = [a for a in names if a not in ALGORITHMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown algorithm(s) {', '.join(unknown) or repr(text)}; choose from "
+            f"{', '.join(ALGORITHMS)} or 'auto'"
+        )
+    return tuple(a for a in ALGORITHMS if a in names)
+
+
+def grammar_list(text: str) -> tuple[Grammar | None, ...]:
+    """Comma-separated grammars an admitted request may carry: `none`, `accept`,
+    `terminate@N` (satisfied by output token N >= 2) or `reject@N` (refuses output token N)."""
+    grammars: list[Grammar | None] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        kind, _, at = part.partition("@")
+        try:
+            if kind == "none" and not at:
+                grammars.append(None)
+            elif kind in GRAMMAR_KINDS:
+                grammars.append(Grammar(kind, int(at) if at else None))
+            else:
+                raise ValueError(f"unknown grammar {kind!r}")
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: {exc}; expected none, accept, terminate@N (N >= 2) or reject@N"
+            ) from None
+    if not grammars:
+        raise argparse.ArgumentTypeError(f"expected at least one grammar, got {text!r}")
+    return tuple(dict.fromkeys(grammars))
 
 
 def overlap_modes(text: str) -> tuple[bool, ...]:

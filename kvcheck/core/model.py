@@ -403,6 +403,8 @@ class ReferenceModel:
             self._label_accept(accept, config.output_width(launch.stride), stale[row])
             if stale[row]:
                 self.reached.add(f"stale row of a {req.phase} request")
+                if req.grammar is not None:
+                    self.reached.add("stale row of a grammar request")
                 if req.phase == "finished" and config.preclaims:
                     req.committed -= 1  # give back the launch's pre-claimed slot
                 continue

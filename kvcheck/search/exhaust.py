@@ -164,17 +164,32 @@ class Bounds:
         length = "any length" if self.events is None else f"up to {self.events} events"
         steps = "" if self.steps is None else f", at most {self.steps} steps"
         overlap = "{" + ",".join("on" if o else "off" for o in self.overlap) + "}"
-        return (
+        described = (
             f"{self.requests} requests, {length}{steps}, accept <= {self.max_accept}, "
             f"strides {ints(self.strides)}, kinds {','.join(self.kinds)}; admit prompt "
             f"{ints(self.prompt_lens)} max_new {ints(self.max_new)} eos {ints(self.eos)}; "
             f"overlap {overlap}"
         )
+        # The newer dimensions only when they go beyond the default, so the kill matrix's
+        # explanations of EAGLE-only bounds read as before.
+        if self.algorithms != ("eagle",):
+            described += f"; algorithms {{{','.join(self.algorithms)}}}"
+        if self.block_cap_lengths:
+            described += f"; block/cap {ints(self.block_cap_lengths)}"
+        if self.grammars != (None,):
+            described += "; grammars {" + ",".join(_grammar_name(g) for g in self.grammars) + "}"
+        return described
 
     def to_dict(self) -> dict[str, Any]:
         """The bounds as plain JSON, the `bounds` object of `kvcheck exhaust --json`."""
         data: dict[str, Any] = jsonable(attrs.asdict(self))
         return data
+
+
+def _grammar_name(grammar: Grammar | None) -> str:
+    if grammar is None:
+        return "none"
+    return grammar.kind if grammar.at is None else f"{grammar.kind}@{grammar.at}"
 
 
 @attrs.frozen

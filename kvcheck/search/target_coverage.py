@@ -33,7 +33,7 @@ import coverage
 
 from kvcheck.core.target import CodeSpan, Target
 from kvcheck.errors import KvcheckInternalError
-from kvcheck.targets.sglang_release import DEFENSIVE_GUARDS
+from kvcheck.targets.sglang_release import OUT_OF_SCOPE_BRANCHES
 
 __all__ = ["CoverageMeter", "TargetCoverage", "format_lines", "meter_for"]
 
@@ -66,9 +66,9 @@ class TargetCoverage:
     executed: frozenset[int]
     branches: frozenset[Branch]
     executed_branches: frozenset[Branch]
-    # Known defensive guards among the measured lines (line of the `if` -> why no faithful
-    # scenario takes it), from `kvcheck.targets.sglang_release.DEFENSIVE_GUARDS`.
-    guards: Mapping[int, str] = attrs.field(factory=dict)
+    # Lines whose branches only inputs outside spec-v2 decode take (line -> those inputs), from
+    # `kvcheck.targets.sglang_release.OUT_OF_SCOPE_BRANCHES`.
+    out_of_scope: Mapping[int, str] = attrs.field(factory=dict)
 
     @property
     def lines_total(self) -> int:
@@ -146,25 +146,25 @@ class TargetCoverage:
             missed.append("branches " + ", ".join(_format_branch(b) for b in self.missed_branches))
         for label, text in zip(("never run", ""), missed, strict=False):
             lines.append(f"{label:<12}{text}")
-        for branch, reason in self.missed_guards().items():
-            lines.append(f"{'':<12}{_format_branch(branch)}: guard against {reason}")
-        if self.missed_branches and self.only_guards_missed():
+        for branch, reason in self.out_of_scope_missed().items():
+            lines.append(f"{'':<12}{_format_branch(branch)}: only for {reason}")
+        if self.missed_branches and self.only_out_of_scope_missed():
             lines.append(f"{'':<12}every other line and branch ran")
         return lines
 
-    def missed_guards(self) -> dict[Branch, str]:
-        """The never-taken branches into a known defensive guard's body, with the reason."""
+    def out_of_scope_missed(self) -> dict[Branch, str]:
+        """The never-taken branches from a line only out-of-scope inputs branch on, with those."""
         return {
-            branch: self.guards[branch[0]]
+            branch: self.out_of_scope[branch[0]]
             for branch in self.missed_branches
-            if branch[0] in self.guards
+            if branch[0] in self.out_of_scope
         }
 
-    def only_guards_missed(self) -> bool:
-        """Whether everything that never ran is the body of a known defensive guard."""
-        guarded = self.missed_guards()
-        bodies = {end for _, end in guarded}
-        return len(guarded) == len(self.missed_branches) and set(self.missed_lines) <= bodies
+    def only_out_of_scope_missed(self) -> bool:
+        """Whether everything that never ran is where only out-of-scope inputs lead."""
+        explained = self.out_of_scope_missed()
+        ends = {end for _, end in explained}
+        return len(explained) == len(self.missed_branches) and set(self.missed_lines) <= ends
 
     def to_dict(self) -> dict[str, Any]:
         """The `coverage` object of `--json` reports."""
@@ -179,9 +179,9 @@ class TargetCoverage:
             "branch_percent": round(self.branch_percent, 1),
             "missed_lines": list(self.missed_lines),
             "missed_branches": [list(b) for b in self.missed_branches],
-            "missed_guards": [
+            "out_of_scope_missed": [
                 {"branch": list(branch), "reason": reason}
-                for branch, reason in self.missed_guards().items()
+                for branch, reason in self.out_of_scope_missed().items()
             ],
         }
 
@@ -296,7 +296,7 @@ class CoverageMeter:
             executed=self._within(measured["executed_lines"]),
             branches=self._branches(measured["executed_branches"] + measured["missing_branches"]),
             executed_branches=self._branches(measured["executed_branches"]),
-            guards=self._guards(),
+            out_of_scope=self._out_of_scope(),
         )
         if self._calls and found.statements and not found.executed:
             # Every call runs the resolver's first statement: nothing recorded means coverage.py
@@ -307,15 +307,15 @@ class CoverageMeter:
             )
         return found
 
-    def _guards(self) -> dict[int, str]:
+    def _out_of_scope(self) -> dict[int, str]:
         try:
             text = Path(self.file).read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError):
             return {}  # coverage.py analysed it just now; a vanished file only loses the reasons
         return {
-            number: DEFENSIVE_GUARDS[line.strip()]
+            number: OUT_OF_SCOPE_BRANCHES[line.strip()]
             for number, line in enumerate(text, start=1)
-            if line.strip() in DEFENSIVE_GUARDS and self._inside(number)
+            if line.strip() in OUT_OF_SCOPE_BRANCHES and self._inside(number)
         }
 
     def _inside(self, line: int) -> bool:

@@ -51,20 +51,24 @@ RESOLVER_PLACES: Final[tuple[tuple[str, str, str], ...]] = (
     ),
 )
 # What is unpacked from a wheel: the files the resolver can live in (and nothing else).
-# Defensive guards in SGLang's resolver file that no faithful scenario reaches, by the text of the
-# guarding line, and why (docs/semantics.md §1.1). The coverage report names the reason beside a
-# guard's never-taken branch; the figures themselves still count it.
-DEFENSIVE_GUARDS: Final[dict[str, str]] = {
+# Branches of SGLang's resolver file that no faithful spec-v2 decode scenario takes, by the text
+# of the line they leave, and the only inputs that take them (docs/semantics.md §1.1). The coverage
+# report names the reason beside such a branch when it never ran; the figures still count it.
+OUT_OF_SCOPE_BRANCHES: Final[dict[str, str]] = {
     "if stride is None or stride < 1:": (
-        "a result without a positive row stride; every spec-v2 worker records one"
+        "a result without a positive row stride, which every spec-v2 worker records"
     ),
     "if not (is_decode or batch.forward_mode.is_extend()):": (
-        "a grammar batch neither decode nor extend; idle batches have no requests, and "
+        "a grammar batch neither decode nor extend: idle batches have no requests, and "
         "disaggregated prebuilt batches are outside kvcheck's scope"
     ),
     "if result.accept_lens is None:": (
-        "a decode result without accept lengths; only non-speculative decode, which advances "
-        "its grammar elsewhere"
+        "a decode result without accept lengths: non-speculative decode, which advances its "
+        "grammar elsewhere"
+    ),
+    "if isinstance(tokens, int):": (
+        "a single token: non-speculative decode, and from 0.5.17 the prefill grammar step "
+        "(before 0.5.17 prefill offers its token to the grammar directly)"
     ),
 }
 _UNPACKED_FILES: Final = frozenset(place[0] for place in RESOLVER_PLACES)

@@ -146,9 +146,9 @@ def test_every_never_taken_branch_has_a_reason(measured: tuple[Target, TargetCov
         (at["no_accepts"], at["no_accepts"] + 1),
     }
     assert set(coverage.missed_branches) == expected
-    # Each is named as a known guard, with its reason, and nothing else is missed.
-    assert set(coverage.missed_guards()) == expected
-    assert coverage.only_guards_missed()
+    # Each is named with the out-of-scope input that takes it, and nothing else is missed.
+    assert set(coverage.out_of_scope_missed()) == expected
+    assert coverage.only_out_of_scope_missed()
     assert coverage.branch_percent >= 92
     # A synchronous result has no copy event: both ways of its check run.
     assert {b for b in coverage.executed_branches if b[0] == at["copy"]} == {
@@ -197,5 +197,5 @@ def test_the_cli_reports_and_gates_on_it(measured: tuple[Target, TargetCoverage]
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"coverage    {coverage.summary()}" in done.stdout
     assert "never run   lines" in done.stdout
-    assert "guard against a result without a positive row stride" in done.stdout
+    assert "only for a result without a positive row stride" in done.stdout
     assert "every other line and branch ran" in done.stdout

@@ -66,6 +66,14 @@ def test_cli_time_limit_is_incomplete_not_a_failure(capsys: pytest.CaptureFixtur
         ["builtin:reference", "--overlap", "sometimes"],
         ["builtin:nope"],
         ["mutant:nope"],
+        ["builtin:reference", "--algorithms", "medusa"],
+        ["builtin:reference", "--grammars", "terminate@1"],
+        ["builtin:reference", "--grammars", "regex"],
+        ["builtin:reference", "--block-cap", "-1"],
+        # Beyond what the target can be judged on (its probed shape): named, exit 2.
+        ["builtin:reference", "--algorithms", "uno"],
+        ["builtin:seed-fixed", "--grammars", "accept"],
+        ["builtin:seed-fixed", "--block-cap", "1"],
     ],
 )
 def test_cli_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
@@ -74,3 +82,42 @@ def test_cli_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], argv:
     assert out == ""
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+def test_cli_bounds_reach_grammar_uno_and_block_cap_paths(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The newer dimensions are bounds too: each mutant of those paths has a shortest
+    counterexample that uses its dimension, and the JSON bounds say what was enumerated."""
+    cases = [
+        (["mutant:grammar-over-commit", "--grammars", "none,terminate@2"], "grammar", 3),
+        (["mutant:uno-width-from-draft-tokens", "--algorithms", "auto"], "uno", 4),
+        (["mutant:block-cap-on-stale-rows", "--block-cap", "0,1"], "block_cap", 4),
+    ]
+    for argv, dimension, length in cases:
+        code, out, _ = _run(capsys, *argv, "--events", "5", "--no-save", "--json")
+        data = json.loads(out)
+        assert code == 1, argv
+        assert len(data["events"]) == length, argv
+        if dimension == "grammar":
+            assert data["bounds"]["grammars"] == [None, {"kind": "terminate", "at": 2}]
+            assert any(e.get("grammar") for e in data["events"] if e["kind"] == "admit")
+        elif dimension == "uno":
+            assert data["bounds"]["algorithms"] == ["eagle", "eagle3", "ngram", "dflash", "uno"]
+            assert data["config"]["algorithm"] == "uno"
+        else:
+            assert data["bounds"]["block_cap_lengths"] == [0, 1]
+            assert data["config"]["block_cap"] is True
+
+
+def test_cli_a_grammar_rewrite_is_proven_within_grammar_bounds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = _run(
+        capsys,
+        "mutant:grammar-0.5.20",
+        *("--grammars", "none,accept,terminate@2,reject@1", "--events", "4", "--json"),
+    )
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["verdict"] == "pass" and data["states"] > 1000

@@ -23,11 +23,11 @@ from kvcheck.search.target_coverage import (
     meter_for,
 )
 from kvcheck.targets.loading import load_target
-from kvcheck.targets.sglang_release import DEFENSIVE_GUARDS
+from kvcheck.targets.sglang_release import OUT_OF_SCOPE_BRANCHES
 from tests.helpers import scenario
 
 # A correct honest resolver (SGLang 0.5.19+ spellings) with a helper, a sibling method, a branch
-# only scenarios with a stale row reach, one no scenario reaches (SGLang's defensive stride guard,
+# only scenarios with a stale row reach, one no scenario reaches (SGLang's stride check,
 # word for word), and one only the probe (the very first call, at load time) reaches.
 SOURCE = textwrap.dedent(
     """\
@@ -128,15 +128,13 @@ def test_a_check_lists_the_never_reached_lines_and_branches(target: Target) -> N
     expected = {n for a, b in bodies for n in range(line_of(a), line_of(b) + 1)}
     assert coverage.statements == expected and coverage.lines_total == len(expected) == 18
     assert coverage.missed_lines == (line_of("# PROBE ONLY"), never)
-    # The stride guard is a known defensive one: named with its reason; the probe-only branch is
-    # not, so not everything missed is explained.
-    assert coverage.missed_guards() == {(never - 1, never): DEFENSIVE_GUARDS[GUARD]}
-    assert not coverage.only_guards_missed()
-    assert f"{never - 1}->{never}: guard against a result without" in "\n".join(
-        coverage.report_lines()
-    )
-    assert coverage.to_dict()["missed_guards"] == [
-        {"branch": [never - 1, never], "reason": DEFENSIVE_GUARDS[GUARD]}
+    # The stride check is a known out-of-scope branch: named with its reason; the probe-only
+    # branch is not, so not everything missed is explained.
+    assert coverage.out_of_scope_missed() == {(never - 1, never): OUT_OF_SCOPE_BRANCHES[GUARD]}
+    assert not coverage.only_out_of_scope_missed()
+    assert f"{never - 1}->{never}: only for a result without" in "\n".join(coverage.report_lines())
+    assert coverage.to_dict()["out_of_scope_missed"] == [
+        {"branch": [never - 1, never], "reason": OUT_OF_SCOPE_BRANCHES[GUARD]}
     ]
 
 
@@ -256,21 +254,23 @@ def test_figures_and_missed_lists() -> None:
     ]
 
 
-def test_when_only_known_guards_are_missed_the_report_says_so() -> None:
+def test_when_only_out_of_scope_branches_are_missed_the_report_says_so() -> None:
     coverage = attrs.evolve(
         figures({10, 11, 13, 15, 20}, {(11, 13), (13, 15), (13, None)}),
-        guards={11: "a reason"},
+        out_of_scope={11: "a reason"},
     )
-    assert coverage.missed_guards() == {(11, 12): "a reason"}
-    assert coverage.only_guards_missed()
+    assert coverage.out_of_scope_missed() == {(11, 12): "a reason"}
+    assert coverage.only_out_of_scope_missed()
     assert coverage.report_lines()[1:] == [
         "never run   lines 12",
         "            branches 11->12",
-        "            11->12: guard against a reason",
+        "            11->12: only for a reason",
         "            every other line and branch ran",
     ]
-    # A guard that was taken is not listed; a missed line outside any guard's body spoils it.
-    assert not attrs.evolve(coverage, executed=frozenset({10, 11, 12, 20})).only_guards_missed()
+    # A branch that was taken is not listed; a missed line elsewhere spoils it.
+    assert not attrs.evolve(
+        coverage, executed=frozenset({10, 11, 12, 20})
+    ).only_out_of_scope_missed()
 
 
 def test_a_branch_leaving_the_function_is_written_exit() -> None:
