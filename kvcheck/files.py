@@ -66,8 +66,10 @@ def write_text(
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in reversed(out.parents) if p.exists() and not p.is_dir()), None)
         raise FileWriteError(
-            f"cannot write the {what} to {str(path)!r}: {str(out.parent)!r} is not a directory"
+            f"cannot write the {what} to {str(path)!r}: "
+            f"{str(blocking or out.parent)!r} is not a directory"
         ) from None
     except OSError as exc:
         raise FileWriteError(

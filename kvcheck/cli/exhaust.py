@@ -70,7 +70,8 @@ def add_parser(commands: Any) -> None:
         type=non_negative_int,
         default=default.events,
         metavar="N",
-        help="longest scenario, every event counted (default 8; 0: unbounded, needs --steps)",
+        help="longest scenario, every event counted; 0: unbounded, needs --steps "
+        f"(default: {default.events})",
     )
     bounds.add_argument(
         "--steps",
