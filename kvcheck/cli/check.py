@@ -20,6 +20,7 @@ from kvcheck.cli.options import (
     add_force_option,
     add_json_option,
     add_judging_options,
+    add_save_options,
     coverage_below,
     coverage_json,
     coverage_text,
@@ -87,17 +88,7 @@ def add_parser(commands: Any) -> None:
     add_json_option(parser)
     add_coverage_options(parser.add_argument_group("the target's own coverage"), gate=True)
     group = parser.add_argument_group("counterexamples and reports")
-    group.add_argument(
-        "--save-dir",
-        default=str(DEFAULT_DIR),
-        metavar="DIR",
-        help=f"where a failure's counterexample file is written (default: {DEFAULT_DIR})",
-    )
-    group.add_argument(
-        "--no-save",
-        action="store_true",
-        help="do not write a counterexample file on failure (default: off, one is written)",
-    )
+    add_save_options(group)
     group.add_argument(
         "--html",
         metavar="FILE",

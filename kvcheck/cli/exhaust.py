@@ -14,6 +14,7 @@ from kvcheck.cli.options import (
     add_coverage_options,
     add_json_option,
     add_judging_options,
+    add_save_options,
     coverage_below,
     coverage_json,
     coverage_text,
@@ -29,7 +30,7 @@ from kvcheck.cli.options import (
 )
 from kvcheck.core.scenario import EVENT_KINDS
 from kvcheck.core.target import Target
-from kvcheck.counterexamples.fileformat import DEFAULT_DIR, save
+from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run, replay_command
 from kvcheck.errors import FileWriteError, KvcheckUsageError
 from kvcheck.mutants import get as get_entry
@@ -151,17 +152,7 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="do not merge equal states (slow; cross-check) (default: off, merged)",
     )
-    limits.add_argument(
-        "--save-dir",
-        default=str(DEFAULT_DIR),
-        metavar="DIR",
-        help=f"where a counterexample file is written (default: {DEFAULT_DIR})",
-    )
-    limits.add_argument(
-        "--no-save",
-        action="store_true",
-        help="do not write a counterexample file (default: off, one is written)",
-    )
+    add_save_options(limits)
     add_json_option(limits)
     add_coverage_options(exhaust.add_argument_group("the target's own coverage"), gate=True)
     exhaust.set_defaults(run=run)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from kvcheck.core.scenario import EVENT_KINDS, GLOBAL_COUNTER_MODES
 from kvcheck.core.target import Target
+from kvcheck.counterexamples.fileformat import DEFAULT_DIR
 from kvcheck.errors import KvcheckUsageError
 
 if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvcheck.search
@@ -56,6 +57,21 @@ def warn(message: str) -> None:
     """A warning on stderr: something went wrong that does not change the verdict (a file that
     could not be written next to a finding that is printed anyway)."""
     print(f"kvcheck: warning: {message}", file=sys.stderr)
+
+
+def add_save_options(parser: argparse._ActionsContainer) -> None:
+    """`--save-dir DIR` and `--no-save`: where a failure's counterexample file goes."""
+    parser.add_argument(
+        "--save-dir",
+        default=str(DEFAULT_DIR),
+        metavar="DIR",
+        help=f"where a failure's counterexample file is written (default: {DEFAULT_DIR})",
+    )
+    parser.add_argument(
+        "--no-save",
+        action="store_true",
+        help="do not write a counterexample file on failure (default: off, one is written)",
+    )
 
 
 def add_force_option(parser: argparse._ActionsContainer) -> None:
