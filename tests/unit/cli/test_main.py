@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.cli.main import main
+from tests.helpers import run_cli
 
 SMALL = ["--max-examples", "300", "--seed", "3"]
 
@@ -19,12 +19,6 @@ def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checks here save counterexamples and examples where kvcheck does by default (under
     the current directory): a scratch one, never the working tree."""
     monkeypatch.chdir(tmp_path)
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def check_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:
