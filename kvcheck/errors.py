@@ -24,3 +24,9 @@ class ScenarioFormatError(KvcheckUsageError):
 class KvcheckInternalError(KvcheckUsageError):
     """An exception raised inside kvcheck's own code while the target ran: kvcheck's fault, so
     no verdict is given (exit 2) and the message says where it was raised."""
+
+
+class FileWriteError(KvcheckUsageError):
+    """A file kvcheck was asked to write that it may not or cannot write (an input of the
+    command, an existing file without --force, an unwritable location): exit 2 before a run,
+    a warning next to the finding after one (`kvcheck.files`)."""

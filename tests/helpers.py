@@ -3,11 +3,16 @@ hand-written resolvers."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from kvcheck.cli.main import main
 from kvcheck.core.scenario import Admit, Config, Event, Scenario, Step, SwitchStride
 from kvcheck.core.target import Target
 from kvcheck.targets.api_shape import probe_target
@@ -60,3 +65,27 @@ def source_target(tmp_path: Path, body: str, name: str = "resolve") -> str:
     path = tmp_path / "batch_result_processor.py"
     path.write_text(_HEADER + textwrap.dedent(body))
     return f"{path}::{name}"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """`kvcheck ARGV` in this process: (exit code, stdout, stderr). Whatever the command and its
+    input, neither output may hold a traceback."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out and "Traceback" not in err, out + err
+    return code, out, err
+
+
+def run_process(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`kvcheck ARGV` in a fresh interpreter (where an uncaught exception would print its
+    traceback); no output may hold one."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "kvcheck.cli", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+    )
+    both = completed.stdout + completed.stderr
+    assert "Traceback" not in both, both
+    return completed

@@ -17,17 +17,23 @@ from kvcheck.cli.options import (
     EXIT_OK,
     EXIT_VIOLATION,
     add_coverage_options,
+    add_force_option,
     add_json_option,
     add_judging_options,
+    add_save_options,
     coverage_below,
     coverage_json,
     coverage_text,
+    input_files,
     positive_int,
     require_coverage,
     seed,
+    warn,
 )
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, save
 from kvcheck.counterexamples.replay import replay_command
+from kvcheck.errors import FileWriteError
+from kvcheck.files import check_destination
 from kvcheck.reporting.html import write_html
 from kvcheck.reporting.render import print_timeline
 from kvcheck.reporting.text import failure_to_json, format_failure
@@ -56,7 +62,7 @@ def add_parser(commands: Any) -> None:
             "(or line coverage below --min-coverage); 2: usage or load error."
         ),
     )
-    parser.add_argument("target")
+    parser.add_argument("target", help="the resolver to check (forms above)")
     add_judging_options(
         parser,
         global_counters_default="ideal",
@@ -66,24 +72,29 @@ def add_parser(commands: Any) -> None:
         ),
     )
     parser.add_argument(
-        "--max-examples", type=positive_int, default=DEFAULT_MAX_EXAMPLES, metavar="N"
+        "--max-examples",
+        type=positive_int,
+        default=DEFAULT_MAX_EXAMPLES,
+        metavar="N",
+        help=f"scenarios to try before shrinking (default: {DEFAULT_MAX_EXAMPLES})",
     )
-    parser.add_argument("--seed", type=seed, default=None, metavar="N")
+    parser.add_argument(
+        "--seed",
+        type=seed,
+        default=None,
+        metavar="N",
+        help="Hypothesis seed, for a reproducible search (default: none, a random search)",
+    )
     add_json_option(parser)
     add_coverage_options(parser.add_argument_group("the target's own coverage"), gate=True)
     group = parser.add_argument_group("counterexamples and reports")
+    add_save_options(group)
     group.add_argument(
-        "--save-dir",
-        default=str(DEFAULT_DIR),
-        metavar="DIR",
-        help=f"where a failure's counterexample file is written (default: {DEFAULT_DIR})",
+        "--html",
+        metavar="FILE",
+        help="on failure, write an HTML timeline (SVG swimlane) here (default: none)",
     )
-    group.add_argument(
-        "--no-save", action="store_true", help="do not write a counterexample file on failure"
-    )
-    group.add_argument(
-        "--html", metavar="FILE", help="on failure, write an HTML timeline (SVG swimlane) here"
-    )
+    add_force_option(group)
     group.add_argument(
         "--database",
         metavar="DIR",
@@ -94,7 +105,7 @@ def add_parser(commands: Any) -> None:
     group.add_argument(
         "--no-database",
         action="store_true",
-        help="use no example database (a search then depends only on --seed)",
+        help="use no example database, so a search depends only on --seed (default: off)",
     )
     parser.set_defaults(run=run)
 
@@ -110,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
 
     target = load_target(args.target, allow_unavailable=args.allow_unavailable_imports)
     require_coverage(args, target)
+    if args.html:  # a destination refused now is a usage error, before the search
+        check_destination(
+            args.html, inputs=input_files(target), force=args.force, what="HTML timeline"
+        )
     verdict = check(
         target,
         convention=args.convention,
@@ -120,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         database=database_for(args),
         measure_coverage=not args.no_coverage,
     )
-    saved = save_failure(verdict, args)
+    saved = save_failure(verdict, args, inputs=input_files(target))
     if args.json:
         report = verdict_to_json(verdict) | coverage_json(verdict.coverage, args)
         print(json.dumps(report | json_fields(saved), indent=2, default=repr))
@@ -143,7 +158,7 @@ def run_default_job() -> int:
         verdicts.append(verdict)
         print(format_verdict(verdict))
         saved = save_failure(verdict, save_options)
-        if saved is not None:
+        if saved is not None and saved.path:
             print(f"replay with: {replay_command(saved.path)}")
         print()
     found = sum(not v.passed for v in verdicts)
@@ -172,33 +187,56 @@ def database_for(args: argparse.Namespace) -> ExampleDatabase | None:
 
 @attrs.frozen
 class Saved:
-    """What `kvcheck check` wrote for a failure ("" for what it did not write)."""
+    """What `kvcheck check` wrote for a failure ("" for what it did not write), and why what it
+    was asked to write was not written (`warnings`, already printed on stderr)."""
 
     counterexample: Counterexample
     path: str
     html: str
+    warnings: tuple[str, ...] = ()
 
 
-def save_failure(verdict: Verdict, args: argparse.Namespace) -> Saved | None:
-    """Write the failing verdict's counterexample file (and HTML); None when it passed."""
+def save_failure(
+    verdict: Verdict, args: argparse.Namespace, *, inputs: tuple[str, ...] = ()
+) -> Saved | None:
+    """Write the failing verdict's counterexample file (and HTML); None when it passed.
+
+    A file that cannot be written is a warning on stderr, never an error: the finding is
+    reported whatever happens to its files. The HTML page is never written over one of `inputs`
+    or, without `--force`, over an existing file.
+    """
     from kvcheck.search.check import from_verdict  # Hypothesis: only when a check ran
 
     allow = bool(getattr(args, "allow_unavailable_imports", False))
     counterexample = from_verdict(verdict, allow_unavailable_imports=allow)
     if counterexample is None:
         return None
-    path = "" if getattr(args, "no_save", False) else str(save(counterexample, args.save_dir))
-    html = getattr(args, "html", None) or ""
-    if html:
+    warnings: list[str] = []
+    path = html = ""
+    if not getattr(args, "no_save", False):
+        try:
+            path = str(save(counterexample, args.save_dir))
+        except FileWriteError as exc:
+            warnings.append(f"{exc}; the finding is reported here only")
+    if getattr(args, "html", None):
         failure = verdict.outcome.failure
         assert failure is not None
-        write_html(
-            build_timeline(failure, target=verdict.target),
-            html,
-            heading=f"kvcheck check {verdict.target}",
-            summary=f"counterexample file: {path}" if path else "",
-        )
-    return Saved(counterexample, path, html)
+        try:
+            html = str(
+                write_html(
+                    build_timeline(failure, target=verdict.target),
+                    args.html,
+                    heading=f"kvcheck check {verdict.target}",
+                    summary=f"counterexample file: {path}" if path else "",
+                    inputs=inputs,
+                    force=bool(getattr(args, "force", False)),
+                )
+            )
+        except FileWriteError as exc:
+            warnings.append(str(exc))
+    for warning in warnings:
+        warn(warning)
+    return Saved(counterexample, path, html, tuple(warnings))
 
 
 # --- reports -----------------------------------------------------------------------------------
@@ -270,10 +308,11 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
 def json_fields(saved: Saved | None) -> dict[str, Any]:
     """The fields a saved failure adds to the `--json` report."""
     if saved is None:
-        return {}
+        return {"warnings": []}
     return {
         "counterexample_file": saved.path or None,
         "replay_command": replay_command(saved.path) if saved.path else None,
         "explanation": saved.counterexample.explanation,
         "html_report": saved.html or None,
+        "warnings": list(saved.warnings),
     }

@@ -16,6 +16,7 @@ from kvcheck.cli.options import (
     add_coverage_options,
     add_json_option,
     add_judging_options,
+    add_save_options,
     algorithm_list,
     coverage_below,
     coverage_json,
@@ -29,12 +30,13 @@ from kvcheck.cli.options import (
     positive_int,
     require_coverage,
     seconds,
+    warn,
 )
 from kvcheck.core.scenario import ALGORITHMS, EVENT_KINDS
 from kvcheck.core.target import Target
-from kvcheck.counterexamples.fileformat import DEFAULT_DIR, save
+from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run, replay_command
-from kvcheck.errors import KvcheckUsageError
+from kvcheck.errors import FileWriteError, KvcheckUsageError
 from kvcheck.mutants import get as get_entry
 from kvcheck.mutants.registry import SPEC_PREFIX
 from kvcheck.reporting.render import print_timeline
@@ -58,18 +60,23 @@ def add_parser(commands: Any) -> None:
             "line coverage below --min-coverage; 2: usage or load error."
         ),
     )
-    exhaust.add_argument("target")
+    exhaust.add_argument("target", help="the resolver to check (forms above)")
     bounds = exhaust.add_argument_group("bounds")
     default = Bounds()
     bounds.add_argument(
-        "--requests", type=positive_int, default=default.requests, metavar="N", help="default 2"
+        "--requests",
+        type=positive_int,
+        default=default.requests,
+        metavar="N",
+        help=f"requests per scenario (default: {default.requests})",
     )
     bounds.add_argument(
         "--events",
         type=non_negative_int,
         default=default.events,
         metavar="N",
-        help="longest scenario, every event counted (default 8; 0: unbounded, needs --steps)",
+        help="longest scenario, every event counted; 0: unbounded, needs --steps "
+        f"(default: {default.events})",
     )
     bounds.add_argument(
         "--steps",
@@ -79,10 +86,18 @@ def add_parser(commands: Any) -> None:
         help="at most N step events per scenario (default: only --events bounds them)",
     )
     bounds.add_argument(
-        "--max-accept", type=positive_int, default=default.max_accept, metavar="N", help="default 3"
+        "--max-accept",
+        type=positive_int,
+        default=default.max_accept,
+        metavar="N",
+        help=f"most draft tokens a row accepts (default: {default.max_accept})",
     )
     bounds.add_argument(
-        "--strides", type=int_list, default=default.strides, metavar="S,S", help="default 2,3"
+        "--strides",
+        type=int_list,
+        default=default.strides,
+        metavar="S,S",
+        help=f"speculative strides (default: {_commas(default.strides)})",
     )
     bounds.add_argument(
         "--kinds",
@@ -91,10 +106,26 @@ def add_parser(commands: Any) -> None:
         metavar="K,K",
         help=f"event kinds to enumerate (default all: {','.join(EVENT_KINDS)})",
     )
-    bounds.add_argument("--prompt-lens", type=int_list, default=default.prompt_lens, metavar="P,P")
-    bounds.add_argument("--max-new", type=int_list, default=default.max_new, metavar="M,M")
     bounds.add_argument(
-        "--eos", type=eos_list, default=default.eos, metavar="E,E", help="default none,2"
+        "--prompt-lens",
+        type=int_list,
+        default=default.prompt_lens,
+        metavar="P,P",
+        help=f"prompt lengths of admitted requests (default: {_commas(default.prompt_lens)})",
+    )
+    bounds.add_argument(
+        "--max-new",
+        type=int_list,
+        default=default.max_new,
+        metavar="M,M",
+        help=f"max_new_tokens of admitted requests (default: {_commas(default.max_new)})",
+    )
+    bounds.add_argument(
+        "--eos",
+        type=eos_list,
+        default=default.eos,
+        metavar="E,E",
+        help=f"output position of a request's EOS token, or none (default: {_commas(default.eos)})",
     )
     bounds.add_argument(
         "--overlap", type=overlap_modes, default=default.overlap, help="on, off or both (default)"
@@ -136,16 +167,33 @@ def add_parser(commands: Any) -> None:
         adaptive_help="stride switching (default: on when switch_stride events have two strides)",
     )
     limits = exhaust.add_argument_group("limits and output")
-    limits.add_argument("--time-limit", type=seconds, default=None, metavar="SECONDS")
-    limits.add_argument("--max-states", type=positive_int, default=None, metavar="N")
     limits.add_argument(
-        "--no-merge", action="store_true", help="do not merge equal states (slow; cross-check)"
+        "--time-limit",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help="stop, incomplete, after this long (default: no limit)",
     )
-    limits.add_argument("--save-dir", default=str(DEFAULT_DIR), metavar="DIR")
-    limits.add_argument("--no-save", action="store_true")
+    limits.add_argument(
+        "--max-states",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="stop, incomplete, after this many distinct states (default: no limit)",
+    )
+    limits.add_argument(
+        "--no-merge",
+        action="store_true",
+        help="do not merge equal states (slow; cross-check) (default: off, merged)",
+    )
+    add_save_options(limits)
     add_json_option(limits)
     add_coverage_options(exhaust.add_argument_group("the target's own coverage"), gate=True)
     exhaust.set_defaults(run=run)
+
+
+def _commas(values: tuple[object, ...]) -> str:
+    return ",".join("none" if value is None else str(value) for value in values)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -197,11 +245,12 @@ def run(args: argparse.Namespace) -> int:
         time_limit=args.time_limit,
         measure_coverage=not args.no_coverage,
     )
-    saved_path, replay = _save(result, args, convention_reason)
+    saved_path, replay, warnings = _save(result, args, convention_reason)
     if args.json:
         report = exhaust_to_json(result) | {
             "convention_reason": convention_reason,
             "adaptive_reason": adaptive_reason,
+            "warnings": warnings,
         }
         report |= coverage_json(result.coverage, args)
         if result.failure is not None:
@@ -272,17 +321,24 @@ def _exhaust_convention(choice: str, target: Target, defaults: dict[str, Any]) -
 
 def _save(
     result: ExhaustResult, args: argparse.Namespace, convention_reason: str
-) -> tuple[str | None, str | None]:
+) -> tuple[str | None, str | None, list[str]]:
+    """The counterexample file's path and replay command, and the warning (printed) when it
+    could not be written: the finding is reported either way."""
     if result.failure is None or args.no_save:
-        return None, None
+        return None, None, []
     counterexample = from_run(
         result.failure,
         result.target,
         convention_reason=convention_reason,
         allow_unavailable_imports=args.allow_unavailable_imports,
     )
-    path = str(save(counterexample, args.save_dir))
-    return path, replay_command(path)
+    try:
+        path = str(save(counterexample, args.save_dir))
+    except FileWriteError as exc:
+        warning = f"{exc}; the finding is reported here only"
+        warn(warning)
+        return None, None, [warning]
+    return path, replay_command(path), []
 
 
 def format_exhaust(

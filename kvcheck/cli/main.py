@@ -15,9 +15,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvcheck.cli import check, exhaust, mutants, regress, releases, replay
-from kvcheck.cli.options import EXIT_OK, EXIT_USAGE, EXIT_VIOLATION, Parser
+from kvcheck.cli.options import (
+    EXIT_OK,
+    EXIT_USAGE,
+    EXIT_VIOLATION,
+    Parser,
+    error_json,
+    wants_json,
+)
 from kvcheck.core.spellings import spellings_table
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.version import VERSION
 
 _COMMANDS: tuple[Any, ...] = (check, replay, regress, releases, mutants, exhaust)
 
@@ -37,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
             "prints what it found."
         ),
     )
+    parser.add_argument(
+        "--version", action="version", version=f"kvcheck {VERSION}", help="print the version"
+    )
     commands = parser.add_subparsers(dest="command", parser_class=Parser)
     for command in _COMMANDS:
         command.add_parser(commands)
@@ -50,20 +61,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 pass, 1 violation, 2 usage/load error)."""
+    """Run the command line; returns the exit code (0 pass, 1 violation, 2 usage/load error).
+
+    An error is one line on stderr; under `--json` it is also the one JSON object on stdout
+    (`{"error": ..., "exit_code": 2}`), so a reader of `--json` always gets one object.
+    """
+    words = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # argparse already printed its one line (or --help)
+        args = build_parser().parse_args(words)
+    except SystemExit as exc:  # --help or --version, already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except KvcheckUsageError as exc:  # a malformed command line (Parser.error)
+        return _error(str(exc), as_json=wants_json(words))
     try:
         run = getattr(args, "run", None)
         return int(run(args)) if run is not None else check.run_default_job()
     except KvcheckUsageError as exc:
-        print(f"kvcheck: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _error(str(exc), as_json=bool(getattr(args, "json", False)))
     except BrokenPipeError:
         # The reader went away (`kvcheck check --json | head`): stop quietly, and keep Python
         # from failing again while flushing stdout at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_VIOLATION
+
+
+def _error(message: str, *, as_json: bool, code: int = EXIT_USAGE) -> int:
+    """Report an error that ends the command: one line on stderr, and the JSON object too."""
+    print(f"kvcheck: error: {message}", file=sys.stderr)
+    if as_json:
+        print(error_json(message, code))
+    return code

@@ -24,25 +24,35 @@ def add_parser(commands: Any) -> None:
             "rewrite passed; 1: a mutant survived or a rewrite failed; 2: usage error."
         ),
     )
-    mutants.add_argument("--max-examples", type=positive_int, default=300, metavar="N")
-    mutants.add_argument("--seed", type=seed, default=0, metavar="N", help="default: 0")
+    mutants.add_argument(
+        "--max-examples",
+        type=positive_int,
+        default=300,
+        metavar="N",
+        help="scenarios per entry's search (default: 300)",
+    )
+    mutants.add_argument(
+        "--seed", type=seed, default=0, metavar="N", help="Hypothesis seed (default: 0)"
+    )
     mutants.add_argument(
         "--only",
         action="append",
         default=None,
         metavar="NAME",
-        help="run only this entry (repeatable; mutant:NAME or NAME)",
+        help="run only this entry (repeatable; mutant:NAME or NAME; default: every entry)",
     )
     mutants.add_argument(
         "--no-exhaustive",
         action="store_true",
-        help="skip the exhaustive minimum (no shrink ratio)",
+        help="skip the exhaustive minimum (no shrink ratio) (default: off, it runs)",
     )
     mutants.add_argument(
-        "--jobs", type=positive_int, default=1, metavar="N", help="worker processes (default 1)"
+        "--jobs", type=positive_int, default=1, metavar="N", help="worker processes (default: 1)"
     )
     mutants.add_argument(
-        "--list", action="store_true", help="list the corpus without running anything"
+        "--list",
+        action="store_true",
+        help="list the corpus without running anything (default: off)",
     )
     add_json_option(mutants)
     mutants.set_defaults(run=run)

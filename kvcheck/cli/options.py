@@ -8,6 +8,10 @@ usage or load error. User errors are one clear line on stderr, never a traceback
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from kvcheck.core.scenario import (
@@ -19,6 +23,7 @@ from kvcheck.core.scenario import (
     Grammar,
 )
 from kvcheck.core.target import Target
+from kvcheck.counterexamples.fileformat import DEFAULT_DIR
 from kvcheck.errors import KvcheckUsageError
 
 if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvcheck.search
@@ -35,9 +40,62 @@ class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        """argparse's error hook: one line pointing at `--help`, exit 2 (`EXIT_USAGE`)."""
+        """argparse's error hook: a `KvcheckUsageError` pointing at `--help`, which the front
+        door reports like any usage error (one line, exit 2, and JSON under `--json`)."""
         # One line, not argparse's usage block: the contract is "one clear line".
-        self.exit(EXIT_USAGE, f"kvcheck: error: {message} (see `{self.prog} --help`)\n")
+        raise KvcheckUsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for `--json`, read from the raw words (for errors raised
+    before or while parsing them); words after `--` are not options."""
+    words = list(argv)
+    if "--" in words:
+        words = words[: words.index("--")]
+    return "--json" in words
+
+
+def error_json(message: str, code: int) -> str:
+    """The one JSON object `--json` prints when a command ends in an error instead of a report."""
+    return json.dumps({"error": message, "exit_code": code}, indent=2)
+
+
+def warn(message: str) -> None:
+    """A warning on stderr: something went wrong that does not change the verdict (a file that
+    could not be written next to a finding that is printed anyway)."""
+    print(f"kvcheck: warning: {message}", file=sys.stderr)
+
+
+def add_save_options(parser: argparse._ActionsContainer) -> None:
+    """`--save-dir DIR` and `--no-save`: where a failure's counterexample file goes."""
+    parser.add_argument(
+        "--save-dir",
+        default=str(DEFAULT_DIR),
+        metavar="DIR",
+        help=f"where a failure's counterexample file is written (default: {DEFAULT_DIR})",
+    )
+    parser.add_argument(
+        "--no-save",
+        action="store_true",
+        help="do not write a counterexample file on failure (default: off, one is written)",
+    )
+
+
+def add_force_option(parser: argparse._ActionsContainer) -> None:
+    """`--force`: replace existing output files (never the command's input files)."""
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an output file that exists; a file the command reads is never replaced "
+        "(default: off, an existing file is an error)",
+    )
+
+
+def input_files(target: Target | None, *paths: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The files a command reads and so may never write over: `paths` (e.g. the counterexample
+    file) and the source files of `target`'s code."""
+    code = () if target is None else tuple(span.file for span in target.code)
+    return tuple(dict.fromkeys([*map(str, paths), *code]))
 
 
 # --- argument types -------------------------------------------------------------------------
@@ -205,7 +263,13 @@ def add_judging_options(
         "--global-counters",
         choices=GLOBAL_COUNTER_MODES,
         default=global_counters_default,
-        help="ideal: stale rows excluded (default); sglang: counted as SGLang does; off",
+        help="ideal: stale rows excluded; sglang: counted as SGLang does; off (default: "
+        + (
+            global_counters_default
+            if global_counters_default is not None
+            else "a mutant:NAME entry's own, else ideal"
+        )
+        + ")",
     )
     parser.add_argument(
         "--adaptive", action=argparse.BooleanOptionalAction, default=None, help=adaptive_help
@@ -216,14 +280,18 @@ def add_judging_options(
         help=(
             "for path.py::Qualname targets: load even if the code names imports kvcheck cannot "
             "provide (e.g. an abort reason on an error path); using one at run time is still an "
-            "error"
+            "error (default: off)"
         ),
     )
 
 
 def add_json_option(parser: argparse._ActionsContainer) -> None:
     """`--json`: print one JSON object on stdout instead of the text report."""
-    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object on stdout, also for an error (default: off, a text report)",
+    )
 
 
 # --- the target's coverage ------------------------------------------------------------------
@@ -234,7 +302,8 @@ def add_coverage_options(parser: argparse._ActionsContainer, *, gate: bool) -> N
     parser.add_argument(
         "--no-coverage",
         action="store_true",
-        help="do not measure which lines and branches of a target read from source ran",
+        help="do not measure which lines and branches of a target read from source ran "
+        "(default: off, measured)",
     )
     if gate:
         parser.add_argument(
@@ -244,7 +313,7 @@ def add_coverage_options(parser: argparse._ActionsContainer, *, gate: bool) -> N
             metavar="PCT",
             help=(
                 "exit 1 when the target's line coverage is below PCT percent, even if no "
-                "violation was found (targets read from source only)"
+                "violation was found (targets read from source only; default: no minimum)"
             ),
         )
 

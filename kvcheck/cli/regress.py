@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvcheck.cli.options import EXIT_OK
+from kvcheck.cli.options import EXIT_OK, add_force_option, input_files
 from kvcheck.counterexamples.fileformat import load
 from kvcheck.counterexamples.regress import function_name, regression_test
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.targets.loading import load_target
+from kvcheck.files import write_text
+from kvcheck.targets.loading import absolute_spec, load_target
 
 
 def add_parser(commands: Any) -> None:
@@ -27,10 +28,16 @@ def add_parser(commands: Any) -> None:
         ),
     )
     regress_parser.add_argument("file", help="a *.kvcheck.json counterexample file")
-    regress_parser.add_argument("--out", metavar="PATH", help="write the test here (e.g. tests/)")
+    regress_parser.add_argument(
+        "--out",
+        metavar="PATH",
+        help="write the test to this file, or into this directory (e.g. tests/) (default: "
+        "print it); never over the counterexample file",
+    )
     regress_parser.add_argument(
         "--target", default=None, help="the target the test replays (default: the saved one)"
     )
+    add_force_option(regress_parser)
     regress_parser.set_defaults(run=run)
 
 
@@ -45,18 +52,17 @@ def run(args: argparse.Namespace) -> int:
     target = args.target or counterexample.target
     if target is None:
         raise KvcheckUsageError(f"{args.file} names no target; give one with --target")
-    load_target(target)  # a target that no longer exists is an error now, not in the test
-    text = regression_test(counterexample, source=args.file, target=target)
+    # a target that no longer exists is an error now, not in the test
+    loaded = load_target(target, allow_unavailable=counterexample.allow_unavailable_imports)
+    # An absolute path, so that the test runs from its own folder (or any other).
+    text = regression_test(counterexample, source=args.file, target=absolute_spec(target))
     if not args.out:
         sys.stdout.write(text)
         return EXIT_OK
     out = Path(args.out)
     if out.is_dir() or args.out.endswith(("/", "\\")):
         out = out / f"test_kvcheck_{function_name(counterexample)}.py"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise KvcheckUsageError(f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
+    inputs = input_files(loaded, args.file)
+    write_text(out, text, inputs=inputs, force=args.force, what="regression test")
     print(f"wrote {out}")
     return EXIT_OK

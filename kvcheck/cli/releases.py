@@ -37,16 +37,30 @@ def add_parser(commands: Any) -> None:
             "index cannot be reached or a range bound is not a release."
         ),
     )
-    parser.add_argument("--from", dest="first", default=sglang_release.OLDEST, metavar="V")
-    parser.add_argument("--to", dest="last", default=None, metavar="V", help="default: newest")
+    parser.add_argument(
+        "--from",
+        dest="first",
+        default=sglang_release.OLDEST,
+        metavar="V",
+        help=f"oldest release to check (default: {sglang_release.OLDEST})",
+    )
+    parser.add_argument(
+        "--to",
+        dest="last",
+        default=None,
+        metavar="V",
+        help="newest release to check (default: the newest on the index)",
+    )
     parser.add_argument(
         "--max-examples",
         type=positive_int,
         default=DEFAULT_RELEASE_EXAMPLES,
         metavar="N",
-        help=f"per release and counter mode (default {DEFAULT_RELEASE_EXAMPLES})",
+        help=f"per release and counter mode (default: {DEFAULT_RELEASE_EXAMPLES})",
     )
-    parser.add_argument("--seed", type=seed, default=0, metavar="N", help="default: 0")
+    parser.add_argument(
+        "--seed", type=seed, default=0, metavar="N", help="Hypothesis seed (default: 0)"
+    )
     add_json_option(parser)
     add_coverage_options(parser, gate=False)
     parser.set_defaults(run=run)

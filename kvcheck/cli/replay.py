@@ -9,13 +9,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvcheck.cli.options import EXIT_OK, EXIT_VIOLATION, add_json_option
+from kvcheck.cli.options import (
+    EXIT_OK,
+    EXIT_VIOLATION,
+    add_force_option,
+    add_json_option,
+    input_files,
+    warn,
+)
 from kvcheck.counterexamples.fileformat import SavedViolation, load
 from kvcheck.counterexamples.replay import Replay, replay, replay_command
+from kvcheck.errors import FileWriteError
+from kvcheck.files import check_destination
 from kvcheck.reporting.explain import explain
 from kvcheck.reporting.html import write_html
 from kvcheck.reporting.render import print_timeline
 from kvcheck.reporting.timeline import build_timeline
+from kvcheck.targets.loading import spec_path
 
 
 def add_parser(commands: Any) -> None:
@@ -32,12 +42,18 @@ def add_parser(commands: Any) -> None:
     )
     replay_parser.add_argument("file", help="a *.kvcheck.json counterexample file")
     replay_parser.add_argument(
-        "--target", default=None, help="replay against this target instead of the saved one"
+        "--target",
+        default=None,
+        help="replay against this target instead of the saved one (default: the saved one)",
     )
     add_json_option(replay_parser)
     replay_parser.add_argument(
-        "--html", metavar="FILE", help="also write the timeline as an HTML page (SVG swimlane)"
+        "--html",
+        metavar="FILE",
+        help="also write the timeline as an HTML page (SVG swimlane) (default: none); never "
+        "over the counterexample file",
     )
+    add_force_option(replay_parser)
     replay_parser.set_defaults(run=run)
 
 
@@ -48,21 +64,40 @@ def run(args: argparse.Namespace) -> int:
     timeline. Returns exit 0 when the scenario passes, 1 when any violation shows.
     """
     counterexample = load(args.file)
+    inputs = _inputs(args.file, args.target or counterexample.target)
+    if args.html:  # a destination refused now is a usage error, before the replay
+        check_destination(args.html, inputs=inputs, force=args.force, what="HTML timeline")
     replayed = replay(counterexample, args.target, path=args.file)
+    html, warnings = None, []
     if args.html:
-        write_html(
-            build_timeline(replayed.result, target=replayed.target),
-            args.html,
-            heading=f"kvcheck replay {Path(args.file).name}",
-            summary=replayed.summary(),
-        )
+        try:
+            html = str(
+                write_html(
+                    build_timeline(replayed.result, target=replayed.target),
+                    args.html,
+                    heading=f"kvcheck replay {Path(args.file).name}",
+                    summary=replayed.summary(),
+                    inputs=inputs,
+                    force=args.force,
+                )
+            )
+        except FileWriteError as exc:  # the replay's verdict stands; the page is a warning
+            warnings.append(str(exc))
+            warn(str(exc))
     if args.json:
-        print(json.dumps(replay_to_json(replayed) | {"html_report": args.html}, indent=2))
+        extra = {"html_report": html, "warnings": warnings}
+        print(json.dumps(replay_to_json(replayed) | extra, indent=2))
     else:
         _print_replay(replayed)
-        if args.html:
-            print(f"HTML timeline written to {args.html}")
+        if html:
+            print(f"HTML timeline written to {html}")
     return EXIT_OK if replayed.violation is None else EXIT_VIOLATION
+
+
+def _inputs(file: str, spec: str | None) -> tuple[str, ...]:
+    """What `replay` reads: the counterexample file and the target's source file, if any."""
+    path = None if spec is None else spec_path(spec)
+    return input_files(None, file, *([path] if path else []))
 
 
 def _print_replay(replayed: Replay) -> None:

@@ -14,7 +14,9 @@ target mutated. Its state is plain objects, so `clone()` is a deep copy.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -528,9 +530,11 @@ def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | No
     """Call the target's code: (what it returned, None), or (None, its exception as text) when
     it raised. Raises `UnsupportedTargetError` when it reached what kvcheck does not model or
     cannot provide, and `KvcheckInternalError` when kvcheck's own code raised: neither is a
-    verdict on the target."""
+    verdict on the target. What the target prints goes to stderr: kvcheck's stdout is its report
+    (one JSON object under `--json`)."""
     try:
-        return function(*args), None
+        with contextlib.redirect_stdout(sys.stderr):
+            return function(*args), None
     except (UnmodeledAttributeError, KvcheckUsageError) as exc:
         # Includes a name the source loader could not provide, reached at run time.
         raise UnsupportedTargetError(str(exc)) from None

@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -33,7 +32,8 @@ from kvcheck.core.scenario import (
     scenario_from_dict,
     scenario_to_dict,
 )
-from kvcheck.errors import ScenarioFormatError
+from kvcheck.errors import FileWriteError, ScenarioFormatError
+from kvcheck.files import write_text
 from kvcheck.version import VERSION
 
 if TYPE_CHECKING:
@@ -182,23 +182,19 @@ def _slug(text: str) -> str:
 def save(counterexample: Counterexample, directory: str | os.PathLike[str] = DEFAULT_DIR) -> Path:
     """Write the file under `directory` (created if missing); returns its path.
 
-    The write is atomic, and an existing file with the same name is replaced: it holds the same
-    finding, possibly with newer metadata.
+    The write is atomic (`kvcheck.files.write_text`). A file of the same name is left as it is:
+    the name is the finding's digest, so it already holds this finding. Raises `FileWriteError`
+    (one line) when the file cannot be written.
     """
-    folder = Path(directory)
+    path = Path(directory) / counterexample.file_name
+    if path.is_file():
+        return path
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / counterexample.file_name
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(counterexample.to_json())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these files are meant to be shared
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ScenarioFormatError(
-            f"cannot write a counterexample under {str(folder)!r}: {exc.strerror or exc}"
-        ) from None
-    return path
+        return write_text(path, counterexample.to_json(), what="counterexample")
+    except FileWriteError:
+        if path.is_file():  # the same finding, written meanwhile by another run
+            return path
+        raise
 
 
 def loads(text: str, source: str = "counterexample") -> Counterexample:

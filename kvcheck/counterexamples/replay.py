@@ -21,7 +21,7 @@ from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
 from kvcheck.reporting.explain import explain
 from kvcheck.reporting.render import render_plain
 from kvcheck.reporting.timeline import build_timeline
-from kvcheck.targets.loading import load_target
+from kvcheck.targets.loading import absolute_spec, load_target
 
 ReplayStatus = Literal["same", "different", "none"]
 
@@ -33,13 +33,14 @@ def from_run(
     convention_reason: str = "",
     allow_unavailable_imports: bool = False,
 ) -> Counterexample:
-    """The counterexample of a failing run (recorded or not)."""
+    """The counterexample of a failing run (recorded or not). A target read from a path is
+    recorded with the path made absolute, so the file replays from any directory."""
     violation = result.violation
     if violation is None:
         raise ValueError("the run has no violation")
     return Counterexample(
         scenario=result.scenario,
-        target=target,
+        target=absolute_spec(target),
         violation=SavedViolation.from_violation(violation),
         convention_reason=convention_reason,
         explanation=explain(result),

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from kvcheck.errors import KvcheckUsageError
+from kvcheck.files import write_text
 from kvcheck.reporting.render import render_plain
 from kvcheck.reporting.timeline import Cell, Timeline
 
@@ -229,15 +230,14 @@ def write_html(
     *,
     heading: str | None = None,
     summary: str = "",
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    force: bool = False,
 ) -> Path:
-    """Write the page to `path` (parent directories created); returns the path."""
-    out = Path(path)
-    try:
-        if out.parent and not out.parent.exists():
-            out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(render_html(timeline, heading=heading, summary=summary), encoding="utf-8")
-    except OSError as exc:
-        raise KvcheckUsageError(
-            f"cannot write HTML report {str(path)!r}: {exc.strerror or exc}"
-        ) from None
-    return out
+    """Write the page to `path` atomically (parent directories created); returns the path.
+
+    Never over one of `inputs`, nor over an existing file unless `force`
+    (`kvcheck.files.write_text`); raises `FileWriteError` (one line) otherwise or when the page
+    cannot be written.
+    """
+    page = render_html(timeline, heading=heading, summary=summary)
+    return write_text(path, page, inputs=inputs, force=force, what="HTML timeline")

@@ -15,9 +15,12 @@ Every failure is a `TargetLoadError` with one line: the front doors turn it into
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import inspect
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,30 @@ def load_target(spec: str, *, allow_unavailable: bool = False) -> Target:
         f"malformed target {spec!r}; expected builtin:NAME, sglang==VERSION, "
         "package.module:Qualname, path/to/file.py::Qualname or an SGLang checkout directory"
     )
+
+
+def spec_path(spec: str) -> str | None:
+    """The file (`path/to/file.py::Qualname`) or directory (an SGLang checkout) a spec reads its
+    target from, as written; None for the forms that name no path (`builtin:`, `sglang==`,
+    `package.module:Qualname`). Mirrors the order `load_target` tries the forms in."""
+    spec = spec.strip()
+    if spec.startswith("builtin:") or spec.startswith(sglang_release.SPEC_PREFIX):
+        return None
+    if "::" in spec:
+        return spec.partition("::")[0] or None
+    if spec.count(":") == 1 or not Path(spec).is_dir():
+        return None
+    return spec
+
+
+def absolute_spec(spec: str) -> str:
+    """`spec` with the path it names made absolute, so that it loads from any directory: what
+    counterexample files and generated regression tests record. A spec that names no path is
+    returned unchanged."""
+    path = spec_path(spec)
+    if path is None:
+        return spec
+    return os.path.abspath(os.path.expanduser(path)) + spec.strip()[len(path) :]
 
 
 def _load_release(spec: str, allow_unavailable: bool) -> Target:
@@ -95,7 +122,9 @@ def _load_import(spec: str) -> Target:
     if not module_name or not qualname:
         raise TargetLoadError(f"malformed target {spec!r}; expected package.module:Qualname")
     try:
-        module = importlib.import_module(module_name)
+        # What the module prints when imported is the target's output, not kvcheck's report.
+        with contextlib.redirect_stdout(sys.stderr):
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise TargetLoadError(
             f"cannot import {module_name!r} for target {spec!r}: {exc}; to check a file whose "

@@ -684,7 +684,8 @@ class _Loader:
         tree = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
         try:
             code = compile(tree, self._filename, "exec", dont_inherit=True)
-            with _registered_while_running(module):
+            # What the target's code prints while loading is not kvcheck's report (stdout).
+            with _registered_while_running(module), contextlib.redirect_stdout(sys.stderr):
                 exec(code, module.__dict__, local)
         except TargetLoadError:
             raise

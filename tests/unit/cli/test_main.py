@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.cli.main import main
+from tests.helpers import run_cli
 
 SMALL = ["--max-examples", "300", "--seed", "3"]
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks here save counterexamples and examples where kvcheck does by default (under
+    the current directory): a scratch one, never the working tree."""
+    monkeypatch.chdir(tmp_path)
 
 
 def check_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:
@@ -111,9 +112,8 @@ def test_bad_input_in_a_real_process_has_no_traceback() -> None:
 
 
 def test_bare_kvcheck_reports_on_the_seed_resolvers(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    monkeypatch.chdir(tmp_path)
     code, out, _ = run_cli(capsys)
     assert code == 0
     assert "builtin:seed-prefix" in out and "builtin:seed-fixed" in out
