@@ -24,3 +24,8 @@ class ScenarioFormatError(KvcheckUsageError):
 class KvcheckInternalError(KvcheckUsageError):
     """An exception raised inside kvcheck's own code while the target ran: kvcheck's fault, so
     no verdict is given (exit 2) and the message says where it was raised."""
+
+
+class NondeterministicTargetError(KvcheckUsageError):
+    """The target gave two different results on one scenario: kvcheck replays what a target
+    does to judge it, so it gives no verdict (exit 2); the message names the scenario."""
