@@ -439,9 +439,12 @@ class PropertyItem(_KvcheckItem):
         except KvcheckUsageError as exc:
             path = f"(not saved: {_one_line(exc)})"
         overlap = "" if self.overlap is None else f"overlap {'on' if self.overlap else 'off'}, "
+        reason = verdict.convention_reason
+        if not reason.startswith("convention "):
+            reason = f"convention {verdict.convention}, {reason}"
         lines = [
             f"kvcheck: {self.target.spec} breaks {failure.violation.invariant} "
-            f"(convention {verdict.convention}: {verdict.convention_reason}; {overlap}"
+            f"({reason}; {overlap}"
             f"adaptive {'on' if verdict.adaptive else 'off'}; found after "
             f"{verdict.outcome.examples_to_failure} scenarios)",
             "",

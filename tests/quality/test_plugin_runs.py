@@ -51,6 +51,12 @@ def test_reference_passes(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--kvcheck-target", "builtin:reference", *FAST)
     result.assert_outcomes(passed=1)
     split = pytester.runpytest(
-        "--kvcheck-target", "builtin:reference", "--kvcheck-convention", "both", *FAST
+        "--kvcheck-target",
+        "builtin:reference",
+        "--kvcheck-convention",
+        "preclaim",
+        "--kvcheck-adaptive",
+        "both",
+        *FAST,
     )
     split.assert_outcomes(passed=4)
