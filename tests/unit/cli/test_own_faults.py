@@ -95,3 +95,11 @@ def test_missing_torch_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "kvcheck needs PyTorch" in done.stderr and "pip install torch" in done.stderr
+
+
+def test_exhaust_names_a_nondeterministic_target_too(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["exhaust", f"{RESOLVERS}::twentieth_call", "--requests", "1", "--events", "5"]
+    assert main([*argv, "--no-save", "--no-coverage"]) == 2
+    err = capsys.readouterr().err
+    assert "two different results on the same scenario" in err and "AssertionError" not in err
+    assert "during the enumeration, then no violation when replayed" in err
