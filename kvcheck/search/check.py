@@ -213,6 +213,8 @@ def search(
         require_deterministic(failures[0], target)
         shrunk = shrink(failures[0], target)
         final, shrink_runs = shrunk.result, shrunk.runs
+        if final.violation is None:  # shrinking kept it failing, its recorded replay passed
+            raise _nondeterministic(final.scenario, failures[0].violation, None, "shrinking")
         require_deterministic(final, target)
     return SearchOutcome(
         convention=convention,
@@ -238,11 +240,17 @@ def require_deterministic(found: RunResult, target: Target) -> None:
 
 
 def _nondeterministic(
-    scenario: Scenario, first: Violation | None, second: Violation | None
+    scenario: Scenario,
+    first: Violation | None,
+    second: Violation | None,
+    during: str = "",
 ) -> NondeterministicTargetError:
+    first_text = (
+        f"{first.invariant} while {during}" if first is not None and during else _what(first)
+    )
     return NondeterministicTargetError(
         f"the target gave two different results on the same scenario: first "
-        f"{_what(first)}, then {_what(second)}; kvcheck judges deterministic resolvers only, "
+        f"{first_text}, then {_what(second)}; kvcheck judges deterministic resolvers only, "
         f"so no verdict. The scenario: {to_json_line(scenario)}"
     )
 
