@@ -30,3 +30,8 @@ class FileWriteError(KvcheckUsageError):
     """A file kvcheck was asked to write that it may not or cannot write (an input of the
     command, an existing file without --force, an unwritable location): exit 2 before a run,
     a warning next to the finding after one (`kvcheck.files`)."""
+
+
+class NondeterministicTargetError(KvcheckUsageError):
+    """The target gave two different results on one scenario: kvcheck replays what a target
+    does to judge it, so it gives no verdict (exit 2); the message names the scenario."""

@@ -2,9 +2,12 @@
 
 Two kinds of items:
 
-- `--kvcheck-target T` (repeatable) adds property items: one Hypothesis search per target and
-  configuration axis value (convention x overlap x adaptive), so `pytest -n auto` spreads them.
-  The convention is detected from the target by default (`--kvcheck-convention`).
+- `--kvcheck-target T` (repeatable) adds property items. By default (`--kvcheck-convention auto`)
+  one item per target runs exactly the search `kvcheck check T` runs with the same options
+  (convention detected with fallback, adaptive on exactly when the target feeds the controller),
+  so both front doors give the same verdict. With a convention given (`preclaim`, `honest`,
+  `both`) there is one item per convention x overlap value, so `pytest -n auto` spreads them;
+  `--kvcheck-adaptive both` doubles either set.
 - Counterexample files (`*.kvcheck.json`) under the collected paths become replay items: the
   saved scenario is replayed once against its saved target and must show no violation.
 
@@ -16,9 +19,10 @@ nothing but the replay items, and it imports neither Hypothesis nor torch until 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pytest
 
@@ -67,6 +71,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("auto", "preclaim", "honest", "both"),
         default="auto",
         help="convention axis: auto (detected from each target, default), one, or both",
+    )
+    group.addoption(
+        "--kvcheck-adaptive",
+        dest="kvcheck_adaptive",
+        choices=("auto", "on", "off", "both"),
+        default="auto",
+        help="switch strides between launch and delivery: auto (default: on exactly when the "
+        "target feeds the adaptive controller, as `kvcheck check` decides), on, off, or both "
+        "(one item each)",
+    )
+    group.addoption(
+        "--kvcheck-allow-unavailable-imports",
+        dest="kvcheck_allow_unavailable_imports",
+        action="store_true",
+        help="load a path.py::Qualname target even if its code names imports kvcheck cannot "
+        "provide (using one at run time is still an error), as `kvcheck check` does",
     )
     group.addoption(
         "--kvcheck-global-counters",
@@ -238,6 +258,8 @@ class _SearchOptions:
         self,
         *,
         conventions: str,
+        adaptive: str,
+        allow_unavailable_imports: bool,
         global_counters: GlobalCounterMode,
         max_examples: int,
         database: ExampleDatabase | None,
@@ -245,6 +267,8 @@ class _SearchOptions:
         save_dir: Path,
     ) -> None:
         self.conventions = conventions
+        self.adaptive = adaptive
+        self.allow_unavailable_imports = allow_unavailable_imports
         self.global_counters = global_counters
         self.max_examples = max_examples
         self.database = database
@@ -274,17 +298,18 @@ class _SearchOptions:
                     ) from None
                 register_profiles()
                 profile = settings.get_profile(name)
-        max_examples = config.getoption("kvcheck_max_examples", None) or profile.max_examples
+        given = config.getoption("kvcheck_max_examples", None)
+        max_examples = profile.max_examples if given is None else given
         if max_examples < 1:
-            raise pytest.UsageError("--kvcheck-max-examples must be at least 1")
+            raise pytest.UsageError(f"--kvcheck-max-examples must be at least 1, got {given}")
         seed = config.getoption("kvcheck_seed", None)
         if seed is None:
-            raw = config.getoption("hypothesis_seed", None)
-            if raw is not None:
-                seed = int(raw) if str(raw).lstrip("-").isdigit() else hash(str(raw))
+            seed = seed_from_option(config.getoption("hypothesis_seed", None))
         save_dir = config.getoption("kvcheck_save_dir", None)
         return cls(
             conventions=config.getoption("kvcheck_convention", "auto"),
+            adaptive=config.getoption("kvcheck_adaptive", "auto"),
+            allow_unavailable_imports=config.getoption("kvcheck_allow_unavailable_imports", False),
             global_counters=config.getoption("kvcheck_global_counters", "ideal"),
             max_examples=max_examples,
             database=profile.database,
@@ -295,34 +320,55 @@ class _SearchOptions:
         )
 
 
+_ADAPTIVE_VALUES: Final[dict[str, tuple[bool | None, ...]]] = {
+    "auto": (None,),
+    "on": (True,),
+    "off": (False,),
+    "both": (False, True),
+}
+
+
+def seed_from_option(raw: object) -> int | None:
+    """The seed `--hypothesis-seed` gives the property items: an integer as itself, any other
+    text as a number derived from it the same way in every process (never `hash()`, which
+    differs per process), so such a run is reproducible."""
+    if raw is None:
+        return None
+    text = str(raw)
+    if text.lstrip("-").isdigit():
+        return int(text)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
 def _property_items(
     session: pytest.Session, spec: str, options: _SearchOptions
 ) -> list[pytest.Item]:
-    from kvcheck.search.check import detect_convention  # light plugin
     from kvcheck.targets.loading import load_target  # light plugin
 
     try:
-        target = load_target(spec)
-        reason = ""
-        conventions: list[Convention]
-        if options.conventions == "auto":
-            detected, reason = detect_convention(target)
-            conventions = [detected]
-        elif options.conventions == "both":
-            conventions = ["preclaim", "honest"]
-        else:
-            conventions = [options.conventions]  # type: ignore[list-item]
+        target = load_target(spec, allow_unavailable=options.allow_unavailable_imports)
     except KvcheckUsageError as exc:
         raise pytest.UsageError(f"--kvcheck-target {spec}: {_one_line(exc)}") from None
+    adaptives = _ADAPTIVE_VALUES[options.adaptive]
+    conventions: list[Convention | Literal["auto"]]
+    if options.conventions == "auto":
+        conventions = ["auto"]
+    elif options.conventions == "both":
+        conventions = ["preclaim", "honest"]
+    else:
+        conventions = [options.conventions]  # type: ignore[list-item]
     items: list[pytest.Item] = []
     for convention in conventions:
-        for overlap in (True, False):
-            for adaptive in (False, True):
-                axes = (
-                    f"{convention}-overlap-{'on' if overlap else 'off'}-"
-                    f"adaptive-{'on' if adaptive else 'off'}"
-                )
-                name = f"kvcheck[{spec.replace('::', ':')}][{axes}]"
+        # A given convention splits the search by overlap (the items spread over workers);
+        # `auto` is one search, the one `kvcheck check` runs, so the verdict is the same.
+        for overlap in (None,) if convention == "auto" else (True, False):
+            for adaptive in adaptives:
+                axes: list[str] = [convention]
+                if overlap is not None:
+                    axes.append(f"overlap-{'on' if overlap else 'off'}")
+                if adaptive is not None:
+                    axes.append(f"adaptive-{'on' if adaptive else 'off'}")
+                name = f"kvcheck[{spec.replace('::', ':')}][{'-'.join(axes)}]"
                 items.append(
                     PropertyItem.from_parent(
                         session,
@@ -330,7 +376,6 @@ def _property_items(
                         nodeid=name,
                         target=target,
                         convention=convention,
-                        convention_reason=reason or f"convention {convention} (given)",
                         overlap=overlap,
                         adaptive=adaptive,
                         options=options,
@@ -340,23 +385,22 @@ def _property_items(
 
 
 class PropertyItem(_KvcheckItem):
-    """One Hypothesis search of a target at one convention x overlap x adaptive point."""
+    """One search of a target: with convention `auto` the search `kvcheck check` runs, else one
+    convention x overlap point; adaptive as given (None: `kvcheck check`'s default)."""
 
     def __init__(
         self,
         *,
         target: Target,
-        convention: Convention,
-        convention_reason: str,
-        overlap: bool,
-        adaptive: bool,
+        convention: Convention | Literal["auto"],
+        overlap: bool | None,
+        adaptive: bool | None,
         options: _SearchOptions,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.target = target
-        self.convention: Convention = convention
-        self.convention_reason = convention_reason
+        self.convention = convention
         self.overlap = overlap
         self.adaptive = adaptive
         self.options = options
@@ -368,12 +412,12 @@ class PropertyItem(_KvcheckItem):
         """
         # light plugin: the search, the reporting and saving only when a property item runs
         from kvcheck.counterexamples.fileformat import save
-        from kvcheck.counterexamples.replay import from_run, replay_command
+        from kvcheck.counterexamples.replay import replay_command
         from kvcheck.reporting.render import render_plain
         from kvcheck.reporting.timeline import build_timeline
-        from kvcheck.search.check import search
+        from kvcheck.search.check import check, from_verdict
 
-        outcome = search(
+        verdict = check(
             self.target,
             convention=self.convention,
             global_counters=self.options.global_counters,
@@ -382,23 +426,27 @@ class PropertyItem(_KvcheckItem):
             max_examples=self.options.max_examples,
             seed=self.options.seed,
             database=self.options.database,
+            measure_coverage=False,
         )
-        failure = outcome.failure
-        if failure is None or failure.violation is None:
+        failure = verdict.outcome.failure
+        counterexample = from_verdict(
+            verdict, allow_unavailable_imports=self.options.allow_unavailable_imports
+        )
+        if failure is None or failure.violation is None or counterexample is None:
             return
-        counterexample = from_run(
-            failure, self.target.spec, convention_reason=self.convention_reason
-        )
         try:
             path = _relative(save(counterexample, self.options.save_dir))
         except KvcheckUsageError as exc:
             path = f"(not saved: {_one_line(exc)})"
-        violation = failure.violation
+        overlap = "" if self.overlap is None else f"overlap {'on' if self.overlap else 'off'}, "
+        reason = verdict.convention_reason
+        if not reason.startswith("convention "):
+            reason = f"convention {verdict.convention}, {reason}"
         lines = [
-            f"kvcheck: {self.target.spec} breaks {violation.invariant} "
-            f"(convention {self.convention}, overlap {'on' if self.overlap else 'off'}, "
-            f"adaptive {'on' if self.adaptive else 'off'}; found after "
-            f"{outcome.examples_to_failure} scenarios)",
+            f"kvcheck: {self.target.spec} breaks {failure.violation.invariant} "
+            f"({reason}; {overlap}"
+            f"adaptive {'on' if verdict.adaptive else 'off'}; found after "
+            f"{verdict.outcome.examples_to_failure} scenarios)",
             "",
             render_plain(build_timeline(failure, target=self.target.spec)),
             "",

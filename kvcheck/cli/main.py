@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from kvcheck.cli.options import (
     wants_json,
 )
 from kvcheck.core.spellings import spellings_table
-from kvcheck.errors import KvcheckUsageError
+from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 from kvcheck.version import VERSION
 
 _COMMANDS: tuple[Any, ...] = (check, replay, regress, releases, mutants, exhaust)
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"kvcheck {VERSION}", help="print the version"
     )
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     commands = parser.add_subparsers(dest="command", parser_class=Parser)
     for command in _COMMANDS:
         command.add_parser(commands)
@@ -57,7 +59,29 @@ def build_parser() -> argparse.ArgumentParser:
         description="The attributes, methods and collaborators a resolver may use, by version.",
     )
     spellings.set_defaults(run=_run_spellings)
+    for command_parser in commands.choices.values():
+        # Also after the command (`kvcheck check T --debug`); SUPPRESS keeps the front door's
+        # value when the command's parser does not see the option.
+        command_parser.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP
+        )
     return parser
+
+
+_DEBUG_HELP = "on an error (exit 2), print the traceback too (default: one line)"
+
+
+def _fault(exc: Exception) -> KvcheckUsageError:
+    """An exception that escaped kvcheck's code as the one-line error it becomes (exit 2)."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "torch":
+        return KvcheckUsageError(
+            "kvcheck needs PyTorch to build the resolver's tensors, and it is not installed: "
+            "pip install torch (a CPU build is enough)"
+        )
+    return KvcheckInternalError(
+        f"kvcheck's own code raised {type(exc).__name__}: {exc}; this is a kvcheck bug, not a "
+        "verdict on the target (--debug shows the traceback)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = getattr(args, "run", None)
         return int(run(args)) if run is not None else check.run_default_job()
     except KvcheckUsageError as exc:
+        if getattr(args, "debug", False):
+            traceback.print_exception(exc, file=sys.stderr)
         return _error(str(exc), as_json=bool(getattr(args, "json", False)))
     except BrokenPipeError:
         # The reader went away (`kvcheck check --json | head`): stop quietly, and keep Python
@@ -84,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_VIOLATION
+    except Exception as exc:
+        if getattr(args, "debug", False):
+            traceback.print_exception(exc, file=sys.stderr)
+        return _error(_fault(exc), as_json=bool(getattr(args, "json", False)))
 
 
 def _error(message: str, *, as_json: bool, code: int = EXIT_USAGE) -> int:

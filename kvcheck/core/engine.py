@@ -27,6 +27,7 @@ from kvcheck.core.copying import deep_copy
 from kvcheck.core.fakes import (
     ALGORITHM_FAKES,
     COPY_DONE,
+    UNMODELLED_ACCESSES,
     ControllerFeed,
     FakeBatch,
     FakeCopyDone,
@@ -36,6 +37,7 @@ from kvcheck.core.fakes import (
     FakeScheduler,
     UnmodeledAttributeError,
 )
+from kvcheck.core.jsonable import type_name
 from kvcheck.core.scenario import (
     Abort,
     Admit,
@@ -91,7 +93,8 @@ class ObservedDelivery:
     launch_number: int
     rids: tuple[str, ...]
     stale: tuple[bool, ...]
-    # The runs the target returned, normalised to tuples of ints; None if not a list of runs.
+    # The runs the target returned, as tuples of ints; None if not a list of lists of Python
+    # ints, and then `runs_problem` says what is wrong with it.
     runs: tuple[tuple[int, ...], ...] | None
     runs_repr: str
     global_drafts: Any
@@ -103,6 +106,7 @@ class ObservedDelivery:
     # Per row: the tokens offered to the row's request's grammar during the call (None when the
     # request has no grammar).
     grammar_offered: tuple[tuple[int, ...] | None, ...] = ()
+    runs_problem: str | None = None
 
 
 @attrs.frozen
@@ -165,6 +169,9 @@ class Engine:
         self.pending: _EngineLaunch | None = None
         self.retract_requested: set[str] = set()
         self.launch_count = 0
+        # Unmodelled accesses the target made during its calls and caught itself
+        # (`kvcheck.core.fakes.UNMODELLED_ACCESSES`): a run with any gives no verdict.
+        self.unmodelled: list[str] = []
 
     def clone(self) -> Engine:
         """An independent copy for exhaustive search to branch from.
@@ -382,8 +389,10 @@ class Engine:
         offered_before = [
             None if req.grammar is None else len(req.grammar._offered) for req in launch.batch.reqs
         ]
+        UNMODELLED_ACCESSES.clear()
         returned, target_error = _run_target(self.resolver, self.scheduler, result, launch.batch)
-        runs = _normalise_runs(returned)
+        self.unmodelled.extend(UNMODELLED_ACCESSES)
+        runs, runs_problem = _runs_as_ints(returned)
         grammar_offered = tuple(
             None if req.grammar is None or before is None else tuple(req.grammar._offered[before:])
             for req, before in zip(launch.batch.reqs, offered_before, strict=True)
@@ -410,6 +419,7 @@ class Engine:
             controller_feeds=tuple(self.scheduler.model_worker.verify_feeds[feeds_before:]),
             block_cap_totals=(result.num_block_accept_tokens, result.num_cap_tokens),
             grammar_offered=grammar_offered,
+            runs_problem=runs_problem,
         )
         return observed, target_error
 
@@ -466,7 +476,9 @@ class Engine:
             copy_done=self._copy_done(),
         )
         result.accept_lens = None  # a prefill result has none
+        UNMODELLED_ACCESSES.clear()
         _, target_error = _run_target(method, result, launch.batch)
+        self.unmodelled.extend(UNMODELLED_ACCESSES)
         if target_error is not None:
             return target_error
         for req in launch.batch.reqs:
@@ -548,7 +560,13 @@ def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | No
             raise KvcheckInternalError(
                 f"kvcheck's own code raised {type(exc).__name__}: {exc} ({fault}) while the "
                 "target ran; this is a kvcheck bug, not a verdict on the target"
-            ) from None
+            ) from exc
+        return None, f"{type(exc).__name__}: {exc}"
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        # A resolver that raises SystemExit (or another BaseException) inside the scheduler would
+        # take the server down: the target's violation, never kvcheck exiting with its code.
         return None, f"{type(exc).__name__}: {exc}"
 
 
@@ -557,18 +575,24 @@ def _plain(value: Any) -> Any:
     return value if type(value) is int else (type(value).__name__, repr(value))
 
 
-def _normalise_runs(returned: Any) -> tuple[tuple[int, ...], ...] | None:
-    """The target's return value as tuples of ints, or None when it is not a list of runs."""
+def _runs_as_ints(returned: Any) -> tuple[tuple[tuple[int, ...], ...] | None, str | None]:
+    """The target's return value as tuples of ints, or (None, what is wrong with it).
+
+    SGLang extends `req.output_ids` with each run as it is, so a run must be a list of Python
+    ints: a tensor, a numpy integer, a float, a bool or a string there is a bug even when its
+    value is right, never normalised away."""
     if not isinstance(returned, list | tuple):
-        return None
-    try:
-        runs = tuple(
-            tuple(int(tok) for tok in (run.tolist() if hasattr(run, "tolist") else run))
-            for run in returned
-        )
-    except (TypeError, ValueError):
-        return None
-    return runs
+        return None, f"it is {type_name(returned)}, not a list of runs"
+    for row, run in enumerate(returned):
+        if not isinstance(run, list | tuple):
+            return None, f"run {row} is {type_name(run)}, not a list of Python ints"
+        for token in run:
+            if type(token) is not int:
+                return None, (
+                    f"run {row} holds {_short_repr(token, 40)} ({type_name(token)}), "
+                    "not a Python int"
+                )
+    return tuple(tuple(run) for run in returned), None
 
 
 def _short_repr(value: Any, limit: int = 200) -> str:

@@ -8,7 +8,8 @@ same ledger, and the engine observes it in one place.
 Reading, writing or calling an attribute that is not modelled raises `UnmodeledAttributeError`:
 kvcheck cannot judge such a target, so it is reported as unsupported (exit 2), never as a
 violation. `UnmodeledAttributeError` is an `AttributeError`, so `getattr(x, name, default)` and
-`hasattr` version sniffing in a target keep working.
+`hasattr` version sniffing in a target keep working; every such access is recorded all the same
+(`UNMODELLED_ACCESSES`), and a run in which the target caught one gives no violation (exit 2).
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
     import torch
 
 
+# Every unmodelled access, in order, as "reads `self.server_args`": recorded when the error is
+# made, so an access the target catches (`try: ... except Exception:`, `getattr(x, name, None)`)
+# is still known. The engine empties it before each call of the target and takes it after.
+UNMODELLED_ACCESSES: Final[list[str]] = []
+
+
 class UnmodeledAttributeError(AttributeError):
     """The target touched an attribute of a fake that kvcheck does not model."""
 
@@ -41,6 +48,7 @@ class UnmodeledAttributeError(AttributeError):
         self.attribute = name
         self.supported = modelled_names(owner)
         listed = ", ".join(self.supported) or "nothing"
+        UNMODELLED_ACCESSES.append(f"{action} `{owner}.{name}`{detail}")
         super().__init__(
             f"target {action} `{owner}.{name}`{detail}, which kvcheck does not model; "
             f"supported on {owner}: {listed} (see `kvcheck spellings`)"
@@ -59,6 +67,7 @@ class FakeCallError(KvcheckUsageError):
         self.attribute = name
         parameters = list(inspect.signature(function).parameters.values())[1:]  # not self
         shown = "(" + ", ".join(str(p.replace(annotation=p.empty)) for p in parameters) + ")"
+        UNMODELLED_ACCESSES.append(f"calls `{owner}.{name}` in a way kvcheck's model refuses")
         super().__init__(
             f"kvcheck's model of `{owner}.{name}{shown}` does not accept the target's call "
             f"({why}); this is a limit of kvcheck's fakes, not a verdict on the target"

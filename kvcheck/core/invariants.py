@@ -19,6 +19,7 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 from kvcheck.core.engine import Observation, ObservedDelivery, ObservedRequest
+from kvcheck.core.jsonable import show
 from kvcheck.core.model import Expectation, ExpectedDelivery, RequestExpectation
 
 
@@ -137,12 +138,17 @@ def check_runs_aligned(expected: Expectation, observed: Observation) -> Iterator
         return
     launch = exp.launch.number
     if obs.runs is None:
+        problem = obs.runs_problem or "not a list of runs"
         yield Finding(
             None,
             f"{len(exp.runs)} runs",
             obs.runs_repr,
-            f"the resolver returned {obs.runs_repr} for launch {launch}, not a list of runs",
+            f"the resolver returned {obs.runs_repr} for launch {launch}: {problem} (SGLang "
+            "extends output_ids with each run as it is)",
         )
+        return
+    if obs.rids != exp.launch.rids:
+        yield _rows_diverged(observed, exp, obs)
         return
     if len(obs.runs) != len(exp.runs):
         yield Finding(
@@ -164,6 +170,34 @@ def check_runs_aligned(expected: Expectation, observed: Observation) -> Iterator
                 f"should be {list(want)}, the resolver returned {list(got)}",
             )
             return
+
+
+def _rows_diverged(observed: Observation, exp: ExpectedDelivery, obs: ObservedDelivery) -> Finding:
+    """The scheduler launched other rows than the model: a request's state had already left the
+    model's (e.g. its `output_ids` grew twice, so it reached its length cap early). Says which,
+    instead of blaming the number of runs the resolver returned."""
+    want, got = exp.launch.rids, obs.rids
+    observed_of = {r.rid: r for r in observed.requests}
+    notes = []
+    for rid in want:
+        if rid not in got and rid in observed_of:
+            o = observed_of[rid]
+            state = "finished" if o.finished else "retracted" if o.retracted else "waiting"
+            notes.append(
+                f"{rid} is not in the scheduler's batch (it is {state} there, with {o.outputs} "
+                "output tokens)"
+            )
+    notes += [f"{rid} is in the scheduler's batch only" for rid in got if rid not in want]
+    return Finding(
+        None,
+        list(want),
+        list(got),
+        f"launch {exp.launch.number} should hold rows {', '.join(want) or 'none'} (stale "
+        f"included) but the scheduler launched it with {', '.join(got) or 'none'}: "
+        f"{'; '.join(notes)}. The requests had left the model's states before this launch, "
+        "e.g. output_ids changed outside the scheduler (it extends them with the returned "
+        "runs; a resolver must not)",
+    )
 
 
 def _grammar_rows(
@@ -245,8 +279,8 @@ def _committed_in(phases: tuple[str, ...], state: str) -> RequestChecker:
             exp.rid,
             exp.committed,
             obs.committed,
-            f"{exp.rid} {shown}; committed length expected {exp.committed}, "
-            f"observed {obs.committed!r}",
+            f"{exp.rid} {shown}; committed length expected "
+            f"{show(exp.committed, obs.committed)}, observed {show(obs.committed, exp.committed)}",
         )
 
     return check
@@ -259,8 +293,8 @@ def check_verify_count(exp: RequestExpectation, obs: ObservedRequest) -> Iterato
             exp.rid,
             exp.verify_ct,
             obs.verify_ct,
-            f"{exp.rid} ({exp.phase}) has {exp.verify_ct} applied verify rows, "
-            f"spec_verify_ct is {obs.verify_ct!r}",
+            f"{exp.rid} ({exp.phase}) has {show(exp.verify_ct, obs.verify_ct)} applied verify "
+            f"rows, spec_verify_ct is {show(obs.verify_ct, exp.verify_ct)}",
         )
 
 
@@ -273,8 +307,8 @@ def check_accepted_drafts(exp: RequestExpectation, obs: ObservedRequest) -> Iter
             exp.rid,
             exp.drafts,
             obs.drafts,
-            f"{exp.rid} ({exp.phase}) accepted {exp.drafts} drafts on applied rows, "
-            f"the counter says {obs.drafts!r}",
+            f"{exp.rid} ({exp.phase}) accepted {show(exp.drafts, obs.drafts)} drafts on "
+            f"applied rows, the counter says {show(obs.drafts, exp.drafts)}",
         )
 
 
@@ -311,7 +345,8 @@ def check_block_cap(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[F
             observed,
             f"{exp.rid} ({exp.phase}) block-accept / cap tokens / cap histogram expected "
             f"{expected[0]} / {expected[1]} / {expected[2]} over applied rows, observed "
-            f"{observed[0]!r} / {observed[1]!r} / {observed[2]}",
+            f"{show(observed[0], expected[0])} / {show(observed[1], expected[1])} / "
+            f"{observed[2]}",
         )
 
 
@@ -344,7 +379,8 @@ def check_global_counters(exp: ExpectedDelivery, obs: ObservedDelivery) -> Itera
             exp.global_drafts,
             obs.global_drafts,
             f"launch {launch}: batch-global accepted-draft counter expected "
-            f"{exp.global_drafts}, the resolver wrote {obs.global_drafts!r}{why}",
+            f"{show(exp.global_drafts, obs.global_drafts)}, the resolver wrote "
+            f"{show(obs.global_drafts, exp.global_drafts)}{why}",
             aspect="result-drafts-total",
         )
     per_row = _int_list(obs.per_row_drafts)
@@ -374,8 +410,8 @@ def check_global_counters(exp: ExpectedDelivery, obs: ObservedDelivery) -> Itera
                 None,
                 want,
                 value,
-                f"launch {launch}: result.{name} should be {want} ({rule}), the resolver "
-                f"wrote {value!r}{why}",
+                f"launch {launch}: result.{name} should be {show(want, value)} ({rule}), the "
+                f"resolver wrote {show(value, want)}{why}",
                 aspect="result-block-cap",
             )
 
@@ -401,7 +437,7 @@ def _check_controller_feed(
             len(want),
             feeds[0][1],
             f"launch {launch}: the adaptive controller was fed {len(want)} rows with "
-            f"batch_size={feeds[0][1]!r}{why}",
+            f"batch_size={show(feeds[0][1], len(want))}{why}",
             aspect="controller-feed",
         )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import attrs
 
-from kvcheck.core.engine import Engine, Observation
+from kvcheck.core.engine import Engine, Observation, UnsupportedTargetError
 from kvcheck.core.invariants import Violation, check_event
 from kvcheck.core.model import Expectation, ReferenceModel
 from kvcheck.core.scenario import Event, Scenario
@@ -52,7 +52,8 @@ class RunResult:
 def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) -> RunResult:
     """Replay `scenario` against `target`; deterministic, no Hypothesis involved.
 
-    Raises `UnsupportedTargetError` when the target touches what kvcheck does not model.
+    Raises `UnsupportedTargetError` when the target touches what kvcheck does not model, also
+    when it caught the error itself and a violation followed.
     """
     model = ReferenceModel(scenario.config)
     engine = Engine(
@@ -69,5 +70,22 @@ def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) ->
             trace.append(TraceEntry(index, event, expected, observed))
         violations = check_event(index, expected, observed)
         if violations:
+            _refuse_outside_model(engine, violations[0])
             return RunResult(scenario, tuple(violations), tuple(trace), frozenset(model.reached))
     return RunResult(scenario, (), tuple(trace), frozenset(model.reached))
+
+
+def _refuse_outside_model(engine: Engine, violation: Violation) -> None:
+    """No violation from a run in which the target touched what kvcheck does not model and
+    caught the error itself (a fallback path kvcheck cannot judge): `UnsupportedTargetError`
+    naming what it touched."""
+    if not engine.unmodelled:
+        return
+    touched = list(dict.fromkeys(engine.unmodelled))
+    more = f" (and {len(touched) - 1} more: {', '.join(touched[1:4])})" if len(touched) > 1 else ""
+    raise UnsupportedTargetError(
+        f"target {touched[0]}{more}, outside what kvcheck models, and caught the error itself; "
+        f"the run then showed {violation.invariant} at event "
+        f"{violation.event_index}, which may follow from that fallback, so kvcheck gives no "
+        "verdict (see `kvcheck spellings` for what is modelled)"
+    )

@@ -342,6 +342,73 @@ def _tuples_as_lists(_: object, __: object, value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+# The JSON type each field must have. Exact types: JSON's `true` is not the integer 1 and `2.0` is
+# not 2, so a damaged or hand-edited file is refused instead of being read as something else.
+_FieldType: TypeAlias = Literal["int", "int?", "ints", "bool", "str", "grammar?"]
+_CONFIG_FIELD_TYPES: Final[dict[str, _FieldType]] = {
+    "convention": "str",
+    "overlap": "bool",
+    "stride": "int",
+    "adaptive": "bool",
+    "page_size": "int",
+    "global_counters": "str",
+    "algorithm": "str",
+    "block_cap": "bool",
+}
+_EVENT_FIELD_TYPES: Final[dict[str, dict[str, _FieldType]]] = {
+    "admit": {
+        "rid": "str",
+        "prompt_len": "int",
+        "max_new_tokens": "int",
+        "eos_at": "int?",
+        "grammar": "grammar?",
+    },
+    "step": {"accepts": "ints", "blocks": "ints", "caps": "ints"},
+    "retract": {"rid": "str"},
+    "abort": {"rid": "str"},
+    "switch_stride": {"stride": "int"},
+}
+_GRAMMAR_FIELD_TYPES: Final[dict[str, _FieldType]] = {"kind": "str", "at": "int?"}
+_TYPE_NAMES: Final[dict[_FieldType, str]] = {
+    "int": "an integer",
+    "int?": "an integer or null",
+    "ints": "a list of integers",
+    "bool": "true or false",
+    "str": "a string",
+    "grammar?": "an object or null",
+}
+
+
+def _has_type(value: Any, expected: _FieldType) -> bool:
+    match expected:
+        case "int":
+            return type(value) is int
+        case "int?":
+            return value is None or type(value) is int
+        case "ints":
+            return isinstance(value, list | tuple) and all(type(v) is int for v in value)
+        case "bool":
+            return type(value) is bool
+        case "str":
+            return type(value) is str
+        case "grammar?":
+            return value is None or isinstance(value, Grammar | Mapping)
+
+
+def _check_types(where: str, data: Mapping[str, Any], types: Mapping[str, _FieldType]) -> None:
+    """Refuse a field whose JSON type is wrong (`ScenarioFormatError` naming field, value and
+    type). Unknown fields are left to the constructor, which refuses them too."""
+    for name, value in data.items():
+        expected = types.get(name)
+        if expected is not None and not _has_type(value, expected):
+            raise ScenarioFormatError(
+                f"invalid {where}: {name!r} must be {_TYPE_NAMES[expected]}, got {value!r} "
+                f"({type(value).__name__})"
+            )
+    if where == "admit event" and isinstance(data.get("grammar"), Mapping):
+        _check_types("admit event grammar", data["grammar"], _GRAMMAR_FIELD_TYPES)
+
+
 def event_from_dict(data: Mapping[str, Any]) -> Event:
     """Parse one event object by its `kind`.
 
@@ -352,11 +419,12 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         raise ScenarioFormatError(f"event must be an object with a 'kind', got {data!r}")
     fields = dict(data)
     kind = fields.pop("kind")
-    cls = EVENT_TYPES.get(kind)
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ScenarioFormatError(
             f"unknown event kind {kind!r}; known kinds: {', '.join(EVENT_TYPES)}"
         )
+    _check_types(f"{kind} event", fields, _EVENT_FIELD_TYPES[kind])
     try:
         return cls(**fields)
     except (TypeError, ValueError) as exc:
@@ -379,6 +447,7 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
     Raises `ScenarioFormatError` for unknown fields or rejected values (a stride outside
     `MIN_STRIDE`..`MAX_STRIDE`, an unknown convention or global-counter mode).
     """
+    _check_types("config", data, _CONFIG_FIELD_TYPES)
     try:
         return Config(**data)
     except (TypeError, ValueError) as exc:
@@ -431,10 +500,52 @@ def to_json(scenario: Scenario) -> str:
     return json.dumps(scenario_to_dict(scenario), indent=2, sort_keys=True)
 
 
+def to_json_line(scenario: Scenario) -> str:
+    """The scenario's JSON form on one line, for a message that must name it exactly."""
+    return json.dumps(scenario_to_dict(scenario), separators=(",", ":"))
+
+
 def from_json(text: str) -> Scenario:
     """Parse `to_json`'s text; `ScenarioFormatError` for invalid JSON or a malformed scenario."""
     try:
-        data = json.loads(text)
+        data = parse_json_document(text)
     except json.JSONDecodeError as exc:
         raise ScenarioFormatError(f"not valid JSON: {exc}") from None
     return scenario_from_dict(data)
+
+
+# No kvcheck document nests deeper than a handful of levels (a counterexample's violation may
+# hold a per-row list of lists); anything far deeper is damage or a nesting bomb.
+MAX_JSON_DEPTH: Final = 64
+
+
+def parse_json_document(text: str) -> Any:
+    """`json.loads(text)` for a scenario or counterexample document, refusing one nested deeper
+    than `MAX_JSON_DEPTH` with a `ScenarioFormatError` instead of a `RecursionError` now or
+    later (every reader of the parsed value recurses). `json.JSONDecodeError` passes through."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        data = None
+        deep = True
+    else:
+        deep = _deeper_than(data, MAX_JSON_DEPTH)
+    if deep:
+        raise ScenarioFormatError(
+            f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep (damaged, or not a "
+            "kvcheck document)"
+        )
+    return data
+
+
+def _deeper_than(data: Any, limit: int) -> bool:
+    """Whether lists and objects in `data` nest more than `limit` levels (iteratively)."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth >= limit:
+                return True
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
+    return False

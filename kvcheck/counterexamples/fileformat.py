@@ -29,6 +29,7 @@ from kvcheck.core.jsonable import jsonable
 from kvcheck.core.scenario import (
     Scenario,
     check_schema_version,
+    parse_json_document,
     scenario_from_dict,
     scenario_to_dict,
 )
@@ -203,12 +204,14 @@ def loads(text: str, source: str = "counterexample") -> Counterexample:
     Raises `ScenarioFormatError` with one line that names `source`.
     """
     try:
-        data = json.loads(text)
+        data = parse_json_document(text)
     except json.JSONDecodeError as exc:
         raise ScenarioFormatError(
             f"{source} is not valid JSON (corrupt or truncated?): {exc.msg} (line {exc.lineno}, "
             f"column {exc.colno})"
         ) from None
+    except ScenarioFormatError as exc:
+        raise ScenarioFormatError(f"{source}: {exc}") from None
     try:
         return from_dict(data)
     except ScenarioFormatError as exc:

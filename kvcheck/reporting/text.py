@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kvcheck.core.jsonable import show
 from kvcheck.core.scenario import (
     Scenario,
     config_to_dict,
@@ -32,7 +33,8 @@ def format_failure(violation: Violation, scenario: Scenario, headline: str = "")
     where = f" ({violation.rid})" if violation.rid else ""
     return [
         f"FAIL        {headline}{violation.invariant} at event {violation.event_index}{where}: "
-        f"expected {violation.expected!r}, observed {violation.observed!r}",
+        f"expected {show(violation.expected, violation.observed)}, "
+        f"observed {show(violation.observed, violation.expected)}",
         f"            {violation.message}",
         f"counterexample: {len(scenario.events)} events; {describe_config(scenario.config)}",
         *format_events(scenario, violation.event_index),

@@ -22,6 +22,7 @@ import attrs
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
+from hypothesis.errors import Flaky
 from hypothesis.strategies import SearchStrategy
 
 from kvcheck.core.invariants import Violation
@@ -36,11 +37,12 @@ from kvcheck.core.scenario import (
     Scenario,
     Step,
     SwitchStride,
+    to_json_line,
 )
 from kvcheck.core.target import ApiShape, Target
 from kvcheck.counterexamples.fileformat import Counterexample
 from kvcheck.counterexamples.replay import from_run
-from kvcheck.errors import KvcheckUsageError
+from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.shrink import shrink
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
@@ -194,16 +196,26 @@ def search(
     key = f"kvcheck.search.check|{target.spec}|{convention}|{global_counters}|{adaptive}|{overlap}"
     property_holds._hypothesis_internal_database_key = key.encode()  # type: ignore[attr-defined]
     started = time.perf_counter()
-    with contextlib.suppress(_ViolationFound):
-        property_holds()
+    try:
+        with contextlib.suppress(_ViolationFound):
+            property_holds()
+    except Flaky:
+        # Hypothesis replayed the failing scenario and it passed this time.
+        if not failures:
+            raise
+        raise _nondeterministic(failures[0].scenario, failures[0].violation, None) from None
     to_failure = time.perf_counter() - started
     if unsupported:
         raise unsupported[0]
     final: RunResult | None = None
     shrink_runs = 0
     if failures:
+        require_deterministic(failures[0], target)
         shrunk = shrink(failures[0], target)
         final, shrink_runs = shrunk.result, shrunk.runs
+        if final.violation is None:  # shrinking kept it failing, its recorded replay passed
+            raise _nondeterministic(final.scenario, failures[0].violation, None, "shrinking")
+        require_deterministic(final, target)
     return SearchOutcome(
         convention=convention,
         examples=counter["examples"],
@@ -214,6 +226,39 @@ def search(
         seconds_to_failure=to_failure if failures else None,
         shrink_runs=shrink_runs,
     )
+
+
+def require_deterministic(found: RunResult, target: Target) -> None:
+    """Replay the scenario of a failing run: `NondeterministicTargetError` naming it when the
+    target now gives another result (kvcheck judges a resolver by replaying what it did, so a
+    target that answers the same scenario two ways gets no verdict)."""
+    again = run_scenario(found.scenario, target)
+    first, second = found.violation, again.violation
+    if first is not None and second is not None and first.invariant == second.invariant:
+        return
+    raise _nondeterministic(found.scenario, first, second)
+
+
+def _nondeterministic(
+    scenario: Scenario,
+    first: Violation | None,
+    second: Violation | None,
+    during: str = "",
+) -> NondeterministicTargetError:
+    first_text = (
+        f"{first.invariant} while {during}" if first is not None and during else _what(first)
+    )
+    return NondeterministicTargetError(
+        f"the target gave two different results on the same scenario: first "
+        f"{first_text}, then {_what(second)}; kvcheck judges deterministic resolvers only, "
+        f"so no verdict. The scenario: {to_json_line(scenario)}"
+    )
+
+
+def _what(violation: Violation | None) -> str:
+    if violation is None:
+        return "no violation"
+    return f"{violation.invariant} at event {violation.event_index}"
 
 
 def _scenarios(

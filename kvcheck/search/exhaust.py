@@ -75,9 +75,10 @@ from kvcheck.core.scenario import (
     Scenario,
     Step,
     SwitchStride,
+    to_json_line,
 )
 from kvcheck.core.target import Target
-from kvcheck.errors import KvcheckUsageError
+from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 
 _COLLECT_EVERY: Final = 20_000
@@ -388,9 +389,18 @@ def exhaust(
     failure: RunResult | None = None
     if found:
         config, events, _ = found[0]
-        failure = run_scenario(Scenario(config, events), target, record=True)
-        if failure.violation is None:  # the search and run_scenario disagree: a kvcheck bug
-            raise AssertionError(f"exhaustive counterexample does not replay: {events}")
+        found_scenario = Scenario(config, events)
+        failure = run_scenario(found_scenario, target, record=True)
+        if failure.violation is None:
+            # The enumeration saw a violation that a replay does not show: the target answers
+            # one scenario two ways (or, were the target deterministic, kvcheck's state copies
+            # were wrong); either way no verdict.
+            raise NondeterministicTargetError(
+                f"the target gave two different results on the same scenario: first "
+                f"{found[0][2]} during the enumeration, then no violation when replayed; kvcheck "
+                f"judges deterministic resolvers only, so no verdict. The scenario: "
+                f"{to_json_line(found_scenario)}"
+            )
     return ExhaustResult(
         target=target.spec,
         convention=convention,

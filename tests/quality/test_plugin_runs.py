@@ -30,7 +30,16 @@ FAST = [
 
 def test_items_spread_over_xdist_workers(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(
-        "-n", "2", "--kvcheck-target", "builtin:seed-prefix", *FAST, "-v"
+        "-n",
+        "2",
+        "--kvcheck-target",
+        "builtin:seed-prefix",
+        "--kvcheck-convention",
+        "preclaim",
+        "--kvcheck-adaptive",
+        "both",
+        *FAST,
+        "-v",
     )
     result.assert_outcomes(failed=2, passed=2)
     out = result.stdout.str()
@@ -40,4 +49,14 @@ def test_items_spread_over_xdist_workers(pytester: pytest.Pytester) -> None:
 
 def test_reference_passes(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--kvcheck-target", "builtin:reference", *FAST)
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=1)
+    split = pytester.runpytest(
+        "--kvcheck-target",
+        "builtin:reference",
+        "--kvcheck-convention",
+        "preclaim",
+        "--kvcheck-adaptive",
+        "both",
+        *FAST,
+    )
+    split.assert_outcomes(passed=4)

@@ -69,17 +69,25 @@ def test_nothing_is_added_without_options(pytester: pytest.Pytester) -> None:
 
 def test_seed_prefix_fails_with_the_timeline(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--kvcheck-target", "builtin:seed-prefix", *FAST)
-    # The stale rows only exist with overlap on: those two items fail, the other two pass.
-    result.assert_outcomes(failed=2, passed=2)
+    # By default one item: the search `kvcheck check builtin:seed-prefix` runs.
+    result.assert_outcomes(failed=1)
     out = result.stdout.str()
-    assert "FAILED kvcheck[builtin:seed-prefix][preclaim-overlap-on-adaptive-off]" in out
-    assert "FAILED kvcheck[builtin:seed-prefix][preclaim-overlap-on-adaptive-on]" in out
+    assert "FAILED kvcheck[builtin:seed-prefix][auto]" in out
     assert "timeline  builtin:seed-prefix: preclaim convention, overlap on" in out
     assert ">> VIOLATION committed-" in out and "STALE row" in out
     assert "counterexample file: .kvcheck/counterexamples/builtin-seed-prefix-committed-" in out
     assert "replay with: kvcheck replay .kvcheck/counterexamples/" in out
     saved = list((pytester.path / ".kvcheck" / "counterexamples").iterdir())
-    assert len(saved) == 2 and all(p.name.endswith(SUFFIX) for p in saved)
+    assert len(saved) == 1 and all(p.name.endswith(SUFFIX) for p in saved)
+
+
+def test_a_given_convention_splits_by_overlap(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(
+        "--kvcheck-target", "builtin:seed-prefix", "--kvcheck-convention", "preclaim", *FAST
+    )
+    # The stale rows only exist with overlap on: that item fails, the other passes.
+    result.assert_outcomes(failed=1, passed=1)
+    assert "FAILED kvcheck[builtin:seed-prefix][preclaim-overlap-on]" in result.stdout.str()
 
 
 def test_one_item_per_axis_value(pytester: pytest.Pytester) -> None:
@@ -89,6 +97,8 @@ def test_one_item_per_axis_value(pytester: pytest.Pytester) -> None:
         "--kvcheck-target",
         "builtin:seed-fixed",
         "--kvcheck-convention",
+        "both",
+        "--kvcheck-adaptive",
         "both",
         "--kvcheck-profile",
         "ci",
@@ -104,6 +114,8 @@ def test_one_item_per_axis_value(pytester: pytest.Pytester) -> None:
     picked = pytester.runpytest(
         "--kvcheck-target",
         "builtin:reference",
+        "--kvcheck-convention",
+        "honest",
         "-k",
         "overlap-off",
         "--co",
@@ -111,7 +123,8 @@ def test_one_item_per_axis_value(pytester: pytest.Pytester) -> None:
         "-p",
         "no:cacheprovider",
     )
-    assert len([line for line in picked.stdout.lines if line.startswith("kvcheck[")]) == 2
+    picked_ids = [line for line in picked.stdout.lines if line.startswith("kvcheck[")]
+    assert picked_ids == ["kvcheck[builtin:reference][honest-overlap-off]"]
 
 
 def test_bad_target_and_profile_are_usage_errors(pytester: pytest.Pytester) -> None:
