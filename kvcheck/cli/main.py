@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if getattr(args, "debug", False):
             traceback.print_exception(exc, file=sys.stderr)
-        return _error(_fault(exc), as_json=bool(getattr(args, "json", False)))
+        return _error(str(_fault(exc)), as_json=bool(getattr(args, "json", False)))
 
 
 def _error(message: str, *, as_json: bool, code: int = EXIT_USAGE) -> int:
