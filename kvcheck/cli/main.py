@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from kvcheck.cli import check, exhaust, mutants, regress, releases, replay
+from kvcheck.cli import check, exhaust, fuzz, mutants, regress, releases, replay
 from kvcheck.cli.options import (
     EXIT_OK,
     EXIT_USAGE,
@@ -28,7 +28,7 @@ from kvcheck.core.spellings import spellings_table
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 from kvcheck.version import VERSION
 
-_COMMANDS: tuple[Any, ...] = (check, replay, regress, releases, mutants, exhaust)
+_COMMANDS: tuple[Any, ...] = (check, replay, regress, releases, mutants, exhaust, fuzz)
 
 
 def _run_spellings(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import attrs
@@ -142,10 +143,19 @@ def search(
     seed: int | None = None,
     database: ExampleDatabase | None = None,
     overlap: bool | None = None,
+    seeded_database: bool = False,
+    reuse: bool = True,
+    on_run: Callable[[RunResult], None] | None = None,
 ) -> SearchOutcome:
     """One Hypothesis search under one convention. Raises `UnsupportedTargetError`.
 
     `overlap` pins the overlap axis (the pytest plugin makes one item per value); None varies it.
+
+    Hypothesis's `@seed` turns the example database off, so a seeded search normally neither
+    replays nor records failures; `seeded_database` keeps `database` for a seeded search (the
+    workers of a fuzz campaign: distinct seeds, one shared database). `reuse=False` records
+    failures in `database` without replaying the ones already there first. `on_run` sees every
+    scenario's run (progress reports).
     """
     failures: list[RunResult] = []
     reached: set[str] = set()
@@ -165,7 +175,9 @@ def search(
         print_blob=False,
         # kvcheck shrinks the scenario itself (kvcheck.search.shrink): much faster than replaying
         # draws.
-        phases=(Phase.explicit, Phase.reuse, Phase.generate),
+        phases=(Phase.explicit, Phase.reuse, Phase.generate)
+        if reuse
+        else (Phase.explicit, Phase.generate),
     )
     @given(_scenarios(convention, global_counters, adaptive, overlap, target.shape))
     def property_holds(scenario: Scenario) -> None:
@@ -178,8 +190,11 @@ def search(
             unsupported.append(exc)
             return
         reached.update(label_run(scenario, result.reached))
+        if on_run is not None:
+            on_run(result)
         if result.violation is not None:
-            counter["to_failure"] = counter["examples"]
+            if not failures:  # Hypothesis runs the failing scenario once more to report it
+                counter["to_failure"] = counter["examples"]
             failures.append(result)
             raise _ViolationFound(result.violation.invariant)
 
@@ -189,7 +204,10 @@ def search(
             STRIDE_SWITCH_WITNESS,
         )
         property_holds = example(witness)(property_holds)
-    if seed is not None:
+    if seed is not None and seeded_database:
+        # What `@seed` does, less its `database=None` (hypothesis.core.seed).
+        property_holds._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
+    elif seed is not None:
         property_holds = hypothesis_seed(seed)(property_holds)
     # A key that names the search rather than hashing this function's source, so saved failures
     # survive edits of this module and one target's failures are not replayed against another.

@@ -1,0 +1,481 @@
+"""A fuzz campaign: many independent seeded searches in separate processes, one example database.
+
+Each worker is a process (multiprocessing's `spawn` context) that loads the target itself and runs
+`kvcheck.search.check.search` round after round, each round with its own seed (derived from the
+campaign's seed, the worker's index and the round), until the campaign's duration, its share of
+`max_examples`, or the parent's stop. Every round reads and writes the shared example database
+(`open_database`: a directory, or a Redis URL for workers on many machines), so a failure one
+worker saved is the first thing every other worker replays at its next round; with `keep_going`
+only the first round replays it (later ones would only find it again) and the campaign collects
+the distinct failures (by invariant and shrunk scenario) until the deadline.
+
+A worker shrinks what it finds (kvcheck's shrinker, as `check` does) and sends the counterexample
+to the parent as its file's JSON; the parent keeps the distinct ones (`Found`). A worker that
+raises or dies is reported (`WorkerStatus.state == "crashed"`) and the others go on; one that
+raises `KvcheckUsageError` (a target kvcheck cannot judge, a nondeterministic target) ends the
+campaign as that error. Workers ignore SIGINT (the parent handles Ctrl-C and tells them to stop),
+and die with the parent if it dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue as queue_module
+import random
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final, Literal
+
+import attrs
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+from kvcheck.core.run import RunResult
+from kvcheck.core.scenario import Convention, GlobalCounterMode, to_json_line
+from kvcheck.counterexamples.fileformat import Counterexample, loads
+from kvcheck.counterexamples.replay import from_run
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.search.check import search
+from kvcheck.search.target_coverage import TargetCoverage, meter_for
+from kvcheck.targets.loading import load_target
+
+__all__ = [
+    "REDIS_SCHEMES",
+    "CampaignPlan",
+    "CampaignState",
+    "Found",
+    "WorkerStatus",
+    "open_database",
+    "run_campaign",
+]
+
+REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
+
+# Scenarios per round at most (and about a second's worth, `_ROUND_SECONDS`): a worker checks the
+# deadline and the stop signal between rounds, and replays the database's failures at the start of
+# each.
+ROUND_EXAMPLES: Final = 500
+# How often a worker reports its count, and its target coverage (which costs an analysis).
+_PROGRESS_EVERY: Final = 0.5
+_ROUND_SECONDS: Final = 1.0
+_COVERAGE_EVERY: Final = 2.0
+# How long the parent waits for workers told to stop (they stop at their next round) before it
+# terminates them.
+_STOP_GRACE: Final = 20.0
+
+WorkerState = Literal["starting", "running", "done", "crashed", "stopped"]
+
+
+@attrs.frozen
+class CampaignPlan:
+    """What every worker is told: the target and how to judge it, the database, the budget.
+
+    `duration` is how long each worker searches, counted from when it has loaded the target
+    (None: no limit); `max_examples` is the whole campaign's budget, shared out between the
+    workers (None: none).
+    """
+
+    target: str
+    convention: Convention
+    convention_reason: str
+    global_counters: GlobalCounterMode
+    adaptive: bool
+    workers: int
+    seed: int
+    database: str | None
+    duration: float | None = None
+    max_examples: int | None = None
+    keep_going: bool = False
+    measure_coverage: bool = True
+    allow_unavailable_imports: bool = False
+    round_examples: int = ROUND_EXAMPLES
+
+    def share(self, index: int) -> int | None:
+        """Worker `index`'s part of `max_examples` (None: no limit)."""
+        if self.max_examples is None:
+            return None
+        base, extra = divmod(self.max_examples, self.workers)
+        return base + (1 if index < extra else 0)
+
+
+def round_seed(seed: int, worker: int, round_index: int) -> int:
+    """The Hypothesis seed of one round of one worker: distinct for every worker and round, the
+    same for the same campaign seed."""
+    return random.Random(f"kvcheck-fuzz:{seed}:{worker}:{round_index}").getrandbits(64)
+
+
+@attrs.define
+class WorkerStatus:
+    """One worker as the parent last heard of it. `seconds` is its searching time (after it
+    loaded the target), `error` why it crashed."""
+
+    index: int
+    state: WorkerState = "starting"
+    examples: int = 0
+    seconds: float = 0.0
+    error: str = ""
+
+    @property
+    def rate(self) -> float:
+        """Scenarios per second of searching."""
+        return self.examples / self.seconds if self.seconds > 0 else 0.0
+
+
+@attrs.frozen
+class Found:
+    """A distinct failure: its counterexample, the worker that found it, after how many of that
+    worker's scenarios, and after how many seconds of the campaign it arrived."""
+
+    counterexample: Counterexample
+    worker: int
+    examples_to_failure: int
+    seconds: float
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """What makes two failures the same: the invariant and the shrunk scenario."""
+        violation = self.counterexample.violation
+        invariant = violation.invariant if violation is not None else ""
+        return invariant, to_json_line(self.counterexample.scenario)
+
+
+@attrs.define
+class CampaignState:
+    """The campaign as the parent sees it, updated as workers report."""
+
+    plan: CampaignPlan
+    workers: list[WorkerStatus]
+    started: float = attrs.field(factory=time.monotonic)
+    failures: list[Found] = attrs.field(factory=list)
+    duplicates: int = 0
+    reached: set[str] = attrs.field(factory=set)
+    coverage: TargetCoverage | None = None
+    interrupted: bool = False
+    # A `KvcheckUsageError` a worker raised: the campaign ends as that error (exit 2).
+    error: str = ""
+    ended: float | None = None
+
+    @property
+    def examples(self) -> int:
+        """Scenarios run by all workers."""
+        return sum(w.examples for w in self.workers)
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of the campaign so far, workers' start-up included."""
+        return (self.ended or time.monotonic()) - self.started
+
+    @property
+    def rate(self) -> float:
+        """Scenarios per second of searching, summed over the workers."""
+        return sum(w.rate for w in self.workers)
+
+    @property
+    def crashed(self) -> list[WorkerStatus]:
+        """The workers that crashed."""
+        return [w for w in self.workers if w.state == "crashed"]
+
+
+# --- the database -------------------------------------------------------------------------------
+
+
+def redact(url: str) -> str:
+    """`url` with its password, if any, replaced by `***` (for messages)."""
+    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def open_database(spec: str | None) -> ExampleDatabase | None:
+    """The example database `spec` names: a Redis URL (`redis://HOST:PORT/N`, `rediss://`,
+    `unix://`), else a directory; None for None.
+
+    A Redis database is reached (PING) here: `KvcheckUsageError` naming the URL and the error when
+    it cannot be, or when the `redis` package is missing.
+    """
+    if spec is None:
+        return None
+    if not spec.startswith(REDIS_SCHEMES):
+        if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", spec):
+            raise KvcheckUsageError(
+                f"--database {redact(spec)}: not a directory nor a Redis URL "
+                f"({', '.join(REDIS_SCHEMES)}...)"
+            )
+        return DirectoryBasedExampleDatabase(spec)
+    try:
+        import redis  # the `redis` extra: only for a Redis database
+        from hypothesis.extra.redis import RedisExampleDatabase
+    except ImportError:
+        raise KvcheckUsageError(
+            f"--database {redact(spec)} needs the redis package: pip install 'kvcheck[redis]'"
+        ) from None
+    try:
+        client = redis.Redis.from_url(spec, socket_connect_timeout=5, socket_timeout=60)
+        client.ping()
+    except (redis.RedisError, ValueError, OSError) as exc:
+        raise KvcheckUsageError(
+            f"cannot reach the Redis example database {redact(spec)}: {exc}"
+        ) from None
+    return RedisExampleDatabase(client)
+
+
+# --- a worker -----------------------------------------------------------------------------------
+
+
+def _die_with_parent(parent: int) -> None:
+    """End this process when the parent `parent` is gone (Linux: at once, by the kernel; else
+    within a second, by a watching thread)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(3)
+
+    if os.getppid() != parent:
+        os._exit(3)
+    threading.Thread(target=watch, name="kvcheck-fuzz-parent-watch", daemon=True).start()
+
+
+def _worker_main(
+    plan: CampaignPlan, index: int, messages: Any, stop: Any, parent: int
+) -> None:  # pragma: no cover - runs in a worker process (tests/quality/test_fuzz*.py)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and says stop
+    _die_with_parent(parent)
+    try:
+        _work(plan, index, messages, stop)
+    except KvcheckUsageError as exc:
+        messages.put(("error", index, str(exc)))
+    except Exception as exc:
+        messages.put(("crash", index, f"{type(exc).__name__}: {exc}"))
+
+
+def _work(plan: CampaignPlan, index: int, messages: Any, stop: Any) -> None:
+    target = load_target(plan.target, allow_unavailable=plan.allow_unavailable_imports)
+    meter = meter_for(target, enabled=plan.measure_coverage)
+    judged = meter.instrument(target) if meter is not None else target
+    database = open_database(plan.database)
+    budget = plan.share(index)
+    started = time.monotonic()
+    deadline = None if plan.duration is None else started + plan.duration
+    count = {"examples": 0}
+    reached: set[str] = set()
+    last = {"progress": 0.0, "coverage": 0.0}
+
+    def report(final: bool = False) -> None:
+        now = time.monotonic()
+        coverage = None
+        if meter is not None and (final or now - last["coverage"] >= _COVERAGE_EVERY):
+            coverage, last["coverage"] = meter.result(), now
+        last["progress"] = now
+        messages.put(
+            ("progress", index, count["examples"], now - started, frozenset(reached), coverage)
+        )
+
+    def on_run(_result: RunResult) -> None:
+        count["examples"] += 1
+        if time.monotonic() - last["progress"] >= _PROGRESS_EVERY:
+            report()
+
+    round_index = 0
+    while not stop.is_set():
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        size = _round_size(plan, count["examples"], time.monotonic() - started, deadline)
+        if budget is not None:
+            size = min(size, budget - count["examples"])
+            if size <= 0:
+                break
+        before = count["examples"]
+        outcome = search(
+            judged,
+            convention=plan.convention,
+            global_counters=plan.global_counters,
+            adaptive=plan.adaptive,
+            max_examples=size,
+            seed=round_seed(plan.seed, index, round_index),
+            database=database,
+            seeded_database=True,
+            reuse=round_index == 0 or not plan.keep_going,
+            on_run=on_run,
+        )
+        reached.update(outcome.reached)
+        round_index += 1
+        if outcome.failure is not None:
+            counterexample = from_run(
+                outcome.failure,
+                target.spec,
+                convention_reason=plan.convention_reason,
+                allow_unavailable_imports=plan.allow_unavailable_imports,
+            )
+            to_failure = before + (outcome.examples_to_failure or 0)
+            messages.put(("failure", index, counterexample.to_json(), to_failure))
+            if not plan.keep_going:
+                break
+    report(final=True)
+    messages.put(("done", index))
+
+
+def _round_size(
+    plan: CampaignPlan, examples: int, seconds: float, deadline: float | None = None
+) -> int:
+    """Scenarios in the next round: `plan.round_examples`, fewer when that would run past the
+    deadline at the rate so far (a round cannot be cut short), about a second's worth at most."""
+    if examples == 0 or seconds <= 0:
+        return min(plan.round_examples, 50)  # a small first round measures the rate
+    rate = examples / seconds
+    size = min(plan.round_examples, max(10, int(rate * _ROUND_SECONDS)))
+    if deadline is not None:
+        size = min(size, max(1, int(rate * (deadline - time.monotonic())) + 1))
+    return size
+
+
+# --- the parent ---------------------------------------------------------------------------------
+
+
+def run_campaign(
+    plan: CampaignPlan,
+    *,
+    on_update: Callable[[CampaignState], None] | None = None,
+    on_event: Callable[[CampaignState, str], None] | None = None,
+    poll: float = 0.2,
+) -> CampaignState:
+    """Start `plan.workers` workers and gather what they report until all have ended.
+
+    `on_update` is called about every `poll` seconds, `on_event` with a line for each failure,
+    crash or stop. Stops every worker at the first failure unless `plan.keep_going`, and at the
+    first `KvcheckUsageError` of one (`CampaignState.error`). Ctrl-C (KeyboardInterrupt) stops
+    them too and returns the state with `interrupted` set; a second Ctrl-C terminates them at
+    once. Workers still running `_STOP_GRACE` seconds after being told to stop are terminated.
+    """
+    context = multiprocessing.get_context("spawn")
+    messages: Any = context.Queue()
+    stop = context.Event()
+    state = CampaignState(plan, [WorkerStatus(i) for i in range(plan.workers)])
+    processes = [
+        context.Process(
+            target=_worker_main,
+            args=(plan, i, messages, stop, os.getpid()),
+            name=f"kvcheck-fuzz-{i}",
+            daemon=True,
+        )
+        for i in range(plan.workers)
+    ]
+    coverages: dict[int, TargetCoverage] = {}
+
+    def tell(line: str) -> None:
+        if on_event is not None:
+            on_event(state, line)
+
+    def handle(message: tuple[Any, ...]) -> None:
+        kind, index = message[0], message[1]
+        worker = state.workers[index]
+        if kind == "progress":
+            _, _, examples, seconds, reached, coverage = message
+            worker.examples, worker.seconds = examples, seconds
+            if worker.state == "starting":
+                worker.state = "running"
+            state.reached |= reached
+            if coverage is not None:
+                coverages[index] = coverage
+                state.coverage = _union(coverages.values())
+        elif kind == "failure":
+            found = Found(
+                loads(message[2], "a worker's counterexample"), index, message[3], state.seconds
+            )
+            if any(f.identity == found.identity for f in state.failures):
+                state.duplicates += 1
+                return
+            state.failures.append(found)
+            tell(f"worker {index} found a failure after {found.examples_to_failure} scenarios")
+            if not plan.keep_going:
+                stop.set()
+        elif kind == "done":
+            worker.state = "done"
+        elif kind == "error":
+            worker.state, worker.error = "crashed", message[2]
+            if not state.error:
+                state.error = message[2]
+                stop.set()
+        elif kind == "crash":
+            worker.state, worker.error = "crashed", message[2]
+            tell(f"worker {index} crashed: {message[2]}; the others go on")
+
+    def drain(wait: float) -> None:
+        try:
+            handle(messages.get(timeout=wait))
+            while True:
+                handle(messages.get_nowait())
+        except queue_module.Empty:
+            pass
+
+    def finished(worker: WorkerStatus) -> bool:
+        return worker.state in ("done", "crashed", "stopped")
+
+    def reap() -> None:
+        for process, worker in zip(processes, state.workers, strict=True):
+            if finished(worker) or process.exitcode is None:
+                continue
+            drain(0.05)  # what it sent before it ended
+            if not finished(worker):
+                code = process.exitcode
+                how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                worker.state, worker.error = "crashed", f"the worker process {how}"
+                tell(f"worker {worker.index} crashed: {worker.error}; the others go on")
+
+    stopping_since: float | None = None
+    try:
+        for process in processes:
+            process.start()
+        while not all(finished(w) for w in state.workers):
+            drain(poll)
+            reap()
+            if on_update is not None:
+                on_update(state)
+            if stop.is_set():
+                stopping_since = stopping_since or time.monotonic()
+                if time.monotonic() - stopping_since > _STOP_GRACE:
+                    break
+    except KeyboardInterrupt:
+        state.interrupted = True
+        stop.set()
+        tell("interrupted: stopping the workers (Ctrl-C again to end them at once)")
+        with contextlib.suppress(KeyboardInterrupt):
+            until = time.monotonic() + _STOP_GRACE
+            while not all(finished(w) for w in state.workers) and time.monotonic() < until:
+                drain(poll)
+                reap()
+    finally:
+        stop.set()
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+        with contextlib.suppress(Exception):
+            drain(0.0)
+        for worker in state.workers:
+            if not finished(worker):
+                worker.state = "stopped"
+        messages.close()
+        messages.cancel_join_thread()
+        state.ended = time.monotonic()
+    return state
+
+
+def _union(coverages: Any) -> TargetCoverage | None:
+    merged: TargetCoverage | None = None
+    for coverage in coverages:
+        merged = coverage if merged is None else merged.union(coverage)
+    return merged
