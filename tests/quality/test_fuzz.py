@@ -110,6 +110,38 @@ def test_a_crashing_worker_is_reported_and_the_others_go_on(tmp_path: Path) -> N
     )
 
 
+NONDETERMINISTIC = """
+import multiprocessing
+import random
+
+from kvcheck.targets.builtins import reference, seed_prefix
+
+
+def resolve(self, result, batch):
+    if multiprocessing.current_process().name.startswith("kvcheck-fuzz") and random.random() < 0.5:
+        return seed_prefix(self, result, batch)
+    return reference(self, result, batch)
+"""
+
+
+def test_a_worker_that_cannot_judge_the_target_ends_the_campaign_with_exit_2(
+    tmp_path: Path,
+) -> None:
+    # Deterministic at load time (the probe), a coin toss in the workers: kvcheck gives no verdict.
+    (tmp_path / "coin_target.py").write_text(NONDETERMINISTIC)
+    env_path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-m", "kvcheck.cli", "fuzz", "coin_target:resolve", "--workers", "2",
+         "--duration", "20", "--convention", "preclaim"],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": env_path},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "two different results on the same scenario" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stdout == ""
+
+
 def _children(pid: int) -> set[int]:
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
