@@ -181,8 +181,15 @@ def _run(args: argparse.Namespace) -> int:
         allow_unavailable_imports=args.allow_unavailable_imports,
     )
     display = _Display(plan, live=sys.stderr.isatty())
+    reports: list[dict[str, Any]] = []
+
+    def found(failure: Found) -> None:  # saved as it arrives: a campaign killed later keeps it
+        reports.append(_report_failure(failure, target, args))
+        if reports[-1]["counterexample_file"]:
+            display.line(f"saved to {reports[-1]['counterexample_file']}")
+
     try:
-        state = run_campaign(plan, on_update=display.update, on_event=display.event)
+        state = run_campaign(plan, on_update=display.update, on_event=display.event, on_found=found)
     finally:
         display.close()
     if state.error:
@@ -192,7 +199,6 @@ def _run(args: argparse.Namespace) -> int:
             f"every worker crashed; the first: {state.crashed[0].error} (kvcheck's fault or the "
             "machine's, not a verdict on the target)"
         )
-    reports = [_report_failure(found, target, args) for found in state.failures]
     if args.json:
         print(json.dumps(campaign_json(state, duration, reports), indent=2, default=repr))
     else:
@@ -205,8 +211,12 @@ def _run(args: argparse.Namespace) -> int:
 def _report_failure(found: Found, target: Target, args: argparse.Namespace) -> dict[str, Any]:
     """Replay a failure here (its file must reproduce it), save it, and gather its report."""
     counterexample = found.counterexample
-    replayed = replay(counterexample, target)
-    if replayed.status != "same":
+    try:
+        replayed = replay(counterexample, target)
+    except KvcheckUsageError as exc:
+        replayed = None
+        warn(f"worker {found.worker}'s counterexample does not replay in this process: {exc}")
+    if replayed is not None and replayed.status != "same":
         warn(
             f"worker {found.worker}'s counterexample gives {replayed.summary()} when replayed "
             "in this process: the target may be nondeterministic"
@@ -225,7 +235,7 @@ def _report_failure(found: Found, target: Target, args: argparse.Namespace) -> d
         "replay_command": replay_command(path) if path else None,
         "explanation": counterexample.explanation,
     }
-    violation = replayed.violation
+    violation = None if replayed is None else replayed.violation
     if violation is not None:
         report |= failure_to_json(violation, counterexample.scenario)
         report["text"] = format_failure(violation, counterexample.scenario)
@@ -347,6 +357,10 @@ class _Display:
 
     def event(self, state: CampaignState, line: str) -> None:
         """A failure, a crash or a stop: one line, at once."""
+        self.line(line)
+
+    def line(self, line: str) -> None:
+        """One line on stderr, above the live table if there is one."""
         if self._live is not None:
             self._live.console.print(f"kvcheck fuzz: {line}")
         else:

@@ -346,15 +346,18 @@ def run_campaign(
     *,
     on_update: Callable[[CampaignState], None] | None = None,
     on_event: Callable[[CampaignState, str], None] | None = None,
+    on_found: Callable[[Found], None] | None = None,
     poll: float = 0.2,
 ) -> CampaignState:
     """Start `plan.workers` workers and gather what they report until all have ended.
 
     `on_update` is called about every `poll` seconds, `on_event` with a line for each failure,
-    crash or stop. Stops every worker at the first failure unless `plan.keep_going`, and at the
-    first `KvcheckUsageError` of one (`CampaignState.error`). Ctrl-C (KeyboardInterrupt) stops
-    them too and returns the state with `interrupted` set; a second Ctrl-C terminates them at
-    once. Workers still running `_STOP_GRACE` seconds after being told to stop are terminated.
+    crash or stop, `on_found` with each distinct failure as it arrives (to save it at once, so a
+    campaign killed later keeps it). Stops every worker at the first failure unless
+    `plan.keep_going`, and at the first `KvcheckUsageError` of one (`CampaignState.error`).
+    Ctrl-C (KeyboardInterrupt) stops them too and returns the state with `interrupted` set; a
+    second Ctrl-C terminates them at once. Workers still running `_STOP_GRACE` seconds after
+    being told to stop are terminated.
     """
     context = multiprocessing.get_context("spawn")
     messages: Any = context.Queue()
@@ -396,6 +399,8 @@ def run_campaign(
                 return
             state.failures.append(found)
             tell(f"worker {index} found a failure after {found.examples_to_failure} scenarios")
+            if on_found is not None:
+                on_found(found)
             if not plan.keep_going:
                 stop.set()
         elif kind == "done":

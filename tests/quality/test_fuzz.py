@@ -211,3 +211,27 @@ def test_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
     process.kill()
     process.communicate(timeout=30)
     assert _gone(workers, 5), "a worker outlived its killed parent"
+
+
+def test_a_failure_is_saved_as_it_arrives_so_a_killed_campaign_keeps_it(tmp_path: Path) -> None:
+    errors = (tmp_path / "stderr.txt").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kvcheck.cli", "fuzz", "builtin:seed-prefix", "--workers", "1",
+         "--duration", "inf", "--keep-going"],
+        stdout=subprocess.DEVNULL, stderr=errors, text=True, cwd=tmp_path, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        saved: list[str] = []
+        while not saved and time.monotonic() < deadline:
+            saved = re.findall(
+                r"kvcheck fuzz: saved to (\S+)", (tmp_path / "stderr.txt").read_text()
+            )
+            time.sleep(0.2)
+        assert saved, (tmp_path / "stderr.txt").read_text()
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    path = tmp_path / saved[0]
+    assert path.is_file()
+    assert kvcheck("replay", str(path), cwd=tmp_path).returncode == 1
