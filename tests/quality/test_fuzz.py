@@ -76,6 +76,19 @@ def test_keep_going_collects_distinct_failures_until_the_deadline(tmp_path: Path
         assert Path(tmp_path, failure["counterexample_file"]).is_file()
 
 
+def fuzz_module(tmp_path: Path, source: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`kvcheck fuzz module_target:resolve --workers 2 ARGV` on `source` written as an importable
+    module (every worker imports it)."""
+    (tmp_path / "module_target.py").write_text(source)
+    env_path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "kvcheck.cli", "fuzz", "module_target:resolve", "--workers", "2",
+         "--convention", "preclaim", *argv],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": env_path},
+    )  # fmt: skip
+
+
 CRASHING = """
 import multiprocessing
 import os
@@ -91,14 +104,7 @@ def resolve(self, result, batch):
 
 
 def test_a_crashing_worker_is_reported_and_the_others_go_on(tmp_path: Path) -> None:
-    (tmp_path / "crashing_target.py").write_text(CRASHING)
-    env_path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
-    done = subprocess.run(
-        [sys.executable, "-m", "kvcheck.cli", "fuzz", "crashing_target:resolve", "--workers", "2",
-         "--duration", "4", "--json", "--convention", "preclaim"],
-        capture_output=True, text=True, check=False, cwd=tmp_path,
-        env=os.environ | {"PYTHONPATH": env_path},
-    )  # fmt: skip
+    done = fuzz_module(tmp_path, CRASHING, "--duration", "4", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["crashed_workers"] == [1]
@@ -128,14 +134,7 @@ def test_a_worker_that_cannot_judge_the_target_ends_the_campaign_with_exit_2(
     tmp_path: Path,
 ) -> None:
     # Deterministic at load time (the probe), a coin toss in the workers: kvcheck gives no verdict.
-    (tmp_path / "coin_target.py").write_text(NONDETERMINISTIC)
-    env_path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
-    done = subprocess.run(
-        [sys.executable, "-m", "kvcheck.cli", "fuzz", "coin_target:resolve", "--workers", "2",
-         "--duration", "20", "--convention", "preclaim"],
-        capture_output=True, text=True, check=False, cwd=tmp_path,
-        env=os.environ | {"PYTHONPATH": env_path},
-    )  # fmt: skip
+    done = fuzz_module(tmp_path, NONDETERMINISTIC, "--duration", "20")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "two different results on the same scenario" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
@@ -158,13 +157,18 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _background(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
+    """`kvcheck fuzz ARGV --duration inf` in its own process group, stderr to stderr.txt."""
+    with (tmp_path / "stderr.txt").open("w") as errors:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kvcheck.cli", "fuzz", *argv, "--duration", "inf"],
+            stdout=subprocess.PIPE, stderr=errors, text=True, cwd=tmp_path,
+            start_new_session=True,
+        )  # fmt: skip
+
+
 def _start_campaign(tmp_path: Path) -> tuple[subprocess.Popen[str], set[int]]:
-    errors = (tmp_path / "stderr.txt").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kvcheck.cli", "fuzz", "builtin:reference", "--workers", "2",
-         "--duration", "inf", "--json"],
-        stdout=subprocess.PIPE, stderr=errors, text=True, cwd=tmp_path, start_new_session=True,
-    )  # fmt: skip
+    process = _background(tmp_path, "builtin:reference", "--workers", "2", "--json")
     # Until both workers search: a plain progress line ("..., per worker N, M), ...") with both
     # rates above 0.
     deadline = time.monotonic() + 90
@@ -214,12 +218,7 @@ def test_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
 
 
 def test_a_failure_is_saved_as_it_arrives_so_a_killed_campaign_keeps_it(tmp_path: Path) -> None:
-    errors = (tmp_path / "stderr.txt").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kvcheck.cli", "fuzz", "builtin:seed-prefix", "--workers", "1",
-         "--duration", "inf", "--keep-going"],
-        stdout=subprocess.DEVNULL, stderr=errors, text=True, cwd=tmp_path, start_new_session=True,
-    )  # fmt: skip
+    process = _background(tmp_path, "builtin:seed-prefix", "--workers", "1", "--keep-going")
     try:
         deadline = time.monotonic() + 90
         saved: list[str] = []
