@@ -340,7 +340,7 @@ class _Display:
         self._plan = plan
         self._last_line = time.monotonic()
         self._live: Any = None
-        if live:
+        if live:  # rich's live display: only on a terminal
             from rich.console import Console
             from rich.live import Live
 
@@ -384,7 +384,7 @@ class _Display:
         return text
 
     def _table(self, state: CampaignState) -> Any:
-        from rich.table import Table
+        from rich.table import Table  # only on a terminal, as above
 
         table = Table(title=f"kvcheck fuzz {self._plan.target}", caption=self._summary(state))
         for column in ("worker", "state", "scenarios", "per second"):

@@ -20,6 +20,7 @@ and die with the parent if it dies.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
 import queue as queue_module
@@ -230,8 +231,6 @@ def _die_with_parent(parent: int) -> None:
     within a second, by a watching thread)."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
-            import ctypes
-
             pr_set_pdeathsig = 1
             ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 

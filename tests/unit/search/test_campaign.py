@@ -4,15 +4,25 @@ tests/quality/test_fuzz.py)."""
 
 from __future__ import annotations
 
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDatabase
 
+from kvcheck.counterexamples.fileformat import loads
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.search.campaign import CampaignPlan, _round_size, open_database, redact, round_seed
+from kvcheck.search.campaign import (
+    CampaignPlan,
+    _round_size,
+    _work,
+    open_database,
+    redact,
+    round_seed,
+)
 from kvcheck.search.check import search
 from kvcheck.targets.loading import load_target
 
@@ -117,3 +127,29 @@ def test_reuse_off_does_not_replay_the_saved_failure_first() -> None:
         on_run=runs.append,
     )
     assert len(runs) == 1
+
+
+def test_a_worker_reports_progress_a_shrunk_failure_and_its_end(tmp_path: Path) -> None:
+    # The worker's loop in this process (tests/quality/test_fuzz.py runs it in processes).
+    messages: queue.Queue[tuple[object, ...]] = queue.Queue()
+    database = str(tmp_path / "db")
+    _work(plan(target="builtin:seed-prefix", database=database), 1, messages, threading.Event())
+    received = [messages.get_nowait() for _ in range(messages.qsize())]
+    kinds = [m[0] for m in received]
+    assert kinds[-2:] == ["progress", "done"] and kinds.count("failure") == 1
+    failure = next(m for m in received if m[0] == "failure")
+    counterexample = loads(str(failure[2]))
+    assert counterexample.violation is not None and counterexample.target == "builtin:seed-prefix"
+    assert len(counterexample.scenario.events) <= 6  # shrunk
+    assert failure[1] == 1 and int(failure[3]) >= 1  # type: ignore[call-overload]
+    assert any((tmp_path / "db").iterdir()), "the seeded rounds wrote nothing to the database"
+    final = received[-2]
+    assert final[2] >= failure[3]  # type: ignore[operator]
+
+
+def test_a_worker_stops_at_its_share_of_max_examples() -> None:
+    messages: queue.Queue[tuple[object, ...]] = queue.Queue()
+    _work(plan(max_examples=90, workers=2), 0, messages, threading.Event())
+    received = [messages.get_nowait() for _ in range(messages.qsize())]
+    assert received[-1] == ("done", 0)
+    assert received[-2][2] == 45
