@@ -16,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+import attrs
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 
 from kvcheck.core.scenario import (
+    ALLOCATION_RULES,
     Abort,
     Admit,
     Algorithm,
+    AllocationRule,
     Config,
     Convention,
     Event,
@@ -75,11 +78,12 @@ def configs(
     adaptive: bool = False,
     algorithms: Sequence[Algorithm] = ("eagle",),
     block_cap: bool = False,
+    allocation: bool = False,
 ) -> st.SearchStrategy[Config]:
     """Configs with the given judging options; overlap (on first) and initial stride vary, and
-    so do the algorithm (among `algorithms`, EAGLE first) and, when `block_cap`, whether results
-    carry block/cap lengths."""
-    return st.builds(
+    so do the algorithm (among `algorithms`, EAGLE first), when `block_cap`, whether results
+    carry block/cap lengths, and, when `allocation`, the allocation rule with its page size."""
+    config = st.builds(
         Config,
         convention=st.just(convention),
         overlap=st.sampled_from((True, False)),
@@ -88,6 +92,27 @@ def configs(
         global_counters=st.just(global_counters),
         algorithm=st.sampled_from(tuple(algorithms)) if len(algorithms) > 1 else st.just("eagle"),
         block_cap=st.booleans() if block_cap else st.just(False),
+    )
+    if not allocation:
+        return config
+    return st.tuples(config, _ALLOCATION).map(_with_allocation)
+
+
+# Allocation rules (off first, so shrinking drops allocation) and page sizes. The 0.5.6 rule has
+# no clamp and never met adaptive switching in SGLang (adaptive spec v2 starts with 0.5.12), so
+# it is drawn without adaptive only; pages larger than 1 only with the 0.5.16 page rounding.
+_ALLOCATION: Final = st.tuples(st.sampled_from(ALLOCATION_RULES), st.sampled_from((1, 2, 4)))
+
+
+def _with_allocation(drawn: tuple[Config, tuple[AllocationRule, int]]) -> Config:
+    config, (rule, page) = drawn
+    if rule == "0.5.6" and config.adaptive:
+        rule = "0.5.12"
+    return attrs.evolve(
+        config,
+        allocation=rule,
+        page_size=page if rule == "0.5.16" else 1,
+        max_stride=MAX_GENERATED_STRIDE if config.adaptive and rule != "off" else None,
     )
 
 
@@ -251,16 +276,19 @@ def scenarios(
     algorithms: Sequence[Algorithm] = ("eagle",),
     block_cap: bool = False,
     grammar: bool = False,
+    allocation: bool = False,
 ) -> st.SearchStrategy[Scenario]:
     """Whole scenarios: a config and up to `max_events` events. `algorithms`, `block_cap` and
     `grammar` say what the target's API generation supports (`ApiShape.algorithms`,
-    `.block_cap`, `.grammar`: admissions then sometimes carry a grammar)."""
+    `.block_cap`, `.grammar`: admissions then sometimes carry a grammar); `allocation` draws
+    the scheduler's allocation rule and page size too."""
     config = configs(
         convention=convention,
         global_counters=global_counters,
         adaptive=adaptive,
         algorithms=algorithms,
         block_cap=block_cap,
+        allocation=allocation,
     )
     if not block_cap:
         return st.builds(

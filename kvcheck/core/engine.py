@@ -8,6 +8,12 @@ target with (scheduler, result, batch), and then does what the scheduler does wi
 returns: skip stale rows, extend outputs of live rows, check finish, release. Without overlap the
 launch is delivered in the same step, so stale rows never arise.
 
+With an allocation rule configured (`Config.allocation`) the engine also allocates and releases
+KV as the scheduler does around the resolver, through an `AllocationPath`
+(`kvcheck.core.allocation`): a row and pages at prefill, the reserve at each decode launch (before
+the pre-claim), release when a request finishes or is retracted; the pool's ownership faults and
+the `kv_allocated_len` the resolver found and left are observed after every event.
+
 The engine knows nothing of the reference model: what it observes comes from the fakes, which the
 target mutated. Its state is plain objects, so `clone()` is a deep copy.
 """
@@ -21,6 +27,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.allocation import AllocationPath, RuleAllocation
 from kvcheck.core.copying import deep_copy
 from kvcheck.core.fakes import (
     ALGORITHM_FAKES,
@@ -32,6 +39,7 @@ from kvcheck.core.fakes import (
     FakeScheduler,
     UnmodeledAttributeError,
 )
+from kvcheck.core.pool import PoolState
 from kvcheck.core.scenario import (
     Abort,
     Admit,
@@ -73,6 +81,11 @@ class ObservedRequest:
     block_tokens: Any = 0
     cap_tokens: Any = 0
     cap_histogram: tuple[tuple[int, int], ...] = ()
+    # With an allocation rule: `kv_allocated_len` as left on the fake, the pages its row holds,
+    # and whether it holds a row.
+    allocated: Any = 0
+    pages: int = 0
+    holds_row: bool = False
 
 
 @attrs.frozen
@@ -99,6 +112,9 @@ class ObservedDelivery:
     # Per row: the tokens offered to the row's request's grammar during the call (None when the
     # request has no grammar).
     grammar_offered: tuple[tuple[int, ...] | None, ...] = ()
+    # With an allocation rule: (rid, before, after) for every request whose `kv_allocated_len`
+    # the resolver's call changed.
+    allocated_changed: tuple[tuple[str, Any, Any], ...] = ()
 
 
 @attrs.frozen
@@ -115,6 +131,8 @@ class Observation:
     # Aspects the target is not held to (`kvcheck.core.target.ASPECTS`): its API generation
     # does not maintain them.
     not_judged: frozenset[str] = frozenset()
+    # With an allocation rule: the pool after the event and the ownership faults it caused.
+    pool: PoolState | None = None
 
 
 @attrs.define
@@ -141,10 +159,16 @@ class Engine:
         self_methods: Mapping[str, Callable[..., Any]] | None = None,
         *,
         not_judged: frozenset[str],
+        allocation: AllocationPath | None = None,
     ) -> None:
         """`not_judged`: the aspects (`kvcheck.core.target.ASPECTS`) the target is not held to,
-        from its probed shape (`Target.shape.not_judged`); the engine never probes."""
+        from its probed shape (`Target.shape.not_judged`); the engine never probes.
+        `allocation`: the path that allocates and releases when `config.allocation` names a
+        rule (default: kvcheck's own, `RuleAllocation`)."""
         self.not_judged = not_judged
+        self.allocation: AllocationPath | None = None
+        if config.allocation != "off":
+            self.allocation = allocation if allocation is not None else RuleAllocation(config)
         self.config = config
         self.resolver = resolver
         self.scheduler = FakeScheduler(config.stride, config.overlap)
@@ -224,6 +248,7 @@ class Engine:
             tuple(req.rid for req in self.running),
             tuple(req.rid for req in self.last_prefill),
             tuple(sorted(self.retract_requested)),
+            None if self.allocation is None else self.allocation.pool.summary(),
             None
             if pending is None
             else (
@@ -270,10 +295,15 @@ class Engine:
             case SwitchStride(stride=stride):
                 if self.config.adaptive:
                     self.scheduler.draft_worker.speculative_num_draft_tokens = stride
-        return Observation(self.observe_requests(), delivery, target_error, self.not_judged)
+        pool = None
+        if self.allocation is not None:
+            self.allocation.pool.check()
+            pool = self.allocation.pool.state()
+        return Observation(self.observe_requests(), delivery, target_error, self.not_judged, pool)
 
     def observe_requests(self) -> tuple[ObservedRequest, ...]:
         """Every request admitted so far as its fake now holds it, in admission order."""
+        pool = None if self.allocation is None else self.allocation.pool
         return tuple(
             ObservedRequest(
                 rid=req.rid,
@@ -287,6 +317,9 @@ class Engine:
                 block_tokens=req.spec_num_block_accept_tokens,
                 cap_tokens=req.spec_num_cap_tokens,
                 cap_histogram=tuple(sorted(req._cap_histogram.items())),
+                allocated=req.kv_allocated_len,
+                pages=0 if pool is None else pool.held(req.rid),
+                holds_row=pool is not None and pool.has_row(req.rid),
             )
             for req in self.reqs.values()
         )
@@ -309,6 +342,10 @@ class Engine:
         to_deliver = previous if self.config.overlap else launched
         if self.config.overlap:
             self.pending = launched
+        if self.allocation is not None:
+            # The launch in flight reads its rows until it is delivered (next step).
+            reading = launched.batch.reqs if launched is not None and self.config.overlap else []
+            self.allocation.pool.reading = {req.rid for req in reading}
         if to_deliver is None:
             return None, None
         return self._deliver(to_deliver)
@@ -334,6 +371,8 @@ class Engine:
             req.is_retracted = False
             req.kv_committed_len = len(req.origin_input_ids) + len(req.output_ids)
             req.kv_allocated_len = req.kv_committed_len
+            if self.allocation is not None:
+                self.allocation.admit(req)
         self.last_prefill = list(batch)
         self.launch_count += 1
         stride = self.scheduler.draft_worker.speculative_num_draft_tokens
@@ -342,6 +381,8 @@ class Engine:
     def _reset_for_retract(self, req: FakeReq) -> None:
         self.retract_requested.discard(req.rid)
         self.running.remove(req)
+        if self.allocation is not None:
+            self.allocation.retract(req)
         req.retraction_count += 1
         req.is_retracted = True
         req.kv_committed_len = 0
@@ -353,6 +394,8 @@ class Engine:
         stride = self.scheduler.draft_worker.speculative_num_draft_tokens
         width = config.output_width(stride)
         reqs = list(self.running)
+        if self.allocation is not None:
+            self.allocation.prepare_decode(reqs, stride)  # sized before the pre-claim
         if config.preclaims:
             for req in reqs:
                 req.kv_committed_len += 1
@@ -378,7 +421,15 @@ class Engine:
         offered_before = [
             None if req.grammar is None else len(req.grammar._offered) for req in launch.batch.reqs
         ]
+        allocated_before = [(req, req.kv_allocated_len) for req in self.reqs.values()]
         returned, target_error = _run_target(self.resolver, self.scheduler, result, launch.batch)
+        allocated_changed: tuple[tuple[str, Any, Any], ...] = ()
+        if self.allocation is not None:
+            allocated_changed = tuple(
+                (req.rid, before, req.kv_allocated_len)
+                for req, before in allocated_before
+                if not _values_same(before, req.kv_allocated_len)
+            )
         runs = _normalise_runs(returned)
         grammar_offered = tuple(
             None if req.grammar is None or before is None else tuple(req.grammar._offered[before:])
@@ -393,6 +444,7 @@ class Engine:
             if runs is not None and row < len(runs):
                 req.output_ids.extend(runs[row])
             self._update_finish_state(req)
+            self._release_if_finished(req)
             if req.grammar is not None:
                 req.grammar.finished = req.finished()
         observed = ObservedDelivery(
@@ -406,6 +458,7 @@ class Engine:
             controller_feeds=tuple(self.scheduler.model_worker.verify_feeds[feeds_before:]),
             block_cap_totals=(result.num_block_accept_tokens, result.num_cap_tokens),
             grammar_offered=grammar_offered,
+            allocated_changed=allocated_changed,
         )
         return observed, target_error
 
@@ -434,6 +487,7 @@ class Engine:
                 continue
             req.output_ids.append(token_id(launch.number, row, 0))
             self._update_finish_state(req)
+            self._release_if_finished(req)
             live.append((row, req))
         if not launch.batch.has_grammar:
             return None
@@ -495,6 +549,12 @@ class Engine:
             cap_lens=caps,
         )
 
+    def _release_if_finished(self, req: FakeReq) -> None:
+        """Release a request's KV once it finished on the row just processed, as the result
+        processor does (a grammar step's abort is released where the next row finishes it)."""
+        if self.allocation is not None and req.finished():
+            self.allocation.release(req)
+
     def _update_finish_state(self, req: FakeReq) -> None:
         if req.finished():
             return
@@ -537,6 +597,11 @@ def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | No
                 "target ran; this is a kvcheck bug, not a verdict on the target"
             ) from None
         return None, f"{type(exc).__name__}: {exc}"
+
+
+def _values_same(before: Any, after: Any) -> bool:
+    """Whether a value the target may have rebound is still the same plain int."""
+    return type(after) is type(before) and after == before
 
 
 def _plain(value: Any) -> Any:

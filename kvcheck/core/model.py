@@ -13,6 +13,14 @@ Conventions (docs/semantics.md §1.2): with `preclaim` (H=1) each decode launch 
 live row then adds a-1 and a finished row gives the one back; with `honest` (H=0) nothing happens at
 launch and a live row adds a. Either way a live request satisfies
 C == P + L - 1 + n_prefill_in_flight + H * n_decode_in_flight (§2.9 invariant 1).
+
+Allocation (when `Config.allocation` names a rule, docs/semantics.md §2.3 and §5): a prefill
+assigns the allocated length Al = C; a decode launch sizes each request before its pre-claim,
+to C + R with R = 2A (A the stride launched, or the adaptive maximum from 0.5.13; UNO F + 1),
+rounded up to a page from 0.5.16, and from 0.5.12 never below the Al it had. A request holds
+ceil(Al / page) pages from admission to its release (finish or retraction, exactly once per
+residency); release leaves Al as it was before 0.5.16 and 0 from then on; retraction leaves
+C = Al = 0 until re-admission.
 """
 
 from __future__ import annotations
@@ -77,6 +85,13 @@ class RequestLedger:
     grammar: Grammar | None = None
     grammar_terminated: bool = False
     grammar_offered: int = 0
+    # Allocation (when a rule is configured): Al, its least value after the last decode launch
+    # (C + R at sizing), its highest value this residency, and whether a decode
+    # launch sized it since admission (from 0.5.16 it is then page-aligned).
+    allocated: int = 0
+    alloc_floor: int = 0
+    alloc_peak: int = 0
+    decoded: bool = False
 
     @property
     def stale(self) -> bool:
@@ -139,6 +154,15 @@ class RequestExpectation:
     block_tokens: int = 0
     cap_tokens: int = 0
     cap_histogram: tuple[tuple[int, int], ...] = ()
+    # Allocation, None when no rule is configured: Al, the reserve it must cover after a decode
+    # launch, the highest Al of this residency (it never shrinks while live), whether Al must be
+    # page-aligned, the page size, and the pages the request holds.
+    allocated: int | None = None
+    alloc_floor: int = 0
+    alloc_peak: int = 0
+    alloc_aligned: bool = False
+    page_size: int = 1
+    pages: int = 0
 
 
 @attrs.frozen
@@ -200,6 +224,10 @@ class ReferenceModel:
                 r.grammar,
                 r.grammar_terminated,
                 r.grammar_offered,
+                r.allocated,
+                r.alloc_floor,
+                r.alloc_peak,
+                r.decoded,
             )
             for r in self.requests.values()
         )
@@ -240,6 +268,8 @@ class ReferenceModel:
 
     def expectation(self, delivery: ExpectedDelivery | None = None) -> Expectation:
         """The ledger as it stands, with `delivery` when the event just applied delivered one."""
+        allocating = self.config.allocation != "off"
+        page = self.config.page_size
         return Expectation(
             requests=tuple(
                 RequestExpectation(
@@ -254,6 +284,12 @@ class ReferenceModel:
                     block_tokens=r.block_tokens,
                     cap_tokens=r.cap_tokens,
                     cap_histogram=tuple(sorted(r.cap_histogram.items())),
+                    allocated=r.allocated if allocating else None,
+                    alloc_floor=r.alloc_floor,
+                    alloc_peak=r.alloc_peak,
+                    alloc_aligned=r.decoded and self.config.allocation == "0.5.16",
+                    page_size=page,
+                    pages=-(-r.allocated // page) if r.holds_kv and allocating else 0,
                 )
                 for r in self.requests.values()
             ),
@@ -319,8 +355,12 @@ class ReferenceModel:
             req.admissions += 1
             req.phase = "running"
             req.holds_kv = True
-            # Prefill assigns (never adds) the whole fill: prompt plus outputs so far.
+            # Prefill assigns (never adds) the whole fill: prompt plus outputs so far, and
+            # allocates exactly that.
             req.committed = req.prompt_len + req.outputs
+            req.allocated = req.alloc_peak = req.committed
+            req.alloc_floor = 0
+            req.decoded = False
         self.merge_next = list(rids)
         self.launches += 1
         return Launch(self.launches, "prefill", rids, self.worker_stride, ())
@@ -341,11 +381,30 @@ class ReferenceModel:
         for rid in rids:
             req = self.requests[rid]
             req.decode_in_flight += 1
+            self._size_allocation(req, stride)  # sized before the pre-claim
             if config.preclaims:
                 req.committed += 1
         self.launches += 1
         self.reached.add(f"stride {stride}")
         return Launch(self.launches, "decode", rids, stride, accepts, block_caps)
+
+    def _size_allocation(self, req: RequestLedger, stride: int) -> None:
+        """Al after a decode launch at `stride` (module docstring; docs/semantics.md §2.3)."""
+        rule = self.config.allocation
+        if rule == "off":
+            return
+        drafts = stride
+        if rule in ("0.5.13", "0.5.16"):
+            drafts = max(stride, self.config.max_stride or self.config.stride)
+        per_decode = drafts + 1 if self.config.algorithm == "uno" else drafts
+        target = req.committed + 2 * per_decode
+        req.alloc_floor = target
+        if rule == "0.5.16":
+            page = self.config.page_size
+            target = -(-target // page) * page
+        req.allocated = target if rule == "0.5.6" else max(req.allocated, target)
+        req.alloc_peak = max(req.alloc_peak, req.allocated)
+        req.decoded = True
 
     def _retract(self, req: RequestLedger) -> None:
         if req.decode_in_flight:
@@ -357,6 +416,8 @@ class ReferenceModel:
         req.phase = "retracted"
         req.holds_kv = False
         req.committed = 0  # outputs and statistics are kept
+        req.allocated = req.alloc_floor = req.alloc_peak = 0
+        req.decoded = False
         self.running.remove(req.rid)
         self.waiting.append(req.rid)
 
@@ -503,5 +564,7 @@ class ReferenceModel:
         req.phase = "finished"
         req.finish_reason = reason
         req.finished_len = finished_len
+        if req.holds_kv and self.config.allocation == "0.5.16":
+            req.allocated = 0  # released: `req.kv = None` (0.5.16-0.5.18), Al = 0 (0.5.19+)
         req.holds_kv = False
         req.abort_pending = False

@@ -35,10 +35,11 @@ import attrs
 from kvcheck.errors import ScenarioFormatError
 
 # Version 2 added the algorithm, block/cap lengths and grammars (`Config.algorithm`,
-# `Config.block_cap`, `Step.blocks`, `Step.caps`, `Admit.grammar`). A scenario that uses none of
-# them is written as version 1, which every kvcheck reads.
-SCHEMA_VERSION: Final = 2
-SUPPORTED_SCHEMA_VERSIONS: Final = (1, 2)
+# `Config.block_cap`, `Step.blocks`, `Step.caps`, `Admit.grammar`); version 3 the allocation
+# rule (`Config.allocation`, `Config.max_stride`). A scenario is written with the lowest
+# version that can say it, so one that uses none of them is version 1, which every kvcheck reads.
+SCHEMA_VERSION: Final = 3
+SUPPORTED_SCHEMA_VERSIONS: Final = (1, 2, 3)
 
 Convention: TypeAlias = Literal["preclaim", "honest"]
 # The speculative algorithms SGLang's resolvers branch on or are fed by (docs/semantics.md §1.4):
@@ -47,6 +48,12 @@ Convention: TypeAlias = Literal["preclaim", "honest"]
 Algorithm: TypeAlias = Literal["eagle", "eagle3", "ngram", "dflash", "uno"]
 ALGORITHMS: Final[tuple[Algorithm, ...]] = ("eagle", "eagle3", "ngram", "dflash", "uno")
 GlobalCounterMode: TypeAlias = Literal["ideal", "sglang", "off"]
+# How decode launches size the KV allocation (docs/semantics.md §2.3, §5), named by the first
+# release of each rule: "0.5.6" (to 0.5.11) `Al = C + 2A` with A the current draft count and no
+# clamp; "0.5.12" adds the clamp `max(Al, .)`; "0.5.13" (to 0.5.15) takes A from the adaptive
+# maximum; "0.5.16" (on) also rounds up to a page. "off": allocation is neither done nor judged.
+AllocationRule: TypeAlias = Literal["off", "0.5.6", "0.5.12", "0.5.13", "0.5.16"]
+ALLOCATION_RULES: Final[tuple[AllocationRule, ...]] = ("off", "0.5.6", "0.5.12", "0.5.13", "0.5.16")
 CONVENTIONS: Final[tuple[Convention, ...]] = ("preclaim", "honest")
 GLOBAL_COUNTER_MODES: Final[tuple[GlobalCounterMode, ...]] = ("ideal", "sglang", "off")
 MIN_STRIDE: Final = 1
@@ -80,6 +87,20 @@ class Config:
     algorithm: Algorithm = attrs.field(default="eagle", validator=attrs.validators.in_(ALGORITHMS))
     # Results carry per-row block-accept and cap lengths (`Step.blocks`, `Step.caps`; 0.5.16+).
     block_cap: bool = False
+    # The scheduler allocates, page by page, and releases KV by this rule (schema version 3).
+    allocation: AllocationRule = attrs.field(
+        default="off", validator=attrs.validators.in_(ALLOCATION_RULES)
+    )
+    # The adaptive candidates' largest draft count, which rules "0.5.13" and "0.5.16" reserve
+    # for (None: the initial stride); a switch above it raises the reserve with it.
+    max_stride: int | None = attrs.field(default=None, validator=attrs.validators.optional(_stride))
+
+    def __attrs_post_init__(self) -> None:
+        if self.allocation not in ("off", "0.5.16") and self.page_size != 1:
+            raise ValueError(
+                f"allocation rule {self.allocation} is modelled at page size 1 only "
+                f"(page rounding starts with 0.5.16), got page_size {self.page_size}"
+            )
 
     @property
     def preclaims(self) -> bool:
@@ -99,6 +120,7 @@ class Config:
 
 # Fields schema version 1 cannot say, with their defaults: written only when they differ.
 _V2_CONFIG_DEFAULTS: Final[dict[str, object]] = {"algorithm": "eagle", "block_cap": False}
+_V3_CONFIG_DEFAULTS: Final[dict[str, object]] = {"allocation": "off", "max_stride": None}
 
 
 GrammarKind: TypeAlias = Literal["accept", "terminate", "reject"]
@@ -316,6 +338,10 @@ def describe_config(config: Config) -> str:
         parts.append(f"algorithm {config.algorithm}")
     if config.block_cap:
         parts.append("block/cap lengths")
+    if config.allocation != "off":
+        parts.append(f"allocation as {config.allocation}+")
+        if config.max_stride is not None:
+            parts.append(f"max stride {config.max_stride}")
     return ", ".join(parts)
 
 
@@ -367,7 +393,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     """The JSON object of a config: every field, defaults included, except the version 2 fields
     at their defaults (so such a scenario stays readable as version 1)."""
     data = attrs.asdict(config)
-    for name, default in _V2_CONFIG_DEFAULTS.items():
+    for name, default in {**_V2_CONFIG_DEFAULTS, **_V3_CONFIG_DEFAULTS}.items():
         if data[name] == default:
             del data[name]
     return data
@@ -395,7 +421,8 @@ def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
     uses_v2 = any(name in config for name in _V2_CONFIG_DEFAULTS) or any(
         "blocks" in e or "caps" in e or "grammar" in e for e in events
     )
-    return {"schema_version": SCHEMA_VERSION if uses_v2 else 1, "config": config, "events": events}
+    version = 3 if any(name in config for name in _V3_CONFIG_DEFAULTS) else 2 if uses_v2 else 1
+    return {"schema_version": version, "config": config, "events": events}
 
 
 def check_schema_version(data: Mapping[str, Any]) -> None:

@@ -1027,6 +1027,49 @@ def grammar_refusal_not_aborted(g: Generation, self: Any, result: Any, batch: An
 
 
 # =============================================================================================
+# Mutants: the allocated length (issue 10; semantics §2.3, §5)
+# =============================================================================================
+
+
+@mutant(
+    "alloc-inflated-live",
+    G0_5_20,
+    expect="alloc-untouched-by-resolver",
+    origin="issue 10",
+)
+def alloc_inflated_live(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Correct accounting, but every live row adds 1000 to `req.kv.kv_allocated_len`, as if
+    the resolver reserved for the next verify itself: the pool thinks the request holds KV it
+    was never given."""
+    tokens, accepts = _tensors(result)
+    k = g.non_draft(result)
+    _correct_rows(g, batch, accepts, k)
+    for req in batch.reqs:
+        if not _stale(req):
+            req.kv.kv_allocated_len += 1000
+    _publish(g, self, result, batch, accepts)
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+@mutant(
+    "alloc-zeroed-stale",
+    G0_5_13,
+    expect="alloc-untouched-by-resolver",
+    origin="issue 10",
+)
+def alloc_zeroed_stale(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Correct accounting, but a stale row's `req.kv_allocated_len` is zeroed "to be safe",
+    though before 0.5.16 release leaves it in place for the release bookkeeping."""
+    tokens, accepts = _tensors(result)
+    _correct_rows(g, batch, accepts, 1)
+    for req in batch.reqs:
+        if _stale(req):
+            req.kv_allocated_len = 0
+    _publish(g, self, result, batch, accepts)
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+# =============================================================================================
 # Correct rewrites: different code, the same behaviour. Each must pass.
 # =============================================================================================
 

@@ -230,6 +230,7 @@ def _scenarios(
         algorithms=shape.algorithms,
         block_cap=shape.block_cap,
         grammar=shape.grammar,
+        allocation=True,
     )
     if overlap is None:
         return strategy

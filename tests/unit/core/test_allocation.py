@@ -1,0 +1,329 @@
+"""Allocation and release (issue 10): the model's rules, the pool's ownership faults, and every
+allocation invariant shown firing on a broken allocation path or allocator (the engine's side),
+while kvcheck's own path passes the same scenario."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+import kvcheck
+from kvcheck.core.allocation import RuleAllocation
+from kvcheck.core.engine import Engine
+from kvcheck.core.invariants import check_event
+from kvcheck.core.model import ReferenceModel
+from kvcheck.core.pool import KvPool
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import (
+    Abort,
+    Admit,
+    Config,
+    Event,
+    Retract,
+    Scenario,
+    Step,
+    SwitchStride,
+    from_json,
+    to_json,
+)
+from kvcheck.targets.builtins import reference
+from kvcheck.targets.loading import load_target
+from tests.helpers import target
+
+# --- broken allocation paths and allocators (each differs from kvcheck's own in one place) -----
+
+
+class HalfReserve(RuleAllocation):
+    """Reserves A instead of 2A: the overlap lag is not covered."""
+
+    def reserve(self, stride: int) -> int:
+        return super().reserve(stride) // 2
+
+
+class NoClamp(RuleAllocation):
+    """0.5.12+ without the `max(Al, .)` clamp (semantics §4.16)."""
+
+    def sized(self, req: Any, reserve: int) -> int:
+        return int(req.kv_committed_len + reserve)
+
+
+class NoPageRounding(RuleAllocation):
+    """0.5.16+ without rounding `nxt` up to a page (semantics §4.18, sglang#31616)."""
+
+    def sized(self, req: Any, reserve: int) -> int:
+        return max(req.kv_allocated_len, req.kv_committed_len + reserve)
+
+
+class OverReserve(RuleAllocation):
+    """Reserves 3A: more than the rule gives."""
+
+    def reserve(self, stride: int) -> int:
+        return super().reserve(stride) * 3 // 2
+
+
+class FreeFromCommitted(RuleAllocation):
+    """Frees the over-allocated range from C instead of ceil_page(C) (semantics §4.21): the
+    partly committed page is freed twice."""
+
+    def overallocated_start(self, committed: int) -> int:
+        return committed
+
+
+class ForgetsOverallocated(RuleAllocation):
+    """Frees only the committed range (sglang#13741: release freed nothing past it)."""
+
+    def overallocated_start(self, committed: int) -> int:
+        return 1 << 30
+
+
+class RetractKeepsRow(RuleAllocation):
+    """Retraction resets the lengths but never releases (sglang#11970)."""
+
+    def retract(self, req: Any) -> None:
+        pass
+
+
+class ReleasesAbortAtBuild(RuleAllocation):
+    """Releases an aborted request at the next build, before its next row finishes it, while
+    the launch in flight still reads its row (semantics §4.25, sglang#18744)."""
+
+    def prepare_decode(self, reqs: list[Any], stride: int) -> None:
+        for req in reqs:
+            if req.to_finish is not None and self.pool.has_row(req.rid):
+                self.pool.free_range(req.rid, 0, req.kv_allocated_len)
+        super().prepare_decode(reqs, stride)
+
+
+class LeakyPool(KvPool):
+    """Forgets to put a freed page back on the free list."""
+
+    def free_page(self, rid: str, page: int) -> None:
+        self.owner.pop(page, None)
+
+
+class SharingPool(KvPool):
+    """Hands out pages without taking them off the free list."""
+
+    def alloc_pages(self, rid: str, count: int) -> list[int] | None:
+        while len(self.free_pages) < count:
+            self.free_pages.append(self.total)
+            self.total += 1
+        taken = self.free_pages[:count]
+        for page in taken:
+            if page in self.owner:
+                self.fault("double-owner", rid, f"page {page} handed to {rid} twice")
+            self.owner[page] = rid
+        return taken
+
+
+def _pool(config: Config, cls: type[KvPool]) -> KvPool:
+    return cls(config.page_size)
+
+
+# Scenarios: two requests running (the second's pages follow the first's), a finish with a launch
+# in flight, a retraction, an adaptive down-switch, an abort with its row in flight.
+TWO = (Admit("r0", 5, 50), Admit("r1", 5, 50), Step(), Step((2, 2)))
+FINISH = (Admit("r0", 6, 2), Step(), Step((2,)), Step((1,)))
+RETRACT = (Admit("r0", 5, 50), Step(), Step((2,)), Retract("r0"), Step())
+DOWN = (Admit("r0", 5, 50), Step(), Step((1,)), SwitchStride(2), Step((1,)))
+ABORT = (Admit("r0", 5, 50), Step(), Step((2,)), Abort("r0"), Step())
+
+BASE = Config(convention="preclaim", stride=4)
+PAGED = attrs.evolve(BASE, allocation="0.5.16", page_size=4)
+
+# (invariant, broken path, broken pool class or None, events, config)
+BROKEN_PATHS: list[
+    tuple[str, type[RuleAllocation], type[KvPool] | None, tuple[Event, ...], Config]
+] = [
+    ("alloc-covers-reserve", HalfReserve, None, TWO, PAGED),
+    (
+        "alloc-never-shrinks",
+        NoClamp,
+        None,
+        DOWN,
+        attrs.evolve(BASE, allocation="0.5.12", adaptive=True),
+    ),
+    ("alloc-page-aligned", NoPageRounding, None, TWO, PAGED),
+    ("alloc-expected", OverReserve, None, TWO, PAGED),
+    ("kv-no-double-owner", RuleAllocation, SharingPool, TWO[:3], PAGED),
+    ("kv-no-use-after-free", ReleasesAbortAtBuild, None, ABORT, PAGED),
+    ("kv-released-once", FreeFromCommitted, None, FINISH, PAGED),
+    ("kv-released-once", ForgetsOverallocated, None, FINISH, PAGED),
+    ("kv-retracted-empty", RetractKeepsRow, None, RETRACT, PAGED),
+    ("kv-pool-conserved", RuleAllocation, LeakyPool, FINISH, PAGED),
+]
+
+
+REFERENCE = target(reference)
+
+
+def _run(
+    events: tuple[Event, ...], config: Config, path: type[RuleAllocation], pool: type[KvPool] | None
+) -> list[Any]:
+    """Model and engine side by side with `path` allocating: the violations at the first
+    failing event, and its index."""
+    model = ReferenceModel(config)
+    allocation = path(config, _pool(config, pool) if pool is not None else None)
+    engine = Engine(config, reference, not_judged=REFERENCE.shape.not_judged, allocation=allocation)
+    for index, event in enumerate(events):
+        violations = check_event(index, model.apply(event), engine.apply(event))
+        if violations:
+            return violations
+    return []
+
+
+@pytest.mark.parametrize(
+    ("invariant", "path", "pool", "events", "config"),
+    BROKEN_PATHS,
+    ids=[f"{case[0]}-{case[1].__name__}" for case in BROKEN_PATHS],
+)
+def test_fires_on_broken_allocation(
+    invariant: str,
+    path: type[RuleAllocation],
+    pool: type[KvPool] | None,
+    events: tuple[Event, ...],
+    config: Config,
+) -> None:
+    violations = _run(events, config, path, pool)
+    assert violations, f"{path.__name__} passed"
+    assert violations[0].invariant == invariant, violations
+    assert violations[0].event_index == len(events) - 1
+    # kvcheck's own path passes the same scenario: the scenario is not the cause.
+    assert _run(events, config, RuleAllocation, None) == []
+
+
+def test_broken_paths_and_resolver_cover_every_allocation_invariant() -> None:
+    from kvcheck.core.invariants import INVARIANTS
+
+    allocation_ids = {i for i in INVARIANTS if i.startswith(("alloc-", "kv-"))}
+    covered = {case[0] for case in BROKEN_PATHS} | {"alloc-untouched-by-resolver"}
+    assert covered == allocation_ids
+
+
+# --- the model's rules (docs/semantics.md §2.3, §2.5, §2.7) ---------------------------------------
+
+
+def _model(config: Config, *events: Event) -> ReferenceModel:
+    model = ReferenceModel(config)
+    for event in events:
+        model.apply(event)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("rule", "convention", "expected"),
+    [
+        ("0.5.6", "preclaim", 10 + 8),  # sized before the pre-claim: C = 10 at sizing
+        ("0.5.12", "preclaim", 18),
+        ("0.5.13", "honest", 10 + 2 * 6),  # A from the adaptive maximum (max_stride 6)
+        ("0.5.16", "honest", 24),  # 22 rounded up to pages of 4
+    ],
+)
+def test_reserve_rule_per_generation(rule: str, convention: str, expected: int) -> None:
+    page = 4 if rule == "0.5.16" else 1
+    config = Config(
+        convention=convention,  # type: ignore[arg-type]
+        stride=4,
+        allocation=rule,  # type: ignore[arg-type]
+        page_size=page,
+        max_stride=6 if rule in ("0.5.13", "0.5.16") else None,
+    )
+    model = _model(config, Admit("r0", 10, 50), Step(), Step())
+    assert model.requests["r0"].allocated == expected
+
+
+def test_uno_reserves_f_plus_one() -> None:
+    config = Config(convention="honest", stride=4, allocation="0.5.16", algorithm="uno")
+    model = _model(config, Admit("r0", 10, 50), Step(), Step())
+    assert model.requests["r0"].allocated == 10 + 2 * 5
+
+
+def test_clamp_keeps_al_on_down_switch_and_0_5_6_shrinks() -> None:
+    events = (Admit("r0", 10, 50), Step(), Step((1,)), SwitchStride(2), Step((1,)))
+    clamped = _model(Config(convention="honest", allocation="0.5.12", adaptive=True), *events)
+    assert clamped.requests["r0"].allocated == 18  # max(18, 10 + 4)
+    unclamped = _model(Config(convention="honest", allocation="0.5.6", adaptive=True), *events)
+    assert unclamped.requests["r0"].allocated == 10 + 4  # C lags the undelivered verify
+
+
+def test_release_leaves_al_by_generation_and_retraction_zeroes() -> None:
+    finish = (Admit("r0", 10, 1), Step(), Step())
+    kept = _model(Config(convention="honest", allocation="0.5.13"), *finish).requests["r0"]
+    assert (kept.phase, kept.allocated, kept.holds_kv) == ("finished", 18, False)
+    zeroed = _model(Config(convention="honest", allocation="0.5.16"), *finish).requests["r0"]
+    assert zeroed.allocated == 0
+    retracted = _model(Config(convention="honest", allocation="0.5.16"), *RETRACT).requests["r0"]
+    assert (retracted.committed, retracted.allocated, retracted.holds_kv) == (0, 0, False)
+
+
+# --- the pool ------------------------------------------------------------------------------------
+
+
+def test_pool_faults_at_the_call() -> None:
+    pool = KvPool(page_size=2, total_pages=3)
+    pool.take_row("a")
+    assert pool.extend("a", 0, 3)  # two pages
+    pool.free_range("a", 0, 2)
+    pool.free_range("a", 0, 2)  # the same positions again
+    assert [f.kind for f in pool.state().faults] == ["double-free"]
+    assert not pool.extend("a", 2, 12)  # needs 4 more pages, 2 free
+    assert [f.kind for f in pool.state().faults] == ["out-of-memory"]
+    pool.take_row("b")
+    pool.extend("b", 0, 2)
+    pool.free_page("a", pool.rows["b"][0])
+    assert [f.kind for f in pool.state().faults] == ["use-after-free"]
+    pool.free_row("a")
+    assert [f.kind for f in pool.state().faults] == ["leak"]
+    pool.check()
+    assert pool.state().faults == ()
+
+
+def test_engine_conserves_pool_on_a_long_run() -> None:
+    config = Config(convention="preclaim", allocation="0.5.12", adaptive=True, max_stride=8)
+    events = (
+        Admit("r0", 7, 9),
+        Admit("r1", 3, 20, eos_at=6),
+        Step(),
+        Step((3, 2)),
+        SwitchStride(2),
+        Step((4, 1)),
+        Retract("r1"),
+        Step((2, 2)),
+        Step(),
+        Step((2, 2)),
+        Step((4, 4)),
+        Step(),
+        Step(),
+    )
+    result = run_scenario(Scenario(config, events), target(reference), record=True)
+    assert result.violation is None
+    pool = result.trace[-1].observed.pool
+    assert pool is not None and pool.held == () and pool.available == pool.total
+
+
+def test_resolver_inflating_al_is_caught_in_few_events() -> None:
+    verdict = kvcheck.check("kvcheck.mutants:alloc_inflated_live", seed=0)
+    assert verdict.violation is not None
+    assert verdict.violation.invariant == "alloc-untouched-by-resolver"
+    assert verdict.counterexample is not None and len(verdict.counterexample.events) <= 5
+
+
+def test_allocation_config_round_trips_as_schema_3() -> None:
+    config = Config(allocation="0.5.16", page_size=2, max_stride=6)
+    scenario = Scenario(config, (Admit("r0", 3, 2), Step()))
+    text = to_json(scenario)
+    assert '"schema_version": 3' in text
+    assert from_json(text) == scenario
+    assert '"schema_version": 1' in to_json(Scenario(Config(), (Step(),)))
+
+
+def test_page_size_above_one_needs_the_paged_rule() -> None:
+    with pytest.raises(ValueError, match="page size 1 only"):
+        Config(allocation="0.5.12", page_size=2)
+
+
+def test_real_release_resolver_passes_with_allocation() -> None:
+    scenario = Scenario(attrs.evolve(PAGED, convention="preclaim"), FINISH)
+    assert run_scenario(scenario, load_target("builtin:reference")).violation is None
