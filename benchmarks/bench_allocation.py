@@ -49,7 +49,9 @@ def main() -> None:
     args = parser.parse_args()
     target = load_target("builtin:reference")
     on = [s for s in _draw(args.count) if s.config.allocation != "off"]
-    off = [attrs.evolve(s, config=attrs.evolve(s.config, allocation="off")) for s in on]
+    off = [
+        attrs.evolve(s, config=attrs.evolve(s.config, allocation="off", pool_pages=0)) for s in on
+    ]
     events = sum(len(s.events) for s in on)
     rates: dict[str, list[float]] = {"on": [], "off": []}
     for _ in range(args.repeats):

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from kvcheck.core.scenario import (
     ALLOCATION_RULES,
+    MIN_POOL_TOKENS,
     Abort,
     Admit,
     Algorithm,
@@ -101,11 +102,17 @@ def configs(
 # Allocation rules (off first, so shrinking drops allocation) and page sizes. The 0.5.6 rule has
 # no clamp and never met adaptive switching in SGLang (adaptive spec v2 starts with 0.5.12), so
 # it is drawn without adaptive only; pages larger than 1 only with the 0.5.16 page rounding.
-_ALLOCATION: Final = st.tuples(st.sampled_from(ALLOCATION_RULES), st.sampled_from((1, 2, 4)))
+# The pool is unbounded (first) or holds 128 or 192 tokens, small enough that six requests
+# meet memory pressure (retraction, admission waiting for memory).
+_ALLOCATION: Final = st.tuples(
+    st.sampled_from(ALLOCATION_RULES),
+    st.sampled_from((1, 2, 4)),
+    st.sampled_from((0, MIN_POOL_TOKENS, MIN_POOL_TOKENS * 3 // 2)),
+)
 
 
-def _with_allocation(drawn: tuple[Config, tuple[AllocationRule, int]]) -> Config:
-    config, (rule, page) = drawn
+def _with_allocation(drawn: tuple[Config, tuple[AllocationRule, int, int]]) -> Config:
+    config, (rule, page, pool_tokens) = drawn
     if rule == "0.5.6" and config.adaptive:
         rule = "0.5.12"
     return attrs.evolve(
@@ -113,6 +120,7 @@ def _with_allocation(drawn: tuple[Config, tuple[AllocationRule, int]]) -> Config
         allocation=rule,
         page_size=page if rule == "0.5.16" else 1,
         max_stride=MAX_GENERATED_STRIDE if config.adaptive and rule != "off" else None,
+        pool_pages=0 if rule == "off" else pool_tokens // (page if rule == "0.5.16" else 1),
     )
 
 

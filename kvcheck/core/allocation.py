@@ -34,6 +34,12 @@ class AllocationPath(Protocol):
     def release(self, req: Any) -> None:
         """Finish: free the committed and the over-allocated range and the row, once."""
 
+    def estimate_decode(self, reqs: list[Any], stride: int) -> int:
+        """The scheduler's memory check: pages a decode launch of `reqs` would allocate."""
+
+    def admission_pages(self, req: Any, stride: int) -> int:
+        """Pages a prefill of `req` needs to be admitted (its fill plus one decode reserve)."""
+
     def retract(self, req: Any) -> None:
         """Retraction: release without caching; the engine then zeroes `C` and `Al`."""
 
@@ -43,7 +49,7 @@ class RuleAllocation:
 
     def __init__(self, config: Config, pool: KvPool | None = None) -> None:
         self.config = config
-        self.pool = pool if pool is not None else KvPool(config.page_size)
+        self.pool = pool if pool is not None else KvPool(config.page_size, config.pool_pages)
 
     def reserve(self, stride: int) -> int:
         """R = 2A: A is the launch's draft count (to 0.5.12) or the adaptive maximum (0.5.13+),
@@ -66,6 +72,20 @@ class RuleAllocation:
         (the page holding the last committed token went with the committed range)."""
         page = self.pool.page_size
         return (committed + page - 1) // page * page
+
+    def estimate_decode(self, reqs: list[Any], stride: int) -> int:
+        """See `AllocationPath.estimate_decode`: per request the pages between `Al` and what
+        the launch sizes it to (0.5.11+'s `new_tokens_required_next_decode`, in pages)."""
+        reserve, slots = self.reserve(stride), self.pool.slots
+        return sum(
+            max(0, slots(self.sized(req, reserve)) - slots(int(req.kv_allocated_len)))
+            for req in reqs
+        )
+
+    def admission_pages(self, req: Any, stride: int) -> int:
+        """See `AllocationPath.admission_pages`."""
+        fill = len(req.origin_input_ids) + len(req.output_ids)
+        return self.pool.slots(fill + self.reserve(stride))
 
     def admit(self, req: Any) -> None:
         """See `AllocationPath.admit`."""

@@ -131,8 +131,10 @@ class Observation:
     # Aspects the target is not held to (`kvcheck.core.target.ASPECTS`): its API generation
     # does not maintain them.
     not_judged: frozenset[str] = frozenset()
-    # With an allocation rule: the pool after the event and the ownership faults it caused.
+    # With an allocation rule: the pool after the event and the ownership faults it caused, and
+    # for a decode launch the pages the memory check estimated and the pages it allocated.
     pool: PoolState | None = None
+    launch_pages: tuple[int, int] | None = None
 
 
 @attrs.define
@@ -185,6 +187,9 @@ class Engine:
         self.pending: _EngineLaunch | None = None
         self.retract_requested: set[str] = set()
         self.launch_count = 0
+        # The decode launch of the current event: (pages the memory check estimated, pages it
+        # allocated), with an allocation rule.
+        self.launch_pages: tuple[int, int] | None = None
 
     def clone(self) -> Engine:
         """An independent copy for exhaustive search to branch from.
@@ -271,6 +276,7 @@ class Engine:
         """
         delivery: ObservedDelivery | None = None
         target_error: str | None = None
+        self.launch_pages = None
         match event:
             case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
                 if rid not in self.reqs:
@@ -299,7 +305,14 @@ class Engine:
         if self.allocation is not None:
             self.allocation.pool.check()
             pool = self.allocation.pool.state()
-        return Observation(self.observe_requests(), delivery, target_error, self.not_judged, pool)
+        return Observation(
+            self.observe_requests(),
+            delivery,
+            target_error,
+            self.not_judged,
+            pool,
+            self.launch_pages,
+        )
 
     def observe_requests(self) -> tuple[ObservedRequest, ...]:
         """Every request admitted so far as its fake now holds it, in admission order."""
@@ -356,17 +369,64 @@ class Engine:
         self.running.extend(self.last_prefill)
         self.last_prefill = []
         self.running = [req for req in self.running if not req.finished()]
-        if self.waiting:
-            return self._prefill()
+        admitted = self._admissible()
+        if admitted:
+            return self._prefill(admitted)
         for req in [r for r in self.running if r.rid in self.retract_requested]:
             self._reset_for_retract(req)
+        if self.config.pool_pages and self.running:
+            self._check_decode_mem()
         if not self.running:
             return None
         return self._prepare_for_decode(step)
 
-    def _prefill(self) -> _EngineLaunch:
-        batch = list(self.waiting)
-        self.waiting = []
+    def _admissible(self) -> list[FakeReq]:
+        """The waiting requests a prefill admits now: all of them, or with a fixed pool those
+        that fit in queue order beside the running batch's next decode (docs/semantics.md §5)."""
+        if not self.config.pool_pages or self.allocation is None:
+            return list(self.waiting)
+        path, stride = self.allocation, self.scheduler.draft_worker.speculative_num_draft_tokens
+        room = path.pool.available_size() // path.pool.page_size
+        room -= path.estimate_decode(self.running, stride)
+        admitted = []
+        for req in self.waiting:
+            cost = path.admission_pages(req, stride)
+            if cost > room:
+                break
+            room -= cost
+            admitted.append(req)
+        return admitted
+
+    def _check_decode_mem(self) -> None:
+        """SGLang's `check_decode_mem` / `retract_decode` before a decode launch: when the
+        estimate does not fit, retract (fewest outputs first, then longest prompt, then latest
+        in the batch) until it does, keeping one request."""
+        assert self.allocation is not None
+        path, stride = self.allocation, self.scheduler.draft_worker.speculative_num_draft_tokens
+
+        def fits(reqs: list[FakeReq]) -> bool:
+            free = path.pool.available_size() // path.pool.page_size
+            return path.estimate_decode(reqs, stride) <= free
+
+        if fits(self.running):
+            return
+        order = sorted(
+            self.running,
+            key=lambda req: (len(req.output_ids), -len(req.origin_input_ids)),
+            reverse=True,
+        )
+        while len(order) > 1:
+            self._reset_for_retract(order.pop())
+            if fits(order):
+                return
+        if not fits(order):
+            raise UnsupportedTargetError(
+                f"the pool ({self.config.pool_pages} pages) cannot hold {order[0].rid}'s next "
+                "decode even alone; SGLang then aborts it, which kvcheck does not model"
+            )
+
+    def _prefill(self, batch: list[FakeReq]) -> _EngineLaunch:
+        self.waiting = [req for req in self.waiting if req not in batch]
         for req in batch:
             req.is_retracted = False
             req.kv_committed_len = len(req.origin_input_ids) + len(req.output_ids)
@@ -395,7 +455,11 @@ class Engine:
         width = config.output_width(stride)
         reqs = list(self.running)
         if self.allocation is not None:
+            pool = self.allocation.pool
+            estimate = self.allocation.estimate_decode(reqs, stride)
+            held_before = pool.held_total()
             self.allocation.prepare_decode(reqs, stride)  # sized before the pre-claim
+            self.launch_pages = (estimate, pool.held_total() - held_before)
         if config.preclaims:
             for req in reqs:
                 req.kv_committed_len += 1

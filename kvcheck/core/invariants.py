@@ -93,11 +93,23 @@ def on_delivery(id: str, meaning: str, checker: DeliveryChecker) -> Invariant:
     return Invariant(id, meaning, "delivery", check)
 
 
+# The last observation's requests by rid: every request-level invariant of an event looks them
+# up, so they are indexed once per event (the observation is held, so identity is safe).
+_BY_RID: list[Any] = [None, {}]
+
+
+def _by_rid(observed: Observation) -> dict[str, ObservedRequest]:
+    if _BY_RID[0] is not observed:
+        _BY_RID[0], _BY_RID[1] = observed, {req.rid: req for req in observed.requests}
+    by_rid: dict[str, ObservedRequest] = _BY_RID[1]
+    return by_rid
+
+
 def on_request(id: str, meaning: str, checker: RequestChecker) -> Invariant:
     """Checked on every request the model knows of, after every event."""
 
     def check(expected: Expectation, observed: Observation) -> Iterator[Finding]:
-        observed_by_rid = {req.rid: req for req in observed.requests}
+        observed_by_rid = _by_rid(observed)
         for exp_req in expected.requests:
             obs_req = observed_by_rid.get(exp_req.rid)
             if obs_req is None:  # the engine and model disagree on who exists: a kvcheck bug
@@ -427,6 +439,22 @@ def _requests(checker: RequestChecker) -> EventChecker:
     return on_request("", "", checker).check
 
 
+def check_estimate_matches(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """`alloc-estimate-matches`: the pages the scheduler's memory check estimated for a decode
+    launch are the pages the launch then allocated (sglang#14972, #19881)."""
+    if observed.launch_pages is not None:
+        estimate, allocated = observed.launch_pages
+        if estimate != allocated:
+            late = "too late" if allocated > estimate else "too early"
+            yield Finding(
+                None,
+                estimate,
+                allocated,
+                f"the memory check estimated {estimate} pages for this decode launch, which "
+                f"allocated {allocated}: retraction comes {late}",
+            )
+
+
 def check_released(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """A finished request holds no row and no page (it was released)."""
     if exp.allocated is not None and exp.phase == "finished" and (obs.holds_row or obs.pages):
@@ -652,6 +680,11 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         "available + held == total pages after every event, and a live request holds exactly "
         "the pages covering its kv_allocated_len",
         _and(_faults("pool", "out-of-memory"), _requests(check_pages_held)),
+    ),
+    on_event(
+        "alloc-estimate-matches",
+        "the pages the memory check estimates for a decode launch are the pages it allocates",
+        check_estimate_matches,
     ),
     on_request(
         "stats-verify-count",

@@ -337,17 +337,73 @@ class ReferenceModel:
         self.running.extend(self.merge_next)
         self.merge_next = []
         self.running = [rid for rid in self.running if self.requests[rid].phase == "running"]
-        if self.waiting:
-            return self._launch_prefill()
+        admitted = self._admissible()
+        if admitted:
+            return self._launch_prefill(admitted)
         for rid in [r for r in self.running if self.requests[r].retract_pending]:
             self._retract(self.requests[rid])
+        if self.config.pool_pages:
+            self._retract_for_memory()
         if not self.running:
             return None
         return self._launch_decode(step)
 
-    def _launch_prefill(self) -> Launch:
-        rids = tuple(self.waiting)
-        self.waiting = []
+    # -- a fixed pool (Config.pool_pages): admission and the decode memory check --------------
+
+    def _pages(self, length: int) -> int:
+        return -(-length // self.config.page_size)
+
+    def _free_pages(self) -> int:
+        held = sum(self._pages(r.allocated) for r in self.requests.values() if r.holds_kv)
+        return self.config.pool_pages - held
+
+    def _decode_estimate(self, rids: list[str]) -> int:
+        """Pages the next decode launch of `rids` allocates (the scheduler's estimate)."""
+        stride, pages = self.worker_stride, self._pages
+        total = 0
+        for rid in rids:
+            req = self.requests[rid]
+            total += max(0, pages(self._sized(req, stride)[1]) - pages(req.allocated))
+        return total
+
+    def _admissible(self) -> tuple[str, ...]:
+        """The waiting requests the next prefill admits: all of them with an unbounded pool;
+        with a fixed one, in queue order while each one's fill plus one decode reserve fits
+        beside the running batch's next decode (kvcheck's admission rule, docs/semantics.md §5)."""
+        if not self.config.pool_pages:
+            return tuple(self.waiting)
+        room = self._free_pages() - self._decode_estimate(self.running)
+        reserve = self._reserve(self.worker_stride)
+        admitted: list[str] = []
+        for rid in self.waiting:
+            req = self.requests[rid]
+            cost = self._pages(req.prompt_len + req.outputs + reserve)
+            if cost > room:
+                self.reached.add("admission waits for memory")
+                break
+            room -= cost
+            admitted.append(rid)
+        return tuple(admitted)
+
+    def _retract_for_memory(self) -> None:
+        """SGLang's decode memory check: when the next launch does not fit, retract requests
+        (fewest outputs first, then longest prompt, then latest in the batch) until it does,
+        keeping one; at least one is retracted once the check failed."""
+        if self._decode_estimate(self.running) <= self._free_pages():
+            return
+        order = sorted(
+            self.running,
+            key=lambda rid: (self.requests[rid].outputs, -self.requests[rid].prompt_len),
+            reverse=True,
+        )
+        while len(order) > 1:
+            self._retract(self.requests[order.pop()])
+            self.reached.add("retraction under memory pressure")
+            if self._decode_estimate(order) <= self._free_pages():
+                break
+
+    def _launch_prefill(self, rids: tuple[str, ...]) -> Launch:
+        self.waiting = [rid for rid in self.waiting if rid not in rids]
         for rid in rids:
             req = self.requests[rid]
             if req.admissions:
@@ -388,21 +444,27 @@ class ReferenceModel:
         self.reached.add(f"stride {stride}")
         return Launch(self.launches, "decode", rids, stride, accepts, block_caps)
 
-    def _size_allocation(self, req: RequestLedger, stride: int) -> None:
-        """Al after a decode launch at `stride` (module docstring; docs/semantics.md §2.3)."""
-        rule = self.config.allocation
-        if rule == "off":
-            return
+    def _reserve(self, stride: int) -> int:
+        """R = 2A at `stride` (module docstring; docs/semantics.md §2.3)."""
         drafts = stride
-        if rule in ("0.5.13", "0.5.16"):
+        if self.config.allocation in ("0.5.13", "0.5.16"):
             drafts = max(stride, self.config.max_stride or self.config.stride)
-        per_decode = drafts + 1 if self.config.algorithm == "uno" else drafts
-        target = req.committed + 2 * per_decode
-        req.alloc_floor = target
+        return 2 * (drafts + 1 if self.config.algorithm == "uno" else drafts)
+
+    def _sized(self, req: RequestLedger, stride: int) -> tuple[int, int]:
+        """C + R, and Al after a decode launch at `stride` (docs/semantics.md §2.3)."""
+        rule = self.config.allocation
+        floor = target = req.committed + self._reserve(stride)
         if rule == "0.5.16":
             page = self.config.page_size
             target = -(-target // page) * page
-        req.allocated = target if rule == "0.5.6" else max(req.allocated, target)
+        return floor, target if rule == "0.5.6" else max(req.allocated, target)
+
+    def _size_allocation(self, req: RequestLedger, stride: int) -> None:
+        """Al after a decode launch at `stride`."""
+        if self.config.allocation == "off":
+            return
+        req.alloc_floor, req.allocated = self._sized(req, stride)
         req.alloc_peak = max(req.alloc_peak, req.allocated)
         req.decoded = True
 

@@ -175,6 +175,10 @@ class KvPool:
             for page in row.values():
                 self.free_page(rid, page)
 
+    def held_total(self) -> int:
+        """Pages owned by anyone."""
+        return self.total - len(self.free_pages)
+
     def held(self, rid: str) -> int:
         """Pages in `rid`'s row."""
         return len(self.rows.get(rid, ()))

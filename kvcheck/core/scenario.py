@@ -58,6 +58,10 @@ CONVENTIONS: Final[tuple[Convention, ...]] = ("preclaim", "honest")
 GLOBAL_COUNTER_MODES: Final[tuple[GlobalCounterMode, ...]] = ("ideal", "sglang", "off")
 MIN_STRIDE: Final = 1
 MAX_STRIDE: Final = 16
+# The smallest fixed pool, in tokens: one generated request alone always fits (prompt <= 64,
+# outputs <= 24 plus a run's over-shoot, reserve <= 2 * 9), so memory pressure never has to
+# abort the last request, which kvcheck does not model.
+MIN_POOL_TOKENS: Final = 128
 
 
 def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -95,7 +99,19 @@ class Config:
     # for (None: the initial stride); a switch above it raises the reserve with it.
     max_stride: int | None = attrs.field(default=None, validator=attrs.validators.optional(_stride))
 
+    # A fixed pool of this many pages (0: unbounded). The scheduler then checks memory before a
+    # decode launch, retracts when the launch does not fit, and admits only what fits.
+    pool_pages: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+
     def __attrs_post_init__(self) -> None:
+        if self.pool_pages and (
+            self.allocation == "off" or self.pool_pages * self.page_size < MIN_POOL_TOKENS
+        ):
+            raise ValueError(
+                f"a fixed pool needs an allocation rule and at least {MIN_POOL_TOKENS} tokens "
+                f"(one request alone must fit), got {self.pool_pages} pages of "
+                f"{self.page_size} with allocation {self.allocation}"
+            )
         if self.allocation not in ("off", "0.5.16") and self.page_size != 1:
             raise ValueError(
                 f"allocation rule {self.allocation} is modelled at page size 1 only "
@@ -120,7 +136,11 @@ class Config:
 
 # Fields schema version 1 cannot say, with their defaults: written only when they differ.
 _V2_CONFIG_DEFAULTS: Final[dict[str, object]] = {"algorithm": "eagle", "block_cap": False}
-_V3_CONFIG_DEFAULTS: Final[dict[str, object]] = {"allocation": "off", "max_stride": None}
+_V3_CONFIG_DEFAULTS: Final[dict[str, object]] = {
+    "allocation": "off",
+    "max_stride": None,
+    "pool_pages": 0,
+}
 
 
 GrammarKind: TypeAlias = Literal["accept", "terminate", "reject"]
@@ -342,6 +362,8 @@ def describe_config(config: Config) -> str:
         parts.append(f"allocation as {config.allocation}+")
         if config.max_stride is not None:
             parts.append(f"max stride {config.max_stride}")
+        if config.pool_pages:
+            parts.append(f"pool of {config.pool_pages} pages")
     return ", ".join(parts)
 
 

@@ -51,9 +51,8 @@ def _size(scenario: Scenario) -> tuple[int, int]:
     # EAGLE and no block/cap lengths are the simplest: another algorithm or lengths cost one.
     total += (config.algorithm != "eagle") + config.block_cap
     # No allocation, pages of 1 and no adaptive maximum are simpler still.
-    total += (
-        (config.allocation != "off") + (config.page_size != 1) + (config.max_stride is not None)
-    )
+    total += (config.allocation != "off") + (config.page_size != 1) + (config.pool_pages != 0)
+    total += config.max_stride is not None
     for event in scenario.events:
         match event:
             case Step(accepts=accepts, blocks=blocks, caps=caps):
@@ -125,9 +124,11 @@ def _config_variants(config: Config) -> Iterator[Config]:
     if config.block_cap:
         yield attrs.evolve(config, block_cap=False)
     if config.allocation != "off":
-        yield attrs.evolve(config, allocation="off", page_size=1, max_stride=None)
+        yield attrs.evolve(config, allocation="off", page_size=1, max_stride=None, pool_pages=0)
+    if config.pool_pages:
+        yield attrs.evolve(config, pool_pages=0)
     if config.page_size != 1:
-        yield attrs.evolve(config, page_size=1)
+        yield attrs.evolve(config, page_size=1, pool_pages=config.pool_pages * config.page_size)
     if config.max_stride is not None:
         yield attrs.evolve(config, max_stride=None)
     if not config.overlap:

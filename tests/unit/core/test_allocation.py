@@ -96,6 +96,15 @@ class ReleasesAbortAtBuild(RuleAllocation):
         super().prepare_decode(reqs, stride)
 
 
+class EstimateIgnoresAllocated(RuleAllocation):
+    """The memory check counts every request's whole target, not what it still lacks
+    (sglang#14972, #19881: estimate and allocation disagree)."""
+
+    def estimate_decode(self, reqs: list[Any], stride: int) -> int:
+        reserve = self.reserve(stride)
+        return sum(self.pool.slots(self.sized(req, reserve)) for req in reqs)
+
+
 class LeakyPool(KvPool):
     """Forgets to put a freed page back on the free list."""
 
@@ -147,6 +156,7 @@ BROKEN_PATHS: list[
     ),
     ("alloc-page-aligned", NoPageRounding, None, TWO, PAGED),
     ("alloc-expected", OverReserve, None, TWO, PAGED),
+    ("alloc-estimate-matches", EstimateIgnoresAllocated, None, TWO, PAGED),
     ("kv-no-double-owner", RuleAllocation, SharingPool, TWO[:3], PAGED),
     ("kv-no-use-after-free", ReleasesAbortAtBuild, None, ABORT, PAGED),
     ("kv-released-once", FreeFromCommitted, None, FINISH, PAGED),
@@ -327,3 +337,48 @@ def test_page_size_above_one_needs_the_paged_rule() -> None:
 def test_real_release_resolver_passes_with_allocation() -> None:
     scenario = Scenario(attrs.evolve(PAGED, convention="preclaim"), FINISH)
     assert run_scenario(scenario, load_target("builtin:reference")).violation is None
+
+
+# --- a fixed pool: admission, the decode memory check, retraction under pressure ---------------
+
+PRESSURE = (
+    Admit("r0", 40, 30),
+    Admit("r1", 40, 30),
+    Admit("r2", 40, 30),
+    Step(),
+    *(Step((4, 4, 4)),) * 8,
+)
+
+
+def test_memory_pressure_retracts_and_admission_waits() -> None:
+    config = Config(convention="preclaim", allocation="0.5.12", pool_pages=128)
+    result = run_scenario(Scenario(config, PRESSURE), REFERENCE, record=True)
+    assert result.violation is None
+    assert {"admission waits for memory", "retraction under memory pressure"} <= result.reached
+    phases = {r.rid: r.phase for r in result.trace[9].expected.requests}
+    # r2 did not fit at the first prefill; r1 (fewest outputs, latest in the batch) is retracted
+    # when the decode estimate outgrows the pool; r2 is admitted once it fits.
+    assert phases == {"r0": "running", "r1": "retracted", "r2": "waiting"}
+    assert {r.rid: r.phase for r in result.trace[10].expected.requests}["r2"] == "running"
+    for entry in result.trace:
+        pool = entry.observed.pool
+        assert pool is not None and pool.total == 128
+
+
+def test_memory_retraction_order_prefers_fewest_outputs() -> None:
+    # r0 is first in the batch but accepts 1 token a step, r1 accepts 4: r0 has fewer outputs,
+    # so it is the one retracted, though r1 is later in the batch.
+    config = Config(convention="preclaim", allocation="0.5.12", pool_pages=128)
+    events = (Admit("r0", 40, 60), Admit("r1", 40, 60), Step(), *(Step((1, 4)),) * 12)
+    result = run_scenario(Scenario(config, events), REFERENCE, record=True)
+    assert result.violation is None
+    retracted = {r.rid for e in result.trace for r in e.expected.requests if r.phase == "retracted"}
+    assert retracted == {"r0"}
+
+
+def test_fixed_pool_needs_allocation_and_a_floor() -> None:
+    with pytest.raises(ValueError, match="fixed pool"):
+        Config(pool_pages=256)
+    with pytest.raises(ValueError, match="fixed pool"):
+        Config(allocation="0.5.16", page_size=4, pool_pages=16)
+    assert Config(allocation="0.5.16", page_size=4, pool_pages=32).pool_pages == 32
