@@ -289,22 +289,29 @@ def scenarios(
     """Whole scenarios: a config and up to `max_events` events. `algorithms`, `block_cap` and
     `grammar` say what the target's API generation supports (`ApiShape.algorithms`,
     `.block_cap`, `.grammar`: admissions then sometimes carry a grammar); `allocation` draws
-    the scheduler's allocation rule and page size too."""
+    the scheduler's allocation rule, page size and pool too, after the events (so the rest of
+    a scenario is drawn as it is without allocation)."""
     config = configs(
         convention=convention,
         global_counters=global_counters,
         adaptive=adaptive,
         algorithms=algorithms,
         block_cap=block_cap,
-        allocation=allocation,
     )
+    drawn: st.SearchStrategy[Scenario]
     if not block_cap:
-        return st.builds(
+        drawn = st.builds(
             Scenario,
             config=config,
             events=event_lists(adaptive=adaptive, max_events=max_events, grammar=grammar),
         )
-    return _scenarios_with_lengths(config, adaptive, max_events, grammar)
+    else:
+        drawn = _scenarios_with_lengths(config, adaptive, max_events, grammar)
+    if not allocation:
+        return drawn
+    return st.tuples(drawn, _ALLOCATION).map(
+        lambda pair: Scenario(_with_allocation((pair[0].config, pair[1])), pair[0].events)
+    )
 
 
 @st.composite

@@ -348,10 +348,21 @@ def _allocated(obs: ObservedRequest) -> int | None:
     return obs.allocated if type(obs.allocated) is int else None
 
 
+def _judged(exp: RequestExpectation, obs: ObservedRequest) -> bool:
+    """Allocation is judged on a request only with an allocation rule and when the engine and
+    the model agree on whether it finished or was retracted: a lifecycle disagreement is the
+    committed-length and run invariants' to report, not a release fault."""
+    return (
+        exp.allocated is not None
+        and (exp.phase == "finished") == obs.finished
+        and (exp.phase == "retracted") == obs.retracted
+    )
+
+
 def check_alloc_covers_reserve(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`alloc-covers-reserve` (§2.9 invariant 3): after a decode launch a live request's Al
     covers its committed length at sizing plus the reserve R = 2A."""
-    if exp.allocated is None or exp.phase != "running":
+    if not _judged(exp, obs) or exp.phase != "running":
         return
     allocated = _allocated(obs)
     if allocated is None or allocated < exp.alloc_floor:
@@ -367,7 +378,7 @@ def check_alloc_covers_reserve(exp: RequestExpectation, obs: ObservedRequest) ->
 def check_alloc_never_shrinks(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`alloc-never-shrinks` (§2.9 invariant 3, the clamp): a live request's Al never goes
     below the highest value it had in this residency."""
-    if exp.allocated is None or exp.phase != "running":
+    if not _judged(exp, obs) or exp.phase != "running":
         return
     allocated = _allocated(obs)
     if allocated is not None and allocated < exp.alloc_peak:
@@ -387,6 +398,7 @@ def check_alloc_page_aligned(exp: RequestExpectation, obs: ObservedRequest) -> I
     if (
         exp.alloc_aligned
         and exp.phase == "running"
+        and _judged(exp, obs)
         and allocated is not None
         and allocated % exp.page_size
     ):
@@ -402,7 +414,7 @@ def check_alloc_page_aligned(exp: RequestExpectation, obs: ObservedRequest) -> I
 def check_alloc_expected(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`alloc-expected`: Al is exactly what the generation's rule gives (no over-allocation,
     what release leaves behind, zero after retraction)."""
-    if exp.allocated is not None and not _values_equal(exp.allocated, obs.allocated):
+    if _judged(exp, obs) and not _values_equal(exp.allocated, obs.allocated):
         yield Finding(
             exp.rid,
             exp.allocated,
@@ -457,7 +469,7 @@ def check_estimate_matches(expected: Expectation, observed: Observation) -> Iter
 
 def check_released(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """A finished request holds no row and no page (it was released)."""
-    if exp.allocated is not None and exp.phase == "finished" and (obs.holds_row or obs.pages):
+    if _judged(exp, obs) and exp.phase == "finished" and (obs.holds_row or obs.pages):
         yield Finding(
             exp.rid,
             "released",
@@ -468,7 +480,7 @@ def check_released(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Fi
 
 def check_pages_held(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """A live request holds exactly the pages covering its Al."""
-    if exp.allocated is not None and exp.phase in ("running", "waiting") and obs.pages != exp.pages:
+    if _judged(exp, obs) and exp.phase in ("running", "waiting") and obs.pages != exp.pages:
         yield Finding(
             exp.rid,
             exp.pages,
@@ -479,7 +491,7 @@ def check_pages_held(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[
 
 def check_retracted_empty(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`kv-retracted-empty`: until re-admission a retracted request has Al = 0 and no row."""
-    if exp.allocated is None or exp.phase != "retracted":
+    if not _judged(exp, obs) or exp.phase != "retracted":
         return
     if obs.holds_row or obs.pages or not _values_equal(0, obs.allocated):
         yield Finding(
