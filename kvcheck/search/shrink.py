@@ -70,7 +70,7 @@ def _size(scenario: Scenario) -> tuple[int, int]:
 def _smaller_ints(value: int, floor: int) -> Iterator[int]:
     """Candidates below `value`, most aggressive first."""
     seen: set[int] = set()
-    for candidate in (floor, value // 2, value - 1):
+    for candidate in (floor, floor + 1, value // 2, value - 1):
         if floor <= candidate < value and candidate not in seen:
             seen.add(candidate)
             yield candidate
