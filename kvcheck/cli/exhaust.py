@@ -95,6 +95,14 @@ def add_parser(commands: Any) -> None:
     bounds.add_argument(
         "--overlap", type=overlap_modes, default=default.overlap, help="on, off or both (default)"
     )
+    bounds.add_argument(
+        "--allocation",
+        type=lambda text: tuple(text.split(",")),
+        default=default.allocations,
+        metavar="R,R",
+        help="allocation rules to enumerate, at page size 1: off (default), 0.5.6, 0.5.12, "
+        "0.5.13, 0.5.16",
+    )
     judge = exhaust.add_argument_group("judging")
     add_judging_options(
         judge,
@@ -135,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         max_new=args.max_new,
         eos=args.eos,
         overlap=args.overlap,
+        allocations=args.allocation,
     )
     target, defaults = _load_exhaust_target(args.target, args.allow_unavailable_imports)
     require_coverage(args, target)
