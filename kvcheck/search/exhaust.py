@@ -78,7 +78,7 @@ from kvcheck.core.scenario import (
     Step,
     SwitchStride,
 )
-from kvcheck.core.target import Target
+from kvcheck.core.target import Target, allocation_path
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 
@@ -329,6 +329,7 @@ def exhaust(
             target.resolver,
             target.self_methods,
             not_judged=target.shape.not_judged,
+            allocation=allocation_path(target, config),
         )
         model = ReferenceModel(config)
         key = _key(engine, model) if merge else len(seen)

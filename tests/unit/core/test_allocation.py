@@ -382,3 +382,23 @@ def test_fixed_pool_needs_allocation_and_a_floor() -> None:
     with pytest.raises(ValueError, match="fixed pool"):
         Config(allocation="0.5.16", page_size=4, pool_pages=16)
     assert Config(allocation="0.5.16", page_size=4, pool_pages=32).pool_pages == 32
+
+
+# --- a target that brings its own allocation path ------------------------------------------------
+
+
+def test_target_allocation_path_is_judged_by_search_and_exhaust() -> None:
+    from kvcheck.search.exhaust import Bounds, exhaust
+
+    forgets = attrs.evolve(REFERENCE, allocation=ForgetsOverallocated)
+    verdict = kvcheck.check(forgets, convention="preclaim", max_examples=200, seed=0)
+    assert verdict.violation is not None
+    assert verdict.violation.invariant == "kv-released-once"
+    bounds = Bounds(events=4, requests=1, allocations=("0.5.12",))
+    result = exhaust(forgets, bounds, convention="preclaim")
+    assert result.failure is not None and result.minimal_invariants == {"kv-released-once"}
+    # Without an allocation rule the target's path is never built.
+    assert (
+        exhaust(forgets, attrs.evolve(bounds, allocations=("off",)), convention="preclaim").verdict
+        == "pass"
+    )
