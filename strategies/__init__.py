@@ -104,11 +104,9 @@ def configs(
 # it is drawn without adaptive only; pages larger than 1 only with the 0.5.16 page rounding.
 # The pool is unbounded (first) or holds 128 or 192 tokens, small enough that six requests
 # meet memory pressure (retraction, admission waiting for memory).
-_ALLOCATION: Final = st.tuples(
-    st.sampled_from(ALLOCATION_RULES),
-    st.sampled_from((1, 2, 4)),
-    st.sampled_from((0, MIN_POOL_TOKENS, MIN_POOL_TOKENS * 3 // 2)),
-)
+_PAGE_SIZE: Final = st.sampled_from((1, 2, 4))
+_POOL_TOKENS: Final = st.sampled_from((0, MIN_POOL_TOKENS, MIN_POOL_TOKENS * 3 // 2))
+_ALLOCATION: Final = st.tuples(st.sampled_from(ALLOCATION_RULES), _PAGE_SIZE, _POOL_TOKENS)
 
 
 def _with_allocation(drawn: tuple[Config, tuple[AllocationRule, int, int]]) -> Config:
@@ -284,13 +282,14 @@ def scenarios(
     algorithms: Sequence[Algorithm] = ("eagle",),
     block_cap: bool = False,
     grammar: bool = False,
-    allocation: bool = False,
+    allocation: bool | Sequence[AllocationRule] = False,
 ) -> st.SearchStrategy[Scenario]:
     """Whole scenarios: a config and up to `max_events` events. `algorithms`, `block_cap` and
     `grammar` say what the target's API generation supports (`ApiShape.algorithms`,
     `.block_cap`, `.grammar`: admissions then sometimes carry a grammar); `allocation` draws
     the scheduler's allocation rule, page size and pool too, after the events (so the rest of
-    a scenario is drawn as it is without allocation)."""
+    a scenario is drawn as it is without allocation); a sequence of rules draws among those
+    only (a target bringing its own allocation path implements those)."""
     config = configs(
         convention=convention,
         global_counters=global_counters,
@@ -309,7 +308,10 @@ def scenarios(
         drawn = _scenarios_with_lengths(config, adaptive, max_events, grammar)
     if not allocation:
         return drawn
-    return st.tuples(drawn, _ALLOCATION).map(
+    choices = _ALLOCATION
+    if not isinstance(allocation, bool):
+        choices = st.tuples(st.sampled_from(tuple(allocation)), _PAGE_SIZE, _POOL_TOKENS)
+    return st.tuples(drawn, choices).map(
         lambda pair: Scenario(_with_allocation((pair[0].config, pair[1])), pair[0].events)
     )
 

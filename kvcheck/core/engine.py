@@ -457,9 +457,9 @@ class Engine:
         if self.allocation is not None:
             pool = self.allocation.pool
             estimate = self.allocation.estimate_decode(reqs, stride)
-            held_before = pool.held_total()
+            handed_out = pool.handed_out
             self.allocation.prepare_decode(reqs, stride)  # sized before the pre-claim
-            self.launch_pages = (estimate, pool.held_total() - held_before)
+            self.launch_pages = (estimate, pool.handed_out - handed_out)
         if config.preclaims:
             for req in reqs:
                 req.kv_committed_len += 1

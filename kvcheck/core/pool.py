@@ -59,6 +59,8 @@ class KvPool:
         self.owner: dict[int, str] = {}
         self.rows: dict[str, dict[int, int]] = {}
         self.faults: list[PoolFault] = []
+        # Pages handed out so far (what an allocation step allocated is the difference).
+        self.handed_out = 0
         # Requests whose rows the launch in flight reads for a live row: their pages must not
         # be freed until it is delivered (a request that finishes or is retracted leaves this
         # set first, its row being stale from then on).
@@ -84,6 +86,7 @@ class KvPool:
             )
             return None
         taken, self.free_pages = self.free_pages[:count], self.free_pages[count:]
+        self.handed_out += count
         for page in taken:
             holder = self.owner.get(page)
             if holder is not None:
@@ -174,10 +177,6 @@ class KvPool:
             )
             for page in row.values():
                 self.free_page(rid, page)
-
-    def held_total(self) -> int:
-        """Pages owned by anyone."""
-        return self.total - len(self.free_pages)
 
     def held(self, rid: str) -> int:
         """Pages in `rid`'s row."""

@@ -305,6 +305,8 @@ def bounds_for(target: Target, bounds: Bounds = MINIMUM_BOUNDS) -> Bounds:
     # (a rule that keeps Al after release, and the page-rounding one).
     touches_al = any("kv_allocated_len" in s for s in target.shape.spellings)
     allocations = ("0.5.13", "0.5.16") if touches_al else bounds.allocations
+    if target.allocation is not None:  # a broken allocation path: the rules it shows under
+        allocations = getattr(target.allocation, "rules", ("0.5.13",))
     return attrs.evolve(
         bounds,
         algorithms=distinct,

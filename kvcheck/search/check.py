@@ -165,7 +165,7 @@ def search(
         # draws.
         phases=(Phase.explicit, Phase.reuse, Phase.generate),
     )
-    @given(_scenarios(convention, global_counters, adaptive, overlap, target.shape))
+    @given(_scenarios(convention, global_counters, adaptive, overlap, target))
     def property_holds(scenario: Scenario) -> None:
         if unsupported:
             return
@@ -221,8 +221,11 @@ def _scenarios(
     global_counters: GlobalCounterMode,
     adaptive: bool,
     overlap: bool | None,
-    shape: ApiShape,
+    target: Target,
 ) -> SearchStrategy[Scenario]:
+    shape = target.shape
+    # A target bringing its own allocation path is searched under the rules it implements.
+    rules = getattr(target.allocation, "rules", None)
     strategy: SearchStrategy[Scenario] = scenarios(
         convention=convention,
         global_counters=global_counters,
@@ -230,7 +233,7 @@ def _scenarios(
         algorithms=shape.algorithms,
         block_cap=shape.block_cap,
         grammar=shape.grammar,
-        allocation=True,
+        allocation=rules if rules is not None else True,
     )
     if overlap is None:
         return strategy

@@ -28,103 +28,22 @@ from kvcheck.core.scenario import (
     from_json,
     to_json,
 )
+from kvcheck.mutants.allocation import (
+    EstimateIgnoresAllocated,
+    ForgetsOverallocated,
+    FreeFromCommitted,
+    HalfReserve,
+    LeakyPool,
+    NoClamp,
+    NoPageRounding,
+    OverReserve,
+    ReleasesAbortAtBuild,
+    RetractKeepsRow,
+    SharingPool,
+)
 from kvcheck.targets.builtins import reference
 from kvcheck.targets.loading import load_target
 from tests.helpers import target
-
-# --- broken allocation paths and allocators (each differs from kvcheck's own in one place) -----
-
-
-class HalfReserve(RuleAllocation):
-    """Reserves A instead of 2A: the overlap lag is not covered."""
-
-    def reserve(self, stride: int) -> int:
-        return super().reserve(stride) // 2
-
-
-class NoClamp(RuleAllocation):
-    """0.5.12+ without the `max(Al, .)` clamp (semantics §4.16)."""
-
-    def sized(self, req: Any, reserve: int) -> int:
-        return int(req.kv_committed_len + reserve)
-
-
-class NoPageRounding(RuleAllocation):
-    """0.5.16+ without rounding `nxt` up to a page (semantics §4.18, sglang#31616)."""
-
-    def sized(self, req: Any, reserve: int) -> int:
-        return max(req.kv_allocated_len, req.kv_committed_len + reserve)
-
-
-class OverReserve(RuleAllocation):
-    """Reserves 3A: more than the rule gives."""
-
-    def reserve(self, stride: int) -> int:
-        return super().reserve(stride) * 3 // 2
-
-
-class FreeFromCommitted(RuleAllocation):
-    """Frees the over-allocated range from C instead of ceil_page(C) (semantics §4.21): the
-    partly committed page is freed twice."""
-
-    def overallocated_start(self, committed: int) -> int:
-        return committed
-
-
-class ForgetsOverallocated(RuleAllocation):
-    """Frees only the committed range (sglang#13741: release freed nothing past it)."""
-
-    def overallocated_start(self, committed: int) -> int:
-        return 1 << 30
-
-
-class RetractKeepsRow(RuleAllocation):
-    """Retraction resets the lengths but never releases (sglang#11970)."""
-
-    def retract(self, req: Any) -> None:
-        pass
-
-
-class ReleasesAbortAtBuild(RuleAllocation):
-    """Releases an aborted request at the next build, before its next row finishes it, while
-    the launch in flight still reads its row (semantics §4.25, sglang#18744)."""
-
-    def prepare_decode(self, reqs: list[Any], stride: int) -> None:
-        for req in reqs:
-            if req.to_finish is not None and self.pool.has_row(req.rid):
-                self.pool.free_range(req.rid, 0, req.kv_allocated_len)
-        super().prepare_decode(reqs, stride)
-
-
-class EstimateIgnoresAllocated(RuleAllocation):
-    """The memory check counts every request's whole target, not what it still lacks
-    (sglang#14972, #19881: estimate and allocation disagree)."""
-
-    def estimate_decode(self, reqs: list[Any], stride: int) -> int:
-        reserve = self.reserve(stride)
-        return sum(self.pool.slots(self.sized(req, reserve)) for req in reqs)
-
-
-class LeakyPool(KvPool):
-    """Forgets to put a freed page back on the free list."""
-
-    def free_page(self, rid: str, page: int) -> None:
-        self.owner.pop(page, None)
-
-
-class SharingPool(KvPool):
-    """Hands out pages without taking them off the free list."""
-
-    def alloc_pages(self, rid: str, count: int) -> list[int] | None:
-        while len(self.free_pages) < count:
-            self.free_pages.append(self.total)
-            self.total += 1
-        taken = self.free_pages[:count]
-        for page in taken:
-            if page in self.owner:
-                self.fault("double-owner", rid, f"page {page} handed to {rid} twice")
-            self.owner[page] = rid
-        return taken
 
 
 def _pool(config: Config, cls: type[KvPool]) -> KvPool:
@@ -141,6 +60,7 @@ ABORT = (Admit("r0", 5, 50), Step(), Step((2,)), Abort("r0"), Step())
 
 BASE = Config(convention="preclaim", stride=4)
 PAGED = attrs.evolve(BASE, allocation="0.5.16", page_size=4)
+RULE_0_5_13 = attrs.evolve(BASE, allocation="0.5.13")
 
 # (invariant, broken path, broken pool class or None, events, config)
 BROKEN_PATHS: list[
@@ -158,7 +78,7 @@ BROKEN_PATHS: list[
     ("alloc-expected", OverReserve, None, TWO, PAGED),
     ("alloc-estimate-matches", EstimateIgnoresAllocated, None, TWO, PAGED),
     ("kv-no-double-owner", RuleAllocation, SharingPool, TWO[:3], PAGED),
-    ("kv-no-use-after-free", ReleasesAbortAtBuild, None, ABORT, PAGED),
+    ("kv-no-use-after-free", ReleasesAbortAtBuild, None, ABORT, RULE_0_5_13),
     ("kv-released-once", FreeFromCommitted, None, FINISH, PAGED),
     ("kv-released-once", ForgetsOverallocated, None, FINISH, PAGED),
     ("kv-retracted-empty", RetractKeepsRow, None, RETRACT, PAGED),
