@@ -16,14 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+import attrs
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 
 from kvcheck.core.scenario import (
     ALGORITHMS,
+    ALLOCATION_RULES,
+    MIN_POOL_TOKENS,
     Abort,
     Admit,
     Algorithm,
+    AllocationRule,
     Config,
     Convention,
     Event,
@@ -86,11 +90,12 @@ def configs(
     adaptive: bool = False,
     algorithms: Sequence[Algorithm] = ("eagle",),
     block_cap: bool = False,
+    allocation: bool = False,
 ) -> st.SearchStrategy[Config]:
     """Configs with the given judging options; overlap (on first) and initial stride vary, and
-    so do the algorithm (among `algorithms`, EAGLE first) and, when `block_cap`, whether results
-    carry block/cap lengths."""
-    return st.builds(
+    so do the algorithm (among `algorithms`, EAGLE first), when `block_cap`, whether results
+    carry block/cap lengths, and, when `allocation`, the allocation rule with its page size."""
+    config = st.builds(
         Config,
         convention=st.just(convention),
         overlap=st.sampled_from((True, False)),
@@ -99,6 +104,32 @@ def configs(
         global_counters=st.just(global_counters),
         algorithm=st.sampled_from(tuple(algorithms)) if len(algorithms) > 1 else st.just("eagle"),
         block_cap=st.booleans() if block_cap else st.just(False),
+    )
+    if not allocation:
+        return config
+    return st.tuples(config, _ALLOCATION).map(_with_allocation)
+
+
+# Allocation rules (off first, so shrinking drops allocation) and page sizes. The 0.5.6 rule has
+# no clamp and never met adaptive switching in SGLang (adaptive spec v2 starts with 0.5.12), so
+# it is drawn without adaptive only; pages larger than 1 only with the 0.5.16 page rounding.
+# The pool is unbounded (first) or holds 128 or 192 tokens, small enough that six requests
+# meet memory pressure (retraction, admission waiting for memory).
+_PAGE_SIZE: Final = st.sampled_from((1, 2, 4))
+_POOL_TOKENS: Final = st.sampled_from((0, MIN_POOL_TOKENS, MIN_POOL_TOKENS * 3 // 2))
+_ALLOCATION: Final = st.tuples(st.sampled_from(ALLOCATION_RULES), _PAGE_SIZE, _POOL_TOKENS)
+
+
+def _with_allocation(drawn: tuple[Config, tuple[AllocationRule, int, int]]) -> Config:
+    config, (rule, page, pool_tokens) = drawn
+    if rule == "0.5.6" and config.adaptive:
+        rule = "0.5.12"
+    return attrs.evolve(
+        config,
+        allocation=rule,
+        page_size=page if rule == "0.5.16" else 1,
+        max_stride=MAX_GENERATED_STRIDE if config.adaptive and rule != "off" else None,
+        pool_pages=0 if rule == "off" else pool_tokens // (page if rule == "0.5.16" else 1),
     )
 
 
@@ -262,10 +293,14 @@ def scenarios(
     algorithms: Sequence[Algorithm] = ("eagle",),
     block_cap: bool = False,
     grammar: bool = False,
+    allocation: bool | Sequence[AllocationRule] = False,
 ) -> st.SearchStrategy[Scenario]:
     """Whole scenarios: a config and up to `max_events` events. `algorithms`, `block_cap` and
     `grammar` say what the target's API generation supports (`ApiShape.algorithms`,
-    `.block_cap`, `.grammar`: admissions then sometimes carry a grammar)."""
+    `.block_cap`, `.grammar`: admissions then sometimes carry a grammar); `allocation` draws
+    the scheduler's allocation rule, page size and pool too, after the events (so the rest of
+    a scenario is drawn as it is without allocation); a sequence of rules draws among those
+    only (a target bringing its own allocation path implements those)."""
     config = configs(
         convention=convention,
         global_counters=global_counters,
@@ -273,13 +308,23 @@ def scenarios(
         algorithms=algorithms,
         block_cap=block_cap,
     )
+    drawn: st.SearchStrategy[Scenario]
     if not block_cap:
-        return st.builds(
+        drawn = st.builds(
             Scenario,
             config=config,
             events=event_lists(adaptive=adaptive, max_events=max_events, grammar=grammar),
         )
-    return _scenarios_with_lengths(config, adaptive, max_events, grammar)
+    else:
+        drawn = _scenarios_with_lengths(config, adaptive, max_events, grammar)
+    if not allocation:
+        return drawn
+    choices = _ALLOCATION
+    if not isinstance(allocation, bool):
+        choices = st.tuples(st.sampled_from(tuple(allocation)), _PAGE_SIZE, _POOL_TOKENS)
+    return st.tuples(drawn, choices).map(
+        lambda pair: Scenario(_with_allocation((pair[0].config, pair[1])), pair[0].events)
+    )
 
 
 @st.composite

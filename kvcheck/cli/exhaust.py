@@ -160,6 +160,14 @@ def add_parser(commands: Any) -> None:
             "targets that consult one (default none)"
         ),
     )
+    bounds.add_argument(
+        "--allocation",
+        type=lambda text: tuple(text.split(",")),
+        default=default.allocations,
+        metavar="R,R",
+        help="allocation rules to enumerate, at page size 1: off (default), 0.5.6, 0.5.12, "
+        "0.5.13, 0.5.16",
+    )
     judge = exhaust.add_argument_group("judging")
     add_judging_options(
         judge,
@@ -217,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
         max_new=args.max_new,
         eos=args.eos,
         overlap=args.overlap,
+        allocations=args.allocation,
     )
     target, defaults = _load_exhaust_target(args.target, args.allow_unavailable_imports)
     bounds = _within_shape(bounds, args, target)

@@ -8,6 +8,12 @@ target with (scheduler, result, batch), and then does what the scheduler does wi
 returns: skip stale rows, extend outputs of live rows, check finish, release. Without overlap the
 launch is delivered in the same step, so stale rows never arise.
 
+With an allocation rule configured (`Config.allocation`) the engine also allocates and releases
+KV as the scheduler does around the resolver, through an `AllocationPath`
+(`kvcheck.core.allocation`): a row and pages at prefill, the reserve at each decode launch (before
+the pre-claim), release when a request finishes or is retracted; the pool's ownership faults and
+the `kv_allocated_len` the resolver found and left are observed after every event.
+
 The engine knows nothing of the reference model: what it observes comes from the fakes, which the
 target mutated. Its state is plain objects, so `clone()` is a deep copy.
 """
@@ -23,6 +29,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.allocation import AllocationPath, RuleAllocation
 from kvcheck.core.copying import deep_copy
 from kvcheck.core.fakes import (
     ALGORITHM_FAKES,
@@ -38,6 +45,7 @@ from kvcheck.core.fakes import (
     UnmodeledAttributeError,
 )
 from kvcheck.core.jsonable import type_name
+from kvcheck.core.pool import PoolState
 from kvcheck.core.scenario import (
     Abort,
     Admit,
@@ -79,6 +87,11 @@ class ObservedRequest:
     block_tokens: Any = 0
     cap_tokens: Any = 0
     cap_histogram: tuple[tuple[int, int], ...] = ()
+    # With an allocation rule: `kv_allocated_len` as left on the fake, the pages its row holds,
+    # and whether it holds a row.
+    allocated: Any = 0
+    pages: int = 0
+    holds_row: bool = False
 
 
 @attrs.frozen
@@ -107,6 +120,9 @@ class ObservedDelivery:
     # request has no grammar).
     grammar_offered: tuple[tuple[int, ...] | None, ...] = ()
     runs_problem: str | None = None
+    # With an allocation rule: (rid, before, after) for every request whose `kv_allocated_len`
+    # the resolver's call changed.
+    allocated_changed: tuple[tuple[str, Any, Any], ...] = ()
 
 
 @attrs.frozen
@@ -123,6 +139,10 @@ class Observation:
     # Aspects the target is not held to (`kvcheck.core.target.ASPECTS`): its API generation
     # does not maintain them.
     not_judged: frozenset[str] = frozenset()
+    # With an allocation rule: the pool after the event and the ownership faults it caused, and
+    # for a decode launch the pages the memory check estimated and the pages it allocated.
+    pool: PoolState | None = None
+    launch_pages: tuple[int, int] | None = None
 
 
 @attrs.define
@@ -149,10 +169,16 @@ class Engine:
         self_methods: Mapping[str, Callable[..., Any]] | None = None,
         *,
         not_judged: frozenset[str],
+        allocation: AllocationPath | None = None,
     ) -> None:
         """`not_judged`: the aspects (`kvcheck.core.target.ASPECTS`) the target is not held to,
-        from its probed shape (`Target.shape.not_judged`); the engine never probes."""
+        from its probed shape (`Target.shape.not_judged`); the engine never probes.
+        `allocation`: the path that allocates and releases when `config.allocation` names a
+        rule (default: kvcheck's own, `RuleAllocation`)."""
         self.not_judged = not_judged
+        self.allocation: AllocationPath | None = None
+        if config.allocation != "off":
+            self.allocation = allocation if allocation is not None else RuleAllocation(config)
         self.config = config
         self.resolver = resolver
         self.scheduler = FakeScheduler(config.stride, config.overlap)
@@ -172,6 +198,9 @@ class Engine:
         # Unmodelled accesses the target made during its calls and caught itself
         # (`kvcheck.core.fakes.UNMODELLED_ACCESSES`): a run with any gives no verdict.
         self.unmodelled: list[str] = []
+        # The decode launch of the current event: (pages the memory check estimated, pages it
+        # allocated), with an allocation rule.
+        self.launch_pages: tuple[int, int] | None = None
 
     def clone(self) -> Engine:
         """An independent copy for exhaustive search to branch from.
@@ -235,6 +264,7 @@ class Engine:
             tuple(req.rid for req in self.running),
             tuple(req.rid for req in self.last_prefill),
             tuple(sorted(self.retract_requested)),
+            None if self.allocation is None else self.allocation.pool.summary(),
             None
             if pending is None
             else (
@@ -257,6 +287,7 @@ class Engine:
         """
         delivery: ObservedDelivery | None = None
         target_error: str | None = None
+        self.launch_pages = None
         match event:
             case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
                 if rid not in self.reqs:
@@ -281,10 +312,22 @@ class Engine:
             case SwitchStride(stride=stride):
                 if self.config.adaptive:
                     self.scheduler.draft_worker.speculative_num_draft_tokens = stride
-        return Observation(self.observe_requests(), delivery, target_error, self.not_judged)
+        pool = None
+        if self.allocation is not None:
+            self.allocation.pool.check()
+            pool = self.allocation.pool.state()
+        return Observation(
+            self.observe_requests(),
+            delivery,
+            target_error,
+            self.not_judged,
+            pool,
+            self.launch_pages,
+        )
 
     def observe_requests(self) -> tuple[ObservedRequest, ...]:
         """Every request admitted so far as its fake now holds it, in admission order."""
+        pool = None if self.allocation is None else self.allocation.pool
         return tuple(
             ObservedRequest(
                 rid=req.rid,
@@ -298,6 +341,9 @@ class Engine:
                 block_tokens=req.spec_num_block_accept_tokens,
                 cap_tokens=req.spec_num_cap_tokens,
                 cap_histogram=tuple(sorted(req._cap_histogram.items())),
+                allocated=req.kv_allocated_len,
+                pages=0 if pool is None else pool.held(req.rid),
+                holds_row=pool is not None and pool.has_row(req.rid),
             )
             for req in self.reqs.values()
         )
@@ -320,6 +366,10 @@ class Engine:
         to_deliver = previous if self.config.overlap else launched
         if self.config.overlap:
             self.pending = launched
+        if self.allocation is not None:
+            # The launch in flight reads its rows until it is delivered (next step).
+            reading = launched.batch.reqs if launched is not None and self.config.overlap else []
+            self.allocation.pool.reading = {req.rid for req in reading}
         if to_deliver is None:
             return None, None
         return self._deliver(to_deliver)
@@ -330,21 +380,70 @@ class Engine:
         self.running.extend(self.last_prefill)
         self.last_prefill = []
         self.running = [req for req in self.running if not req.finished()]
-        if self.waiting:
-            return self._prefill()
+        admitted = self._admissible()
+        if admitted:
+            return self._prefill(admitted)
         for req in [r for r in self.running if r.rid in self.retract_requested]:
             self._reset_for_retract(req)
+        if self.config.pool_pages and self.running:
+            self._check_decode_mem()
         if not self.running:
             return None
         return self._prepare_for_decode(step)
 
-    def _prefill(self) -> _EngineLaunch:
-        batch = list(self.waiting)
-        self.waiting = []
+    def _admissible(self) -> list[FakeReq]:
+        """The waiting requests a prefill admits now: all of them, or with a fixed pool those
+        that fit in queue order beside the running batch's next decode (docs/semantics.md §5)."""
+        if not self.config.pool_pages or self.allocation is None:
+            return list(self.waiting)
+        path, stride = self.allocation, self.scheduler.draft_worker.speculative_num_draft_tokens
+        room = path.pool.available_size() // path.pool.page_size
+        room -= path.estimate_decode(self.running, stride)
+        admitted = []
+        for req in self.waiting:
+            cost = path.admission_pages(req, stride)
+            if cost > room:
+                break
+            room -= cost
+            admitted.append(req)
+        return admitted
+
+    def _check_decode_mem(self) -> None:
+        """SGLang's `check_decode_mem` / `retract_decode` before a decode launch: when the
+        estimate does not fit, retract (fewest outputs first, then longest prompt, then latest
+        in the batch) until it does, keeping one request."""
+        assert self.allocation is not None
+        path, stride = self.allocation, self.scheduler.draft_worker.speculative_num_draft_tokens
+
+        def fits(reqs: list[FakeReq]) -> bool:
+            free = path.pool.available_size() // path.pool.page_size
+            return path.estimate_decode(reqs, stride) <= free
+
+        if fits(self.running):
+            return
+        order = sorted(
+            self.running,
+            key=lambda req: (len(req.output_ids), -len(req.origin_input_ids)),
+            reverse=True,
+        )
+        while len(order) > 1:
+            self._reset_for_retract(order.pop())
+            if fits(order):
+                return
+        if not fits(order):
+            raise UnsupportedTargetError(
+                f"the pool ({self.config.pool_pages} pages) cannot hold {order[0].rid}'s next "
+                "decode even alone; SGLang then aborts it, which kvcheck does not model"
+            )
+
+    def _prefill(self, batch: list[FakeReq]) -> _EngineLaunch:
+        self.waiting = [req for req in self.waiting if req not in batch]
         for req in batch:
             req.is_retracted = False
             req.kv_committed_len = len(req.origin_input_ids) + len(req.output_ids)
             req.kv_allocated_len = req.kv_committed_len
+            if self.allocation is not None:
+                self.allocation.admit(req)
         self.last_prefill = list(batch)
         self.launch_count += 1
         stride = self.scheduler.draft_worker.speculative_num_draft_tokens
@@ -353,6 +452,8 @@ class Engine:
     def _reset_for_retract(self, req: FakeReq) -> None:
         self.retract_requested.discard(req.rid)
         self.running.remove(req)
+        if self.allocation is not None:
+            self.allocation.retract(req)
         req.retraction_count += 1
         req.is_retracted = True
         req.kv_committed_len = 0
@@ -364,6 +465,12 @@ class Engine:
         stride = self.scheduler.draft_worker.speculative_num_draft_tokens
         width = config.output_width(stride)
         reqs = list(self.running)
+        if self.allocation is not None:
+            pool = self.allocation.pool
+            estimate = self.allocation.estimate_decode(reqs, stride)
+            handed_out = pool.handed_out
+            self.allocation.prepare_decode(reqs, stride)  # sized before the pre-claim
+            self.launch_pages = (estimate, pool.handed_out - handed_out)
         if config.preclaims:
             for req in reqs:
                 req.kv_committed_len += 1
@@ -390,8 +497,16 @@ class Engine:
             None if req.grammar is None else len(req.grammar._offered) for req in launch.batch.reqs
         ]
         UNMODELLED_ACCESSES.clear()
+        allocated_before = [(req, req.kv_allocated_len) for req in self.reqs.values()]
         returned, target_error = _run_target(self.resolver, self.scheduler, result, launch.batch)
         self.unmodelled.extend(UNMODELLED_ACCESSES)
+        allocated_changed: tuple[tuple[str, Any, Any], ...] = ()
+        if self.allocation is not None:
+            allocated_changed = tuple(
+                (req.rid, before, req.kv_allocated_len)
+                for req, before in allocated_before
+                if not _values_same(before, req.kv_allocated_len)
+            )
         runs, runs_problem = _runs_as_ints(returned)
         grammar_offered = tuple(
             None if req.grammar is None or before is None else tuple(req.grammar._offered[before:])
@@ -406,6 +521,7 @@ class Engine:
             if runs is not None and row < len(runs):
                 req.output_ids.extend(runs[row])
             self._update_finish_state(req)
+            self._release_if_finished(req)
             if req.grammar is not None:
                 req.grammar.finished = req.finished()
         observed = ObservedDelivery(
@@ -420,6 +536,7 @@ class Engine:
             block_cap_totals=(result.num_block_accept_tokens, result.num_cap_tokens),
             grammar_offered=grammar_offered,
             runs_problem=runs_problem,
+            allocated_changed=allocated_changed,
         )
         return observed, target_error
 
@@ -448,6 +565,7 @@ class Engine:
                 continue
             req.output_ids.append(token_id(launch.number, row, 0))
             self._update_finish_state(req)
+            self._release_if_finished(req)
             live.append((row, req))
         if not launch.batch.has_grammar:
             return None
@@ -518,6 +636,12 @@ class Engine:
         # synchronous path leaves `copy_done` None (scheduler.py's non-overlap branch, 0.5.23).
         return COPY_DONE if self.config.overlap else None
 
+    def _release_if_finished(self, req: FakeReq) -> None:
+        """Release a request's KV once it finished on the row just processed, as the result
+        processor does (a grammar step's abort is released where the next row finishes it)."""
+        if self.allocation is not None and req.finished():
+            self.allocation.release(req)
+
     def _update_finish_state(self, req: FakeReq) -> None:
         if req.finished():
             return
@@ -568,6 +692,11 @@ def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | No
         # A resolver that raises SystemExit (or another BaseException) inside the scheduler would
         # take the server down: the target's violation, never kvcheck exiting with its code.
         return None, f"{type(exc).__name__}: {exc}"
+
+
+def _values_same(before: Any, after: Any) -> bool:
+    """Whether a value the target may have rebound is still the same plain int."""
+    return type(after) is type(before) and after == before
 
 
 def _plain(value: Any) -> Any:

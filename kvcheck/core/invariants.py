@@ -94,11 +94,23 @@ def on_delivery(id: str, meaning: str, checker: DeliveryChecker) -> Invariant:
     return Invariant(id, meaning, "delivery", check)
 
 
+# The last observation's requests by rid: every request-level invariant of an event looks them
+# up, so they are indexed once per event (the observation is held, so identity is safe).
+_BY_RID: list[Any] = [None, {}]
+
+
+def _by_rid(observed: Observation) -> dict[str, ObservedRequest]:
+    if _BY_RID[0] is not observed:
+        _BY_RID[0], _BY_RID[1] = observed, {req.rid: req for req in observed.requests}
+    by_rid: dict[str, ObservedRequest] = _BY_RID[1]
+    return by_rid
+
+
 def on_request(id: str, meaning: str, checker: RequestChecker) -> Invariant:
     """Checked on every request the model knows of, after every event."""
 
     def check(expected: Expectation, observed: Observation) -> Iterator[Finding]:
-        observed_by_rid = {req.rid: req for req in observed.requests}
+        observed_by_rid = _by_rid(observed)
         for exp_req in expected.requests:
             obs_req = observed_by_rid.get(exp_req.rid)
             if obs_req is None:  # the engine and model disagree on who exists: a kvcheck bug
@@ -350,6 +362,184 @@ def check_block_cap(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[F
         )
 
 
+# --- allocation and release (with an allocation rule) -------------------------------------------
+
+
+def check_alloc_untouched(exp: ExpectedDelivery, obs: ObservedDelivery) -> Iterator[Finding]:
+    """`alloc-untouched-by-resolver`: the resolver never changes any request's
+    `kv_allocated_len`; the scheduler alone sizes and releases the allocation."""
+    for rid, before, after in obs.allocated_changed:
+        yield Finding(
+            rid,
+            before,
+            after,
+            f"the resolver changed {rid}'s kv_allocated_len from {before!r} to {after!r} while "
+            f"resolving launch {exp.launch.number}; only the scheduler allocates",
+        )
+        return
+
+
+def _allocated(obs: ObservedRequest) -> int | None:
+    return obs.allocated if type(obs.allocated) is int else None
+
+
+def _judged(exp: RequestExpectation, obs: ObservedRequest) -> bool:
+    """Allocation is judged on a request only with an allocation rule and when the engine and
+    the model agree on whether it finished or was retracted: a lifecycle disagreement is the
+    committed-length and run invariants' to report, not a release fault."""
+    return (
+        exp.allocated is not None
+        and (exp.phase == "finished") == obs.finished
+        and (exp.phase == "retracted") == obs.retracted
+    )
+
+
+def check_alloc_covers_reserve(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """`alloc-covers-reserve` (§2.9 invariant 3): after a decode launch a live request's Al
+    covers its committed length at sizing plus the reserve R = 2A."""
+    if not _judged(exp, obs) or exp.phase != "running":
+        return
+    allocated = _allocated(obs)
+    if allocated is None or allocated < exp.alloc_floor:
+        yield Finding(
+            exp.rid,
+            f">= {exp.alloc_floor}",
+            obs.allocated,
+            f"{exp.rid}'s kv_allocated_len is {obs.allocated!r}, below committed + reserve "
+            f"({exp.alloc_floor}) of its last decode launch",
+        )
+
+
+def check_alloc_never_shrinks(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """`alloc-never-shrinks` (§2.9 invariant 3, the clamp): a live request's Al never goes
+    below the highest value it had in this residency."""
+    if not _judged(exp, obs) or exp.phase != "running":
+        return
+    allocated = _allocated(obs)
+    if allocated is not None and allocated < exp.alloc_peak:
+        yield Finding(
+            exp.rid,
+            f">= {exp.alloc_peak}",
+            allocated,
+            f"{exp.rid} is live and had kv_allocated_len {exp.alloc_peak}; it shrank to "
+            f"{allocated}, stranding the slots past it",
+        )
+
+
+def check_alloc_page_aligned(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """`alloc-page-aligned` (0.5.16+): once a decode launch sized it, a live request's Al is a
+    multiple of the page size."""
+    allocated = _allocated(obs)
+    if (
+        exp.alloc_aligned
+        and exp.phase == "running"
+        and _judged(exp, obs)
+        and allocated is not None
+        and allocated % exp.page_size
+    ):
+        yield Finding(
+            exp.rid,
+            f"a multiple of {exp.page_size}",
+            allocated,
+            f"{exp.rid}'s kv_allocated_len {allocated} is not page-aligned (page size "
+            f"{exp.page_size}): the paged allocator hands out whole pages",
+        )
+
+
+def check_alloc_expected(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """`alloc-expected`: Al is exactly what the generation's rule gives (no over-allocation,
+    what release leaves behind, zero after retraction)."""
+    if _judged(exp, obs) and not _values_equal(exp.allocated, obs.allocated):
+        yield Finding(
+            exp.rid,
+            exp.allocated,
+            obs.allocated,
+            f"{exp.rid} ({exp.phase}) kv_allocated_len expected {exp.allocated}, observed "
+            f"{obs.allocated!r}",
+        )
+
+
+def _faults(*kinds: str) -> EventChecker:
+    """An event checker reporting the pool's ownership faults of `kinds` (`kvcheck.core.pool`),
+    at the event where they happened."""
+
+    def check(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+        if observed.pool is None:
+            return
+        for fault in observed.pool.faults:
+            if fault.kind in kinds:
+                yield Finding(fault.rid, "no " + fault.kind, fault.kind, fault.message)
+                return
+
+    return check
+
+
+def _and(*checkers: EventChecker) -> EventChecker:
+    def check(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+        for checker in checkers:
+            yield from checker(expected, observed)
+
+    return check
+
+
+def _requests(checker: RequestChecker) -> EventChecker:
+    return on_request("", "", checker).check
+
+
+def check_estimate_matches(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """`alloc-estimate-matches`: the pages the scheduler's memory check estimated for a decode
+    launch are the pages the launch then allocated (sglang#14972, #19881). Not judged at an
+    event with ownership faults: those explain the difference and are reported by their own
+    invariants."""
+    if observed.launch_pages is not None and observed.pool is not None and not observed.pool.faults:
+        estimate, allocated = observed.launch_pages
+        if estimate != allocated:
+            late = "too late" if allocated > estimate else "too early"
+            yield Finding(
+                None,
+                estimate,
+                allocated,
+                f"the memory check estimated {estimate} pages for this decode launch, which "
+                f"allocated {allocated}: retraction comes {late}",
+            )
+
+
+def check_released(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """A finished request holds no row and no page (it was released)."""
+    if _judged(exp, obs) and exp.phase == "finished" and (obs.holds_row or obs.pages):
+        yield Finding(
+            exp.rid,
+            "released",
+            f"{obs.pages} pages",
+            f"{exp.rid} finished but still holds its row ({obs.pages} pages): never released",
+        )
+
+
+def check_pages_held(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """A live request holds exactly the pages covering its Al."""
+    if _judged(exp, obs) and exp.phase in ("running", "waiting") and obs.pages != exp.pages:
+        yield Finding(
+            exp.rid,
+            exp.pages,
+            obs.pages,
+            f"{exp.rid} ({exp.phase}) should hold {exp.pages} pages, its row holds {obs.pages}",
+        )
+
+
+def check_retracted_empty(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
+    """`kv-retracted-empty`: until re-admission a retracted request has Al = 0 and no row."""
+    if not _judged(exp, obs) or exp.phase != "retracted":
+        return
+    if obs.holds_row or obs.pages or not _values_equal(0, obs.allocated):
+        yield Finding(
+            exp.rid,
+            "Al 0, no row",
+            f"Al {obs.allocated!r}, {obs.pages} pages",
+            f"{exp.rid} is retracted yet has kv_allocated_len {obs.allocated!r} and "
+            f"{obs.pages} pages",
+        )
+
+
 # --- batch-level values of a delivery ------------------------------------------------------------
 
 
@@ -446,6 +636,11 @@ def _check_controller_feed(
 
 _TABLE: Final[tuple[Invariant, ...]] = (
     on_event("target-raised", "the resolver returns without raising", check_target_raised),
+    on_event(
+        "alloc-estimate-matches",
+        "the pages the memory check estimates for a decode launch are the pages it allocates",
+        check_estimate_matches,
+    ),
     on_delivery(
         "grammar-stale-untouched",
         "a stale row never advances its request's grammar",
@@ -484,6 +679,62 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         "committed-retracted-zero",
         "a retracted request holds committed length 0 until re-admission",
         _committed_in(("retracted",), "is retracted"),
+    ),
+    on_delivery(
+        "alloc-untouched-by-resolver",
+        "the resolver leaves every request's kv_allocated_len as it found it",
+        check_alloc_untouched,
+    ),
+    on_request(
+        "alloc-covers-reserve",
+        "after a decode launch a live request's kv_allocated_len covers its committed length "
+        "at sizing plus the reserve 2A",
+        check_alloc_covers_reserve,
+    ),
+    on_request(
+        "alloc-page-aligned",
+        "from 0.5.16, a live request's kv_allocated_len is page-aligned once a decode launch "
+        "sized it",
+        check_alloc_page_aligned,
+    ),
+    on_request(
+        "alloc-never-shrinks",
+        "a live request's kv_allocated_len never drops below its highest value this residency",
+        check_alloc_never_shrinks,
+    ),
+    on_request(
+        "alloc-expected",
+        "kv_allocated_len is exactly what the allocation rule gives, after release and "
+        "retraction too",
+        check_alloc_expected,
+    ),
+    on_event(
+        "kv-no-double-owner",
+        "no page has two owners and no row points at a page its request does not own",
+        _faults("double-owner"),
+    ),
+    on_event(
+        "kv-no-use-after-free",
+        "no page is freed while another request owns it or a launch in flight reads it for a "
+        "live row, and no launch reads a released row",
+        _faults("use-after-free"),
+    ),
+    on_event(
+        "kv-released-once",
+        "a request's KV is released exactly once per residency: nothing freed twice, nothing "
+        "left in its row, nothing held after it finished",
+        _and(_faults("double-free", "leak"), _requests(check_released)),
+    ),
+    on_request(
+        "kv-retracted-empty",
+        "a retracted request has kv_allocated_len 0 and holds no row until re-admission",
+        check_retracted_empty,
+    ),
+    on_event(
+        "kv-pool-conserved",
+        "available + held == total pages after every event, and a live request holds exactly "
+        "the pages covering its kv_allocated_len",
+        _and(_faults("pool", "out-of-memory"), _requests(check_pages_held)),
     ),
     on_request(
         "stats-verify-count",

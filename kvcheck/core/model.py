@@ -13,6 +13,14 @@ Conventions (docs/semantics.md §1.2): with `preclaim` (H=1) each decode launch 
 live row then adds a-1 and a finished row gives the one back; with `honest` (H=0) nothing happens at
 launch and a live row adds a. Either way a live request satisfies
 C == P + L - 1 + n_prefill_in_flight + H * n_decode_in_flight (§2.9 invariant 1).
+
+Allocation (when `Config.allocation` names a rule, docs/semantics.md §2.3 and §5): a prefill
+assigns the allocated length Al = C; a decode launch sizes each request before its pre-claim,
+to C + R with R = 2A (A the stride launched, or the adaptive maximum from 0.5.13; UNO F + 1),
+rounded up to a page from 0.5.16, and from 0.5.12 never below the Al it had. A request holds
+ceil(Al / page) pages from admission to its release (finish or retraction, exactly once per
+residency); release leaves Al as it was before 0.5.16 and 0 from then on; retraction leaves
+C = Al = 0 until re-admission.
 """
 
 from __future__ import annotations
@@ -77,6 +85,13 @@ class RequestLedger:
     grammar: Grammar | None = None
     grammar_terminated: bool = False
     grammar_offered: int = 0
+    # Allocation (when a rule is configured): Al, its least value after the last decode launch
+    # (C + R at sizing), its highest value this residency, and whether a decode
+    # launch sized it since admission (from 0.5.16 it is then page-aligned).
+    allocated: int = 0
+    alloc_floor: int = 0
+    alloc_peak: int = 0
+    decoded: bool = False
 
     @property
     def stale(self) -> bool:
@@ -139,6 +154,15 @@ class RequestExpectation:
     block_tokens: int = 0
     cap_tokens: int = 0
     cap_histogram: tuple[tuple[int, int], ...] = ()
+    # Allocation, None when no rule is configured: Al, the reserve it must cover after a decode
+    # launch, the highest Al of this residency (it never shrinks while live), whether Al must be
+    # page-aligned, the page size, and the pages the request holds.
+    allocated: int | None = None
+    alloc_floor: int = 0
+    alloc_peak: int = 0
+    alloc_aligned: bool = False
+    page_size: int = 1
+    pages: int = 0
 
 
 @attrs.frozen
@@ -200,6 +224,10 @@ class ReferenceModel:
                 r.grammar,
                 r.grammar_terminated,
                 r.grammar_offered,
+                r.allocated,
+                r.alloc_floor,
+                r.alloc_peak,
+                r.decoded,
             )
             for r in self.requests.values()
         )
@@ -240,6 +268,8 @@ class ReferenceModel:
 
     def expectation(self, delivery: ExpectedDelivery | None = None) -> Expectation:
         """The ledger as it stands, with `delivery` when the event just applied delivered one."""
+        allocating = self.config.allocation != "off"
+        page = self.config.page_size
         return Expectation(
             requests=tuple(
                 RequestExpectation(
@@ -254,6 +284,12 @@ class ReferenceModel:
                     block_tokens=r.block_tokens,
                     cap_tokens=r.cap_tokens,
                     cap_histogram=tuple(sorted(r.cap_histogram.items())),
+                    allocated=r.allocated if allocating else None,
+                    alloc_floor=r.alloc_floor,
+                    alloc_peak=r.alloc_peak,
+                    alloc_aligned=r.decoded and self.config.allocation == "0.5.16",
+                    page_size=page,
+                    pages=-(-r.allocated // page) if r.holds_kv and allocating else 0,
                 )
                 for r in self.requests.values()
             ),
@@ -301,17 +337,73 @@ class ReferenceModel:
         self.running.extend(self.merge_next)
         self.merge_next = []
         self.running = [rid for rid in self.running if self.requests[rid].phase == "running"]
-        if self.waiting:
-            return self._launch_prefill()
+        admitted = self._admissible()
+        if admitted:
+            return self._launch_prefill(admitted)
         for rid in [r for r in self.running if self.requests[r].retract_pending]:
             self._retract(self.requests[rid])
+        if self.config.pool_pages:
+            self._retract_for_memory()
         if not self.running:
             return None
         return self._launch_decode(step)
 
-    def _launch_prefill(self) -> Launch:
-        rids = tuple(self.waiting)
-        self.waiting = []
+    # -- a fixed pool (Config.pool_pages): admission and the decode memory check --------------
+
+    def _pages(self, length: int) -> int:
+        return -(-length // self.config.page_size)
+
+    def _free_pages(self) -> int:
+        held = sum(self._pages(r.allocated) for r in self.requests.values() if r.holds_kv)
+        return self.config.pool_pages - held
+
+    def _decode_estimate(self, rids: list[str]) -> int:
+        """Pages the next decode launch of `rids` allocates (the scheduler's estimate)."""
+        stride, pages = self.worker_stride, self._pages
+        total = 0
+        for rid in rids:
+            req = self.requests[rid]
+            total += max(0, pages(self._sized(req, stride)[1]) - pages(req.allocated))
+        return total
+
+    def _admissible(self) -> tuple[str, ...]:
+        """The waiting requests the next prefill admits: all of them with an unbounded pool;
+        with a fixed one, in queue order while each one's fill plus one decode reserve fits
+        beside the running batch's next decode (kvcheck's admission rule, docs/semantics.md §5)."""
+        if not self.config.pool_pages:
+            return tuple(self.waiting)
+        room = self._free_pages() - self._decode_estimate(self.running)
+        reserve = self._reserve(self.worker_stride)
+        admitted: list[str] = []
+        for rid in self.waiting:
+            req = self.requests[rid]
+            cost = self._pages(req.prompt_len + req.outputs + reserve)
+            if cost > room:
+                self.reached.add("admission waits for memory")
+                break
+            room -= cost
+            admitted.append(rid)
+        return tuple(admitted)
+
+    def _retract_for_memory(self) -> None:
+        """SGLang's decode memory check: when the next launch does not fit, retract requests
+        (fewest outputs first, then longest prompt, then latest in the batch) until it does,
+        keeping one; at least one is retracted once the check failed."""
+        if self._decode_estimate(self.running) <= self._free_pages():
+            return
+        order = sorted(
+            self.running,
+            key=lambda rid: (self.requests[rid].outputs, -self.requests[rid].prompt_len),
+            reverse=True,
+        )
+        while len(order) > 1:
+            self._retract(self.requests[order.pop()])
+            self.reached.add("retraction under memory pressure")
+            if self._decode_estimate(order) <= self._free_pages():
+                break
+
+    def _launch_prefill(self, rids: tuple[str, ...]) -> Launch:
+        self.waiting = [rid for rid in self.waiting if rid not in rids]
         for rid in rids:
             req = self.requests[rid]
             if req.admissions:
@@ -319,8 +411,12 @@ class ReferenceModel:
             req.admissions += 1
             req.phase = "running"
             req.holds_kv = True
-            # Prefill assigns (never adds) the whole fill: prompt plus outputs so far.
+            # Prefill assigns (never adds) the whole fill: prompt plus outputs so far, and
+            # allocates exactly that.
             req.committed = req.prompt_len + req.outputs
+            req.allocated = req.alloc_peak = req.committed
+            req.alloc_floor = 0
+            req.decoded = False
         self.merge_next = list(rids)
         self.launches += 1
         return Launch(self.launches, "prefill", rids, self.worker_stride, ())
@@ -341,11 +437,36 @@ class ReferenceModel:
         for rid in rids:
             req = self.requests[rid]
             req.decode_in_flight += 1
+            self._size_allocation(req, stride)  # sized before the pre-claim
             if config.preclaims:
                 req.committed += 1
         self.launches += 1
         self.reached.add(f"stride {stride}")
         return Launch(self.launches, "decode", rids, stride, accepts, block_caps)
+
+    def _reserve(self, stride: int) -> int:
+        """R = 2A at `stride` (module docstring; docs/semantics.md §2.3)."""
+        drafts = stride
+        if self.config.allocation in ("0.5.13", "0.5.16"):
+            drafts = max(stride, self.config.max_stride or self.config.stride)
+        return 2 * (drafts + 1 if self.config.algorithm == "uno" else drafts)
+
+    def _sized(self, req: RequestLedger, stride: int) -> tuple[int, int]:
+        """C + R, and Al after a decode launch at `stride` (docs/semantics.md §2.3)."""
+        rule = self.config.allocation
+        floor = target = req.committed + self._reserve(stride)
+        if rule == "0.5.16":
+            page = self.config.page_size
+            target = -(-target // page) * page
+        return floor, target if rule == "0.5.6" else max(req.allocated, target)
+
+    def _size_allocation(self, req: RequestLedger, stride: int) -> None:
+        """Al after a decode launch at `stride`."""
+        if self.config.allocation == "off":
+            return
+        req.alloc_floor, req.allocated = self._sized(req, stride)
+        req.alloc_peak = max(req.alloc_peak, req.allocated)
+        req.decoded = True
 
     def _retract(self, req: RequestLedger) -> None:
         if req.decode_in_flight:
@@ -357,6 +478,8 @@ class ReferenceModel:
         req.phase = "retracted"
         req.holds_kv = False
         req.committed = 0  # outputs and statistics are kept
+        req.allocated = req.alloc_floor = req.alloc_peak = 0
+        req.decoded = False
         self.running.remove(req.rid)
         self.waiting.append(req.rid)
 
@@ -505,5 +628,7 @@ class ReferenceModel:
         req.phase = "finished"
         req.finish_reason = reason
         req.finished_len = finished_len
+        if req.holds_kv and self.config.allocation == "0.5.16":
+            req.allocated = 0  # released: `req.kv = None` (0.5.16-0.5.18), Al = 0 (0.5.19+)
         req.holds_kv = False
         req.abort_pending = False

@@ -12,7 +12,7 @@ from kvcheck.core.engine import Engine, Observation, UnsupportedTargetError
 from kvcheck.core.invariants import Violation, check_event
 from kvcheck.core.model import Expectation, ReferenceModel
 from kvcheck.core.scenario import Event, Scenario
-from kvcheck.core.target import Target
+from kvcheck.core.target import Target, allocation_path
 
 
 @attrs.frozen
@@ -61,6 +61,7 @@ def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) ->
         target.resolver,
         target.self_methods,
         not_judged=target.shape.not_judged,
+        allocation=allocation_path(target, scenario.config),
     )
     trace: list[TraceEntry] = []
     for index, event in enumerate(scenario.events):

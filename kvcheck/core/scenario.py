@@ -35,10 +35,11 @@ import attrs
 from kvcheck.errors import ScenarioFormatError
 
 # Version 2 added the algorithm, block/cap lengths and grammars (`Config.algorithm`,
-# `Config.block_cap`, `Step.blocks`, `Step.caps`, `Admit.grammar`). A scenario that uses none of
-# them is written as version 1, which every kvcheck reads.
-SCHEMA_VERSION: Final = 2
-SUPPORTED_SCHEMA_VERSIONS: Final = (1, 2)
+# `Config.block_cap`, `Step.blocks`, `Step.caps`, `Admit.grammar`); version 3 the allocation
+# rule (`Config.allocation`, `Config.max_stride`). A scenario is written with the lowest
+# version that can say it, so one that uses none of them is version 1, which every kvcheck reads.
+SCHEMA_VERSION: Final = 3
+SUPPORTED_SCHEMA_VERSIONS: Final = (1, 2, 3)
 
 Convention: TypeAlias = Literal["preclaim", "honest"]
 # The speculative algorithms SGLang's resolvers branch on or are fed by (docs/semantics.md §1.4):
@@ -47,10 +48,20 @@ Convention: TypeAlias = Literal["preclaim", "honest"]
 Algorithm: TypeAlias = Literal["eagle", "eagle3", "ngram", "dflash", "uno"]
 ALGORITHMS: Final[tuple[Algorithm, ...]] = ("eagle", "eagle3", "ngram", "dflash", "uno")
 GlobalCounterMode: TypeAlias = Literal["ideal", "sglang", "off"]
+# How decode launches size the KV allocation (docs/semantics.md §2.3, §5), named by the first
+# release of each rule: "0.5.6" (to 0.5.11) `Al = C + 2A` with A the current draft count and no
+# clamp; "0.5.12" adds the clamp `max(Al, .)`; "0.5.13" (to 0.5.15) takes A from the adaptive
+# maximum; "0.5.16" (on) also rounds up to a page. "off": allocation is neither done nor judged.
+AllocationRule: TypeAlias = Literal["off", "0.5.6", "0.5.12", "0.5.13", "0.5.16"]
+ALLOCATION_RULES: Final[tuple[AllocationRule, ...]] = ("off", "0.5.6", "0.5.12", "0.5.13", "0.5.16")
 CONVENTIONS: Final[tuple[Convention, ...]] = ("preclaim", "honest")
 GLOBAL_COUNTER_MODES: Final[tuple[GlobalCounterMode, ...]] = ("ideal", "sglang", "off")
 MIN_STRIDE: Final = 1
 MAX_STRIDE: Final = 16
+# The smallest fixed pool, in tokens: one generated request alone always fits (prompt <= 64,
+# outputs <= 24 plus a run's over-shoot, reserve <= 2 * 9), so memory pressure never has to
+# abort the last request, which kvcheck does not model.
+MIN_POOL_TOKENS: Final = 128
 
 
 def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -80,6 +91,32 @@ class Config:
     algorithm: Algorithm = attrs.field(default="eagle", validator=attrs.validators.in_(ALGORITHMS))
     # Results carry per-row block-accept and cap lengths (`Step.blocks`, `Step.caps`; 0.5.16+).
     block_cap: bool = False
+    # The scheduler allocates, page by page, and releases KV by this rule (schema version 3).
+    allocation: AllocationRule = attrs.field(
+        default="off", validator=attrs.validators.in_(ALLOCATION_RULES)
+    )
+    # The adaptive candidates' largest draft count, which rules "0.5.13" and "0.5.16" reserve
+    # for (None: the initial stride); a switch above it raises the reserve with it.
+    max_stride: int | None = attrs.field(default=None, validator=attrs.validators.optional(_stride))
+
+    # A fixed pool of this many pages (0: unbounded). The scheduler then checks memory before a
+    # decode launch, retracts when the launch does not fit, and admits only what fits.
+    pool_pages: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+
+    def __attrs_post_init__(self) -> None:
+        if self.pool_pages and (
+            self.allocation == "off" or self.pool_pages * self.page_size < MIN_POOL_TOKENS
+        ):
+            raise ValueError(
+                f"a fixed pool needs an allocation rule and at least {MIN_POOL_TOKENS} tokens "
+                f"(one request alone must fit), got {self.pool_pages} pages of "
+                f"{self.page_size} with allocation {self.allocation}"
+            )
+        if self.allocation not in ("off", "0.5.16") and self.page_size != 1:
+            raise ValueError(
+                f"allocation rule {self.allocation} is modelled at page size 1 only "
+                f"(page rounding starts with 0.5.16), got page_size {self.page_size}"
+            )
 
     @property
     def preclaims(self) -> bool:
@@ -99,6 +136,11 @@ class Config:
 
 # Fields schema version 1 cannot say, with their defaults: written only when they differ.
 _V2_CONFIG_DEFAULTS: Final[dict[str, object]] = {"algorithm": "eagle", "block_cap": False}
+_V3_CONFIG_DEFAULTS: Final[dict[str, object]] = {
+    "allocation": "off",
+    "max_stride": None,
+    "pool_pages": 0,
+}
 
 
 GrammarKind: TypeAlias = Literal["accept", "terminate", "reject"]
@@ -316,6 +358,12 @@ def describe_config(config: Config) -> str:
         parts.append(f"algorithm {config.algorithm}")
     if config.block_cap:
         parts.append("block/cap lengths")
+    if config.allocation != "off":
+        parts.append(f"allocation as {config.allocation}+")
+        if config.max_stride is not None:
+            parts.append(f"max stride {config.max_stride}")
+        if config.pool_pages:
+            parts.append(f"pool of {config.pool_pages} pages")
     return ", ".join(parts)
 
 
@@ -435,7 +483,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     """The JSON object of a config: every field, defaults included, except the version 2 fields
     at their defaults (so such a scenario stays readable as version 1)."""
     data = attrs.asdict(config)
-    for name, default in _V2_CONFIG_DEFAULTS.items():
+    for name, default in {**_V2_CONFIG_DEFAULTS, **_V3_CONFIG_DEFAULTS}.items():
         if data[name] == default:
             del data[name]
     return data
@@ -464,7 +512,8 @@ def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
     uses_v2 = any(name in config for name in _V2_CONFIG_DEFAULTS) or any(
         "blocks" in e or "caps" in e or "grammar" in e for e in events
     )
-    return {"schema_version": SCHEMA_VERSION if uses_v2 else 1, "config": config, "events": events}
+    version = 3 if any(name in config for name in _V3_CONFIG_DEFAULTS) else 2 if uses_v2 else 1
+    return {"schema_version": version, "config": config, "events": events}
 
 
 def check_schema_version(data: Mapping[str, Any]) -> None:

@@ -13,7 +13,8 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.scenario import Algorithm, Convention
+from kvcheck.core.allocation import AllocationPath
+from kvcheck.core.scenario import Algorithm, Config, Convention
 from kvcheck.core.spellings import version_range
 
 # Parts of SGLang's API a resolver maintains only in some generations, with a one-line description.
@@ -122,6 +123,11 @@ class Target:
 
     `code` is where the target's own code lives (the resolver, the siblings and the module-level
     helper functions it reaches), known for targets read from source and empty otherwise.
+
+    `allocation` builds the allocation path the engine runs for a scenario's config when it
+    names an allocation rule (None: kvcheck's own `RuleAllocation`); a target that brings its
+    own allocation code (a release's, or a broken variant) is judged on it by the `alloc-*` and
+    `kv-*` invariants.
     """
 
     spec: str
@@ -130,3 +136,12 @@ class Target:
     self_methods: Mapping[str, Callable[..., Any]]
     shape: ApiShape
     code: tuple[CodeSpan, ...] = ()
+    allocation: Callable[[Config], AllocationPath] | None = None
+
+
+def allocation_path(target: Target, config: Config) -> AllocationPath | None:
+    """The allocation path the engine runs for `config`: the target's own when it brings one
+    and the config names an allocation rule, else None (the engine's default)."""
+    if target.allocation is None or config.allocation == "off":
+        return None
+    return target.allocation(config)

@@ -4,8 +4,9 @@ semantics (docs/semantics.md §1-§4), not copied from SGLang.
 Each function is a resolver body `(g, self, result, batch)` written against a `Generation`'s
 spellings (`g`), registered with the generation it is bound to, the convention it is judged
 under, and, for a mutant, the invariant expected to catch it. The first lines of a docstring are
-the entry's summary. Only bugs kvcheck's engine can expose are here: a bug in allocation or
-release (semantics §4.16-§4.22, §4.26-§4.31) has no resolver-level witness yet. Grammar entries
+the entry's summary. Only bugs kvcheck's engine can expose are here. A bug in allocation or
+release (semantics §4.16-§4.31, the upstream bugs of §5.4) is an entry whose resolver is correct
+and whose allocation path (`kvcheck.mutants.allocation`) carries the bug. Grammar entries
 (§4.10) truncate a live grammar row's run where its grammar terminates or refuses a token.
 
 A correct resolver of generation `g`, for reference: for each row, skip a retracted request; for
@@ -21,6 +22,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from kvcheck.mutants import allocation
 from kvcheck.mutants.generations import (
     G0_5_10,
     G0_5_11,
@@ -1024,6 +1026,178 @@ def grammar_refusal_not_aborted(g: Generation, self: Any, result: Any, batch: An
     """Cuts the run before a token the grammar refuses but never aborts the request (the error
     is only logged), so it keeps decoding: its next row is applied though it should be stale."""
     return _grammar_rows(g, self, result, batch, abort=False)
+
+
+# =============================================================================================
+# Mutants: the allocated length (issue 10; semantics §2.3, §5)
+# =============================================================================================
+
+
+@mutant(
+    "alloc-inflated-live",
+    G0_5_20,
+    expect="alloc-untouched-by-resolver",
+    origin="issue 10",
+)
+def alloc_inflated_live(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Correct accounting, but every live row adds 1000 to `req.kv.kv_allocated_len`, as if
+    the resolver reserved for the next verify itself: the pool thinks the request holds KV it
+    was never given."""
+    tokens, accepts = _tensors(result)
+    k = g.non_draft(result)
+    _correct_rows(g, batch, accepts, k)
+    for req in batch.reqs:
+        if not _stale(req):
+            req.kv.kv_allocated_len += 1000
+    _publish(g, self, result, batch, accepts)
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+@mutant(
+    "alloc-zeroed-stale",
+    G0_5_13,
+    expect="alloc-untouched-by-resolver",
+    origin="issue 10",
+)
+def alloc_zeroed_stale(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Correct accounting, but a stale row's `req.kv_allocated_len` is zeroed "to be safe",
+    though before 0.5.16 release leaves it in place for the release bookkeeping."""
+    tokens, accepts = _tensors(result)
+    _correct_rows(g, batch, accepts, 1)
+    for req in batch.reqs:
+        if _stale(req):
+            req.kv_allocated_len = 0
+    _publish(g, self, result, batch, accepts)
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+def _correct(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """A correct resolver of generation `g` (the allocation mutants' bug is elsewhere)."""
+    tokens, accepts = _tensors(result)
+    k = g.non_draft(result)
+    _correct_rows(g, batch, accepts, k)
+    _publish(g, self, result, batch, accepts)
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+# =============================================================================================
+# Mutants: the scheduler's allocation path (issue 10; semantics §4.16-§4.31, §5.4). The resolver
+# is correct; the bug is in the allocation path the entry brings (`kvcheck.mutants.allocation`).
+# =============================================================================================
+
+
+@mutant(
+    "alloc-half-reserve",
+    G0_5_13,
+    expect="alloc-covers-reserve",
+    origin="semantics §2.3",
+    allocation=allocation.HalfReserve,
+)
+def alloc_half_reserve(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """The decode reserve is A, not 2A: the overlap lag (C one verify behind) is not
+    covered."""
+    return _correct(g, self, result, batch)
+
+
+@mutant(
+    "alloc-no-clamp",
+    G0_5_13,
+    expect="alloc-never-shrinks",
+    adaptive=True,
+    origin="semantics §4.16, sglang#23336/#24055",
+    allocation=allocation.NoClamp,
+)
+def alloc_no_clamp(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """The sizing has no `max(Al, .)` clamp: an adaptive down-switch shrinks the allocation
+    and strands the slots past it."""
+    return _correct(g, self, result, batch)
+
+
+@mutant(
+    "alloc-over-reserve",
+    G0_5_13,
+    expect="alloc-expected",
+    origin="semantics §2.9 invariant 3 (upper bound)",
+    allocation=allocation.OverReserve,
+)
+def alloc_over_reserve(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """The decode reserve is 3A: more than any release allocates."""
+    return _correct(g, self, result, batch)
+
+
+@mutant(
+    "release-forgets-overallocated",
+    G0_5_13,
+    expect="kv-released-once",
+    origin="sglang#13741 -> #13826",
+    allocation=allocation.ForgetsOverallocated,
+)
+def release_forgets_overallocated(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Release frees the committed range only; the over-allocated tail stays in the row."""
+    return _correct(g, self, result, batch)
+
+
+@mutant(
+    "retract-keeps-kv",
+    G0_5_13,
+    expect="kv-retracted-empty",
+    origin="sglang#11970 -> #11981",
+    allocation=allocation.RetractKeepsRow,
+)
+def retract_keeps_kv(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Retraction resets the lengths but never releases the request's row and pages."""
+    return _correct(g, self, result, batch)
+
+
+@mutant(
+    "estimate-ignores-allocated",
+    G0_5_13,
+    expect="alloc-estimate-matches",
+    origin="sglang#14972, #19881",
+    allocation=allocation.EstimateIgnoresAllocated,
+)
+def estimate_ignores_allocated(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """The memory check counts every request's whole target instead of what it still lacks:
+    estimate and allocation disagree."""
+    return _correct(g, self, result, batch)
+
+
+@mutant(
+    "release-abort-at-build",
+    G0_5_13,
+    expect="kv-no-use-after-free",
+    origin="semantics §4.25, sglang#18744",
+    allocation=allocation.ReleasesAbortAtBuild,
+)
+def release_abort_at_build(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """An aborted request's KV is freed at the next build, while the launch in flight still
+    reads its row for a live row."""
+    return _correct(g, self, result, batch)
+
+
+@mutant(
+    "pool-shares-pages",
+    G0_5_13,
+    expect="kv-no-double-owner",
+    origin="sglang#27731",
+    allocation=allocation.SharingPoolPath,
+)
+def pool_shares_pages(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """The allocator hands out pages without taking them off the free list: a page gets two
+    owners while the pool equation stays balanced."""
+    return _correct(g, self, result, batch)
+
+
+@mutant(
+    "pool-loses-freed-pages",
+    G0_5_13,
+    expect="kv-pool-conserved",
+    origin="issue 10 (pool conservation)",
+    allocation=allocation.LeakyPoolPath,
+)
+def pool_loses_freed_pages(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """The allocator forgets to put freed pages back on the free list."""
+    return _correct(g, self, result, batch)
 
 
 # =============================================================================================

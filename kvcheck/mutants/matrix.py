@@ -295,13 +295,25 @@ def bounds_for(target: Target, bounds: Bounds = MINIMUM_BOUNDS) -> Bounds:
     the model treats differently (EAGLE's family and n-gram are one; DFLASH and UNO are not),
     and block/cap lengths of 1 on every row when it reads them (a stale row then carries some),
     and, when it consults the grammar, grammars that terminate or refuse at output position 2
-    (the first decode token)."""
+    (the first decode token); allocation on when it touches `kv_allocated_len`."""
     distinct = tuple(a for a in target.shape.algorithms if a in ("eagle", "dflash", "uno"))
     lengths = (1,) if target.shape.block_cap else ()
     grammars = (
         (None, Grammar("terminate", 2), Grammar("reject", 2)) if target.shape.grammar else (None,)
     )
-    return attrs.evolve(bounds, algorithms=distinct, block_cap_lengths=lengths, grammars=grammars)
+    # A target that touches kv_allocated_len is enumerated with the scheduler's allocation on
+    # (a rule that keeps Al after release, and the page-rounding one).
+    touches_al = any("kv_allocated_len" in s for s in target.shape.spellings)
+    allocations = ("0.5.13", "0.5.16") if touches_al else bounds.allocations
+    if target.allocation is not None:  # a broken allocation path: the rules it shows under
+        allocations = getattr(target.allocation, "rules", ("0.5.13",))
+    return attrs.evolve(
+        bounds,
+        algorithms=distinct,
+        block_cap_lengths=lengths,
+        grammars=grammars,
+        allocations=allocations,
+    )
 
 
 def exhaustive_minimum(entry: Entry, bounds: Bounds = MINIMUM_BOUNDS) -> Any:

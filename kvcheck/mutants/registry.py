@@ -68,8 +68,10 @@ class Entry:
         return probe_target(self.spec, self.resolver, f"{self.kind} {self.name!r}: {self.summary}")
 
 
-def bind(function: CorpusFunction, generation: Generation) -> Resolver:
-    """`function` as a resolver with SGLang's signature, speaking `generation`."""
+def bind(function: CorpusFunction, generation: Generation, allocation: Any = None) -> Resolver:
+    """`function` as a resolver with SGLang's signature, speaking `generation`; `allocation`
+    (a broken allocation path class) rides on it as `kvcheck_allocation`, which `probe_target`
+    turns into the target's allocation path wherever the resolver is loaded."""
 
     @functools.wraps(function)
     def resolver(self: Any, result: Any, batch: Any) -> Any:
@@ -79,6 +81,8 @@ def bind(function: CorpusFunction, generation: Generation) -> Resolver:
     # functools.wraps copies __wrapped__, which inspect.signature would follow to the
     # four-argument function; a resolver must look like (self, result, batch).
     del resolver.__wrapped__
+    if allocation is not None:
+        resolver.kvcheck_allocation = allocation  # type: ignore[attr-defined]
     return resolver
 
 
@@ -100,6 +104,7 @@ class Corpus:
         adaptive: bool,
         origin: str,
         shrink_note: str,
+        allocation: Any = None,
     ) -> Callable[[CorpusFunction], CorpusFunction]:
         def register(function: CorpusFunction) -> CorpusFunction:
             if any(e.name == name for e in self.entries):
@@ -124,7 +129,7 @@ class Corpus:
                     adaptive=adaptive,
                     origin=origin,
                     summary=summary,
-                    resolver=bind(function, generation),
+                    resolver=bind(function, generation, allocation),
                     shrink_note=shrink_note,
                 )
             )
@@ -143,8 +148,11 @@ class Corpus:
         global_counters: GlobalCounterMode = "ideal",
         adaptive: bool = False,
         shrink_note: str = "",
+        allocation: Any = None,
     ) -> Callable[[CorpusFunction], CorpusFunction]:
-        """Register a buggy resolver; `convention` defaults to the generation's."""
+        """Register a buggy resolver; `convention` defaults to the generation's. With
+        `allocation` (a broken allocation path, `kvcheck.mutants.allocation`) the bug is there
+        and the resolver is a correct one."""
         return self._add(
             "mutant",
             name,
@@ -155,6 +163,7 @@ class Corpus:
             adaptive=adaptive,
             origin=origin,
             shrink_note=shrink_note,
+            allocation=allocation,
         )
 
     def rewrite(

@@ -179,7 +179,7 @@ def search(
         if reuse
         else (Phase.explicit, Phase.generate),
     )
-    @given(_scenarios(convention, global_counters, adaptive, overlap, target.shape))
+    @given(_scenarios(convention, global_counters, adaptive, overlap, target))
     def property_holds(scenario: Scenario) -> None:
         if unsupported:
             return
@@ -284,8 +284,11 @@ def _scenarios(
     global_counters: GlobalCounterMode,
     adaptive: bool,
     overlap: bool | None,
-    shape: ApiShape,
+    target: Target,
 ) -> SearchStrategy[Scenario]:
+    shape = target.shape
+    # A target bringing its own allocation path is searched under the rules it implements.
+    rules = getattr(target.allocation, "rules", None)
     strategy: SearchStrategy[Scenario] = scenarios(
         convention=convention,
         global_counters=global_counters,
@@ -293,6 +296,7 @@ def _scenarios(
         algorithms=shape.algorithms,
         block_cap=shape.block_cap,
         grammar=shape.grammar,
+        allocation=rules if rules is not None else True,
     )
     if overlap is None:
         return strategy

@@ -58,6 +58,7 @@ from kvcheck.core.model import Expectation, Launch, ReferenceModel
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
     ALGORITHMS,
+    ALLOCATION_RULES,
     CONVENTIONS,
     EVENT_KINDS,
     GLOBAL_COUNTER_MODES,
@@ -66,6 +67,7 @@ from kvcheck.core.scenario import (
     Abort,
     Admit,
     Algorithm,
+    AllocationRule,
     Config,
     Convention,
     Event,
@@ -77,7 +79,7 @@ from kvcheck.core.scenario import (
     SwitchStride,
     to_json_line,
 )
-from kvcheck.core.target import Target
+from kvcheck.core.target import Target, allocation_path
 from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 
@@ -111,6 +113,8 @@ class Bounds:
     block_cap_lengths: tuple[int, ...] = attrs.field(default=(), converter=_tuple)
     # The grammars an admitted request may carry (None: no grammar), for targets that consult one.
     grammars: tuple[Grammar | None, ...] = attrs.field(default=(None,), converter=_tuple)
+    # The allocation rules the configs take ("off": no allocation), at page size 1.
+    allocations: tuple[AllocationRule, ...] = attrs.field(default=("off",), converter=_tuple)
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -148,6 +152,11 @@ class Bounds:
             )
         if any(v < 0 for v in self.block_cap_lengths):
             problems.append(f"block/cap lengths must be >= 0, got {self.block_cap_lengths}")
+        if not self.allocations or any(a not in ALLOCATION_RULES for a in self.allocations):
+            problems.append(
+                f"allocation rules must be among {', '.join(ALLOCATION_RULES)}, "
+                f"got {self.allocations}"
+            )
         if problems:
             raise KvcheckUsageError("bounds: " + "; ".join(problems))
 
@@ -314,11 +323,12 @@ def exhaust(
     seen: dict[Any, int] = {}
     frontier: list[_Node] = []
     block_caps = (False, True) if bounds.block_cap_lengths else (False,)
-    for algorithm, block_cap, overlap, stride in itertools.product(
+    for algorithm, block_cap, overlap, stride, allocation in itertools.product(
         dict.fromkeys(bounds.algorithms),
         block_caps,
         dict.fromkeys(bounds.overlap),
         dict.fromkeys(bounds.strides),
+        dict.fromkeys(bounds.allocations),
     ):
         config = Config(
             convention=convention,
@@ -328,12 +338,14 @@ def exhaust(
             global_counters=global_counters,
             algorithm=algorithm,
             block_cap=block_cap,
+            allocation=allocation,
         )
         engine = Engine(
             config,
             target.resolver,
             target.self_methods,
             not_judged=target.shape.not_judged,
+            allocation=allocation_path(target, config),
         )
         model = ReferenceModel(config)
         key = _key(engine, model) if merge else len(seen)

@@ -50,6 +50,9 @@ def _size(scenario: Scenario) -> tuple[int, int]:
     total = config.stride + (0 if config.overlap else 1)
     # EAGLE and no block/cap lengths are the simplest: another algorithm or lengths cost one.
     total += (config.algorithm != "eagle") + config.block_cap
+    # No allocation, pages of 1 and no adaptive maximum are simpler still.
+    total += (config.allocation != "off") + (config.page_size != 1) + (config.pool_pages != 0)
+    total += config.max_stride is not None
     for event in scenario.events:
         match event:
             case Step(accepts=accepts, blocks=blocks, caps=caps):
@@ -67,7 +70,7 @@ def _size(scenario: Scenario) -> tuple[int, int]:
 def _smaller_ints(value: int, floor: int) -> Iterator[int]:
     """Candidates below `value`, most aggressive first."""
     seen: set[int] = set()
-    for candidate in (floor, value // 2, value - 1):
+    for candidate in (floor, floor + 1, value // 2, value - 1):
         if floor <= candidate < value and candidate not in seen:
             seen.add(candidate)
             yield candidate
@@ -120,6 +123,14 @@ def _config_variants(config: Config) -> Iterator[Config]:
         yield attrs.evolve(config, algorithm="eagle")
     if config.block_cap:
         yield attrs.evolve(config, block_cap=False)
+    if config.allocation != "off":
+        yield attrs.evolve(config, allocation="off", page_size=1, max_stride=None, pool_pages=0)
+    if config.pool_pages:
+        yield attrs.evolve(config, pool_pages=0)
+    if config.page_size != 1:
+        yield attrs.evolve(config, page_size=1, pool_pages=config.pool_pages * config.page_size)
+    if config.max_stride is not None:
+        yield attrs.evolve(config, max_stride=None)
     if not config.overlap:
         yield attrs.evolve(config, overlap=True)
     for smaller in _smaller_ints(config.stride, SMALLEST_STRIDE):

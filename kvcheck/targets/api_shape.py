@@ -315,4 +315,6 @@ def probe_target(
     touches what kvcheck does not model."""
     methods = dict(self_methods or {})
     shape = detect_api_shape(resolver, methods)
-    return Target(spec, resolver, description, methods, shape, code)
+    # A resolver may bring its own allocation path (the corpus's allocation mutants do).
+    allocation = getattr(resolver, "kvcheck_allocation", None)
+    return Target(spec, resolver, description, methods, shape, code, allocation)

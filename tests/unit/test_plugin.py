@@ -171,7 +171,7 @@ def test_failing_replay_item_shows_timeline_file_and_command(pytester: pytest.Py
     ("content", "needle"),
     [
         ('{"schema_version": 1, "events": [', "not valid JSON (corrupt or truncated?)"),
-        ('{"schema_version": 3, "config": {}, "events": []}', "reads version(s) 1, 2"),
+        ('{"schema_version": 4, "config": {}, "events": []}', "reads version(s) 1, 2, 3"),
         (None, "its target 'builtin:retired' does not load: unknown builtin 'retired'"),
     ],
 )

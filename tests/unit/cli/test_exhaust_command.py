@@ -121,3 +121,14 @@ def test_cli_a_grammar_rewrite_is_proven_within_grammar_bounds(
     assert code == 0, out
     data = json.loads(out)
     assert data["verdict"] == "pass" and data["states"] > 1000
+
+
+def test_cli_allocation_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ("mutant:alloc-inflated-live", "--events", "3", "--requests", "1", "--no-save")
+    code, out, _ = _run(capsys, *argv, "--allocation", "0.5.16", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["violation"]["invariant"] == "alloc-untouched-by-resolver"
+    assert len(data["events"]) == 3
+    assert _run(capsys, *argv)[0] == 0  # no allocation: nothing to corrupt
+    code, _, err = _run(capsys, *argv, "--allocation", "0.4")
+    assert code == 2 and "allocation rules must be among" in err

@@ -86,7 +86,7 @@ def test_algorithms_and_block_cap_lengths_are_schema_version_2() -> None:
         Config(algorithm="uno", block_cap=True), (Admit("r0", 3, 2), Step((2,), (1,), (3,)))
     )
     data = scenario_to_dict(scenario)
-    assert data["schema_version"] == SCHEMA_VERSION == 2
+    assert data["schema_version"] == 2 and SCHEMA_VERSION == 3
     assert data["config"]["algorithm"] == "uno" and data["config"]["block_cap"] is True
     assert data["events"][1] == {"kind": "step", "accepts": [2], "blocks": [1], "caps": [3]}
     assert from_json(to_json(scenario)) == scenario

@@ -91,8 +91,8 @@ def valid_text() -> str:
         (lambda t: "", "not valid JSON"),
         (lambda t: "[1, 2]", "must be a JSON object"),
         (
-            lambda t: t.replace('"schema_version": 1', '"schema_version": 3'),
-            "reads version(s) 1, 2",
+            lambda t: t.replace('"schema_version": 1', '"schema_version": 4'),
+            "reads version(s) 1, 2, 3",
         ),
         (lambda t: t.replace('"schema_version": 1,', ""), "unsupported schema_version None"),
         (lambda t: t.replace("kvcheck-counterexample", "something-else"), "format is"),

@@ -1,0 +1,126 @@
+"""The allocation the engine performs around the resolver, as SGLang's scheduler does: a row and
+pages at admission, the decode reserve at each launch, release at finish and retraction.
+
+`RuleAllocation` is kvcheck's own correct path for each allocation rule (`Config.allocation`,
+docs/semantics.md §2.3 and §5), written for the engine from the release notes, independently of
+the reference model. It is the engine's only allocation code: the engine calls the four entry
+points below and nothing else, so another path can take its place, e.g. one that drives a
+release's own sizing, allocation and release functions on the same `KvPool` (SGLang's
+`page_aligned_decode_alloc_lens`, `alloc_for_spec_decode`, `release_kv_cache`; see
+docs/semantics.md §5.5). The resolver under test never calls these: it is judged only on leaving
+`kv_allocated_len` alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from kvcheck.core.pool import KvPool
+from kvcheck.core.scenario import Config
+
+
+class AllocationPath(Protocol):
+    """What the engine calls; every method works on the requests' fakes and `pool`."""
+
+    pool: KvPool
+
+    def admit(self, req: Any) -> None:
+        """Prefill: the row and pages for positions [0, C), with `Al = C` already assigned."""
+
+    def prepare_decode(self, reqs: list[Any], stride: int) -> None:
+        """A decode launch at `stride`: size and allocate every request's reserve, set `Al`
+        (before any pre-claim of the committed length)."""
+
+    def release(self, req: Any) -> None:
+        """Finish: free the committed and the over-allocated range and the row, once."""
+
+    def estimate_decode(self, reqs: list[Any], stride: int) -> int:
+        """The scheduler's memory check: pages a decode launch of `reqs` would allocate."""
+
+    def admission_pages(self, req: Any, stride: int) -> int:
+        """Pages a prefill of `req` needs to be admitted (its fill plus one decode reserve)."""
+
+    def retract(self, req: Any) -> None:
+        """Retraction: release without caching; the engine then zeroes `C` and `Al`."""
+
+
+class RuleAllocation:
+    """kvcheck's correct allocation path for `config.allocation` (module docstring)."""
+
+    def __init__(self, config: Config, pool: KvPool | None = None) -> None:
+        self.config = config
+        self.pool = pool if pool is not None else KvPool(config.page_size, config.pool_pages)
+
+    def reserve(self, stride: int) -> int:
+        """R = 2A: A is the launch's draft count (to 0.5.12) or the adaptive maximum (0.5.13+),
+        plus one for UNO's extra root position."""
+        drafts = stride
+        if self.config.allocation in ("0.5.13", "0.5.16"):
+            drafts = max(drafts, self.config.max_stride or self.config.stride)
+        return 2 * (drafts + 1 if self.config.algorithm == "uno" else drafts)
+
+    def sized(self, req: Any, reserve: int) -> int:
+        """The allocated length a decode launch gives `req` (docs/semantics.md §2.3)."""
+        rule, page = self.config.allocation, self.pool.page_size
+        target: int = req.kv_committed_len + reserve
+        if rule == "0.5.16":
+            target = (target + page - 1) // page * page
+        return target if rule == "0.5.6" else max(int(req.kv_allocated_len), target)
+
+    def overallocated_start(self, committed: int) -> int:
+        """Where the over-allocated range starts: the committed length rounded up to a page
+        (the page holding the last committed token went with the committed range)."""
+        page = self.pool.page_size
+        return (committed + page - 1) // page * page
+
+    def estimate_decode(self, reqs: list[Any], stride: int) -> int:
+        """See `AllocationPath.estimate_decode`: per request the pages between `Al` and what
+        the launch sizes it to (0.5.11+'s `new_tokens_required_next_decode`, in pages)."""
+        reserve, slots = self.reserve(stride), self.pool.slots
+        return sum(
+            max(0, slots(self.sized(req, reserve)) - slots(int(req.kv_allocated_len)))
+            for req in reqs
+        )
+
+    def admission_pages(self, req: Any, stride: int) -> int:
+        """See `AllocationPath.admission_pages`."""
+        fill = len(req.origin_input_ids) + len(req.output_ids)
+        return self.pool.slots(fill + self.reserve(stride))
+
+    def admit(self, req: Any) -> None:
+        """See `AllocationPath.admit`."""
+        self.pool.take_row(req.rid)
+        self.pool.extend(req.rid, 0, req.kv_allocated_len)
+
+    def prepare_decode(self, reqs: list[Any], stride: int) -> None:
+        """See `AllocationPath.prepare_decode`."""
+        reserve = self.reserve(stride)
+        self.pool.check_launch([req.rid for req in reqs])
+        for req in reqs:
+            cur, nxt = req.kv_allocated_len, self.sized(req, reserve)
+            if nxt > cur:
+                self.pool.extend(req.rid, cur, nxt)
+            req.kv_allocated_len = nxt
+
+    def release(self, req: Any) -> None:
+        """See `AllocationPath.release`: [0, C) then [ceil_page(C), Al), then the row; from
+        0.5.16 `Al = 0` afterwards (`mark_kv_released`; `req.kv = None` before 0.5.19)."""
+        pool = self.pool
+        if req.finished():
+            pool.reading.discard(req.rid)  # its row in flight is stale from now on
+        if not pool.has_row(req.rid):
+            pool.fault("double-free", req.rid, f"{req.rid} is released again in one residency")
+            return
+        committed, allocated = req.kv_committed_len, req.kv_allocated_len
+        pool.free_range(req.rid, 0, committed)
+        start = self.overallocated_start(committed)
+        if start < allocated:
+            pool.free_range(req.rid, start, allocated)
+        pool.free_row(req.rid)
+        if self.config.allocation == "0.5.16":
+            req.kv_allocated_len = 0
+
+    def retract(self, req: Any) -> None:
+        """See `AllocationPath.retract`."""
+        self.pool.reading.discard(req.rid)  # its row in flight is stale from now on
+        self.release(req)

@@ -1,0 +1,324 @@
+"""Allocation and release (issue 10): the model's rules, the pool's ownership faults, and every
+allocation invariant shown firing on a broken allocation path or allocator (the engine's side),
+while kvcheck's own path passes the same scenario."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+import kvcheck
+from kvcheck.core.allocation import RuleAllocation
+from kvcheck.core.engine import Engine
+from kvcheck.core.invariants import check_event
+from kvcheck.core.model import ReferenceModel
+from kvcheck.core.pool import KvPool
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import (
+    Abort,
+    Admit,
+    Config,
+    Event,
+    Retract,
+    Scenario,
+    Step,
+    SwitchStride,
+    from_json,
+    to_json,
+)
+from kvcheck.mutants.allocation import (
+    EstimateIgnoresAllocated,
+    ForgetsOverallocated,
+    FreeFromCommitted,
+    HalfReserve,
+    LeakyPool,
+    NoClamp,
+    NoPageRounding,
+    OverReserve,
+    ReleasesAbortAtBuild,
+    RetractKeepsRow,
+    SharingPool,
+)
+from kvcheck.targets.builtins import reference
+from kvcheck.targets.loading import load_target
+from tests.helpers import target
+
+
+def _pool(config: Config, cls: type[KvPool]) -> KvPool:
+    return cls(config.page_size)
+
+
+# Scenarios: two requests running (the second's pages follow the first's), a finish with a launch
+# in flight, a retraction, an adaptive down-switch, an abort with its row in flight.
+TWO = (Admit("r0", 5, 50), Admit("r1", 5, 50), Step(), Step((2, 2)))
+FINISH = (Admit("r0", 6, 2), Step(), Step((2,)), Step((1,)))
+RETRACT = (Admit("r0", 5, 50), Step(), Step((2,)), Retract("r0"), Step())
+DOWN = (Admit("r0", 5, 50), Step(), Step((1,)), SwitchStride(2), Step((1,)))
+ABORT = (Admit("r0", 5, 50), Step(), Step((2,)), Abort("r0"), Step())
+
+BASE = Config(convention="preclaim", stride=4)
+PAGED = attrs.evolve(BASE, allocation="0.5.16", page_size=4)
+RULE_0_5_13 = attrs.evolve(BASE, allocation="0.5.13")
+
+# (invariant, broken path, broken pool class or None, events, config)
+BROKEN_PATHS: list[
+    tuple[str, type[RuleAllocation], type[KvPool] | None, tuple[Event, ...], Config]
+] = [
+    ("alloc-covers-reserve", HalfReserve, None, TWO, PAGED),
+    (
+        "alloc-never-shrinks",
+        NoClamp,
+        None,
+        DOWN,
+        attrs.evolve(BASE, allocation="0.5.12", adaptive=True),
+    ),
+    ("alloc-page-aligned", NoPageRounding, None, TWO, PAGED),
+    ("alloc-expected", OverReserve, None, TWO, PAGED),
+    ("alloc-estimate-matches", EstimateIgnoresAllocated, None, TWO, PAGED),
+    ("kv-no-double-owner", RuleAllocation, SharingPool, TWO[:3], PAGED),
+    ("kv-no-use-after-free", ReleasesAbortAtBuild, None, ABORT, RULE_0_5_13),
+    ("kv-released-once", FreeFromCommitted, None, FINISH, PAGED),
+    ("kv-released-once", ForgetsOverallocated, None, FINISH, PAGED),
+    ("kv-retracted-empty", RetractKeepsRow, None, RETRACT, PAGED),
+    ("kv-pool-conserved", RuleAllocation, LeakyPool, FINISH, PAGED),
+]
+
+
+REFERENCE = target(reference)
+
+
+def _run(
+    events: tuple[Event, ...], config: Config, path: type[RuleAllocation], pool: type[KvPool] | None
+) -> list[Any]:
+    """Model and engine side by side with `path` allocating: the violations at the first
+    failing event, and its index."""
+    model = ReferenceModel(config)
+    allocation = path(config, _pool(config, pool) if pool is not None else None)
+    engine = Engine(config, reference, not_judged=REFERENCE.shape.not_judged, allocation=allocation)
+    for index, event in enumerate(events):
+        violations = check_event(index, model.apply(event), engine.apply(event))
+        if violations:
+            return violations
+    return []
+
+
+@pytest.mark.parametrize(
+    ("invariant", "path", "pool", "events", "config"),
+    BROKEN_PATHS,
+    ids=[f"{case[0]}-{case[1].__name__}" for case in BROKEN_PATHS],
+)
+def test_fires_on_broken_allocation(
+    invariant: str,
+    path: type[RuleAllocation],
+    pool: type[KvPool] | None,
+    events: tuple[Event, ...],
+    config: Config,
+) -> None:
+    violations = _run(events, config, path, pool)
+    assert violations, f"{path.__name__} passed"
+    assert violations[0].invariant == invariant, violations
+    assert violations[0].event_index == len(events) - 1
+    # kvcheck's own path passes the same scenario: the scenario is not the cause.
+    assert _run(events, config, RuleAllocation, None) == []
+
+
+def test_broken_paths_and_resolver_cover_every_allocation_invariant() -> None:
+    from kvcheck.core.invariants import INVARIANTS
+
+    allocation_ids = {i for i in INVARIANTS if i.startswith(("alloc-", "kv-"))}
+    covered = {case[0] for case in BROKEN_PATHS} | {"alloc-untouched-by-resolver"}
+    assert covered == allocation_ids
+
+
+# --- the model's rules (docs/semantics.md §2.3, §2.5, §2.7) ---------------------------------------
+
+
+def _model(config: Config, *events: Event) -> ReferenceModel:
+    model = ReferenceModel(config)
+    for event in events:
+        model.apply(event)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("rule", "convention", "expected"),
+    [
+        ("0.5.6", "preclaim", 10 + 8),  # sized before the pre-claim: C = 10 at sizing
+        ("0.5.12", "preclaim", 18),
+        ("0.5.13", "honest", 10 + 2 * 6),  # A from the adaptive maximum (max_stride 6)
+        ("0.5.16", "honest", 24),  # 22 rounded up to pages of 4
+    ],
+)
+def test_reserve_rule_per_generation(rule: str, convention: str, expected: int) -> None:
+    page = 4 if rule == "0.5.16" else 1
+    config = Config(
+        convention=convention,  # type: ignore[arg-type]
+        stride=4,
+        allocation=rule,  # type: ignore[arg-type]
+        page_size=page,
+        max_stride=6 if rule in ("0.5.13", "0.5.16") else None,
+    )
+    model = _model(config, Admit("r0", 10, 50), Step(), Step())
+    assert model.requests["r0"].allocated == expected
+
+
+def test_uno_reserves_f_plus_one() -> None:
+    config = Config(convention="honest", stride=4, allocation="0.5.16", algorithm="uno")
+    model = _model(config, Admit("r0", 10, 50), Step(), Step())
+    assert model.requests["r0"].allocated == 10 + 2 * 5
+
+
+def test_clamp_keeps_al_on_down_switch_and_0_5_6_shrinks() -> None:
+    events = (Admit("r0", 10, 50), Step(), Step((1,)), SwitchStride(2), Step((1,)))
+    clamped = _model(Config(convention="honest", allocation="0.5.12", adaptive=True), *events)
+    assert clamped.requests["r0"].allocated == 18  # max(18, 10 + 4)
+    unclamped = _model(Config(convention="honest", allocation="0.5.6", adaptive=True), *events)
+    assert unclamped.requests["r0"].allocated == 10 + 4  # C lags the undelivered verify
+
+
+def test_release_leaves_al_by_generation_and_retraction_zeroes() -> None:
+    finish = (Admit("r0", 10, 1), Step(), Step())
+    kept = _model(Config(convention="honest", allocation="0.5.13"), *finish).requests["r0"]
+    assert (kept.phase, kept.allocated, kept.holds_kv) == ("finished", 18, False)
+    zeroed = _model(Config(convention="honest", allocation="0.5.16"), *finish).requests["r0"]
+    assert zeroed.allocated == 0
+    retracted = _model(Config(convention="honest", allocation="0.5.16"), *RETRACT).requests["r0"]
+    assert (retracted.committed, retracted.allocated, retracted.holds_kv) == (0, 0, False)
+
+
+# --- the pool ------------------------------------------------------------------------------------
+
+
+def test_pool_faults_at_the_call() -> None:
+    pool = KvPool(page_size=2, total_pages=3)
+    pool.take_row("a")
+    assert pool.extend("a", 0, 3)  # two pages
+    pool.free_range("a", 0, 2)
+    pool.free_range("a", 0, 2)  # the same positions again
+    assert [f.kind for f in pool.state().faults] == ["double-free"]
+    assert not pool.extend("a", 2, 12)  # needs 4 more pages, 2 free
+    assert [f.kind for f in pool.state().faults] == ["out-of-memory"]
+    pool.take_row("b")
+    pool.extend("b", 0, 2)
+    pool.free_page("a", pool.rows["b"][0])
+    assert [f.kind for f in pool.state().faults] == ["use-after-free"]
+    pool.free_row("a")
+    assert [f.kind for f in pool.state().faults] == ["leak"]
+    pool.check()
+    assert pool.state().faults == ()
+
+
+def test_engine_conserves_pool_on_a_long_run() -> None:
+    config = Config(convention="preclaim", allocation="0.5.12", adaptive=True, max_stride=8)
+    events = (
+        Admit("r0", 7, 9),
+        Admit("r1", 3, 20, eos_at=6),
+        Step(),
+        Step((3, 2)),
+        SwitchStride(2),
+        Step((4, 1)),
+        Retract("r1"),
+        Step((2, 2)),
+        Step(),
+        Step((2, 2)),
+        Step((4, 4)),
+        Step(),
+        Step(),
+    )
+    result = run_scenario(Scenario(config, events), target(reference), record=True)
+    assert result.violation is None
+    pool = result.trace[-1].observed.pool
+    assert pool is not None and pool.held == () and pool.available == pool.total
+
+
+def test_resolver_inflating_al_is_caught_in_few_events() -> None:
+    verdict = kvcheck.check("kvcheck.mutants:alloc_inflated_live", seed=0)
+    assert verdict.violation is not None
+    assert verdict.violation.invariant == "alloc-untouched-by-resolver"
+    assert verdict.counterexample is not None and len(verdict.counterexample.events) <= 5
+
+
+def test_allocation_config_round_trips_as_schema_3() -> None:
+    config = Config(allocation="0.5.16", page_size=2, max_stride=6)
+    scenario = Scenario(config, (Admit("r0", 3, 2), Step()))
+    text = to_json(scenario)
+    assert '"schema_version": 3' in text
+    assert from_json(text) == scenario
+    assert '"schema_version": 1' in to_json(Scenario(Config(), (Step(),)))
+
+
+def test_page_size_above_one_needs_the_paged_rule() -> None:
+    with pytest.raises(ValueError, match="page size 1 only"):
+        Config(allocation="0.5.12", page_size=2)
+
+
+def test_real_release_resolver_passes_with_allocation() -> None:
+    scenario = Scenario(attrs.evolve(PAGED, convention="preclaim"), FINISH)
+    assert run_scenario(scenario, load_target("builtin:reference")).violation is None
+
+
+# --- a fixed pool: admission, the decode memory check, retraction under pressure ---------------
+
+PRESSURE = (
+    Admit("r0", 40, 30),
+    Admit("r1", 40, 30),
+    Admit("r2", 40, 30),
+    Step(),
+    *(Step((4, 4, 4)),) * 8,
+)
+
+
+def test_memory_pressure_retracts_and_admission_waits() -> None:
+    config = Config(convention="preclaim", allocation="0.5.12", pool_pages=128)
+    result = run_scenario(Scenario(config, PRESSURE), REFERENCE, record=True)
+    assert result.violation is None
+    assert {"admission waits for memory", "retraction under memory pressure"} <= result.reached
+    phases = {r.rid: r.phase for r in result.trace[9].expected.requests}
+    # r2 did not fit at the first prefill; r1 (fewest outputs, latest in the batch) is retracted
+    # when the decode estimate outgrows the pool; r2 is admitted once it fits.
+    assert phases == {"r0": "running", "r1": "retracted", "r2": "waiting"}
+    assert {r.rid: r.phase for r in result.trace[10].expected.requests}["r2"] == "running"
+    for entry in result.trace:
+        pool = entry.observed.pool
+        assert pool is not None and pool.total == 128
+
+
+def test_memory_retraction_order_prefers_fewest_outputs() -> None:
+    # r0 is first in the batch but accepts 1 token a step, r1 accepts 4: r0 has fewer outputs,
+    # so it is the one retracted, though r1 is later in the batch.
+    config = Config(convention="preclaim", allocation="0.5.12", pool_pages=128)
+    events = (Admit("r0", 40, 60), Admit("r1", 40, 60), Step(), *(Step((1, 4)),) * 12)
+    result = run_scenario(Scenario(config, events), REFERENCE, record=True)
+    assert result.violation is None
+    retracted = {r.rid for e in result.trace for r in e.expected.requests if r.phase == "retracted"}
+    assert retracted == {"r0"}
+
+
+def test_fixed_pool_needs_allocation_and_a_floor() -> None:
+    with pytest.raises(ValueError, match="fixed pool"):
+        Config(pool_pages=256)
+    with pytest.raises(ValueError, match="fixed pool"):
+        Config(allocation="0.5.16", page_size=4, pool_pages=16)
+    assert Config(allocation="0.5.16", page_size=4, pool_pages=32).pool_pages == 32
+
+
+# --- a target that brings its own allocation path ------------------------------------------------
+
+
+def test_target_allocation_path_is_judged_by_search_and_exhaust() -> None:
+    from kvcheck.search.exhaust import Bounds, exhaust
+
+    forgets = attrs.evolve(REFERENCE, allocation=ForgetsOverallocated)
+    verdict = kvcheck.check(forgets, convention="preclaim", max_examples=200, seed=0)
+    assert verdict.violation is not None
+    assert verdict.violation.invariant == "kv-released-once"
+    bounds = Bounds(events=4, requests=1, allocations=("0.5.12",))
+    result = exhaust(forgets, bounds, convention="preclaim")
+    assert result.failure is not None and result.minimal_invariants == {"kv-released-once"}
+    # Without an allocation rule the target's path is never built.
+    assert (
+        exhaust(forgets, attrs.evolve(bounds, allocations=("off",)), convention="preclaim").verdict
+        == "pass"
+    )
