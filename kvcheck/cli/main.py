@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvcheck.cli import check, exhaust, mutants, regress, releases, replay
-from kvcheck.cli.options import EXIT_OK, EXIT_USAGE, EXIT_VIOLATION, Parser
+from kvcheck.cli.options import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_VIOLATION, Parser
 from kvcheck.core.spellings import spellings_table
 from kvcheck.errors import KvcheckUsageError
 
@@ -49,6 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def console() -> None:
+    """The `kvcheck` console script: `main()`, and on Ctrl-C an exit that skips the interpreter's
+    teardown (unloading torch alone takes about half a second), once the report is flushed."""
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 pass, 1 violation, 2 usage/load error)."""
     try:
@@ -61,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KvcheckUsageError as exc:
         print(f"kvcheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # Ctrl-C where a command had nothing to report yet (loading, replaying): no traceback.
+        print("kvcheck: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`kvcheck check --json | head`): stop quietly, and keep Python
         # from failing again while flushing stdout at exit.

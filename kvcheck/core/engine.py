@@ -22,6 +22,7 @@ from typing import Any, Final
 import attrs
 
 from kvcheck.core.copying import deep_copy
+from kvcheck.core.deadline import TargetDeadlineExceeded, call_with_deadline
 from kvcheck.core.fakes import (
     ALGORITHM_FAKES,
     ControllerFeed,
@@ -115,6 +116,9 @@ class Observation:
     # Aspects the target is not held to (`kvcheck.core.target.ASPECTS`): its API generation
     # does not maintain them.
     not_judged: frozenset[str] = frozenset()
+    # The deadline (seconds) a call of the target ran past and was interrupted at
+    # (`target-deadline`); None when every call returned in time.
+    deadline_exceeded: float | None = None
 
 
 @attrs.define
@@ -141,10 +145,13 @@ class Engine:
         self_methods: Mapping[str, Callable[..., Any]] | None = None,
         *,
         not_judged: frozenset[str],
+        deadline: float | None = None,
     ) -> None:
         """`not_judged`: the aspects (`kvcheck.core.target.ASPECTS`) the target is not held to,
-        from its probed shape (`Target.shape.not_judged`); the engine never probes."""
+        from its probed shape (`Target.shape.not_judged`); the engine never probes. `deadline`:
+        seconds each call of the target may take (`kvcheck.core.deadline`; None: no limit)."""
         self.not_judged = not_judged
+        self.deadline = deadline
         self.config = config
         self.resolver = resolver
         self.scheduler = FakeScheduler(config.stride, config.overlap)
@@ -246,6 +253,7 @@ class Engine:
         """
         delivery: ObservedDelivery | None = None
         target_error: str | None = None
+        exceeded: float | None = None
         match event:
             case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
                 if rid not in self.reqs:
@@ -256,7 +264,10 @@ class Engine:
                     self.eos_at[rid] = e
                     self.waiting.append(admitted)
             case Step():
-                delivery, target_error = self._step(event)
+                try:
+                    delivery, target_error = self._step(event)
+                except TargetDeadlineExceeded as exc:
+                    exceeded = exc.seconds
             case Retract(rid=rid):
                 req = self.reqs.get(rid)
                 if (
@@ -270,7 +281,9 @@ class Engine:
             case SwitchStride(stride=stride):
                 if self.config.adaptive:
                     self.scheduler.draft_worker.speculative_num_draft_tokens = stride
-        return Observation(self.observe_requests(), delivery, target_error, self.not_judged)
+        return Observation(
+            self.observe_requests(), delivery, target_error, self.not_judged, exceeded
+        )
 
     def observe_requests(self) -> tuple[ObservedRequest, ...]:
         """Every request admitted so far as its fake now holds it, in admission order."""
@@ -378,7 +391,9 @@ class Engine:
         offered_before = [
             None if req.grammar is None else len(req.grammar._offered) for req in launch.batch.reqs
         ]
-        returned, target_error = _run_target(self.resolver, self.scheduler, result, launch.batch)
+        returned, target_error = _run_target(
+            call_with_deadline, self.deadline, self.resolver, self.scheduler, result, launch.batch
+        )
         runs = _normalise_runs(returned)
         grammar_offered = tuple(
             None if req.grammar is None or before is None else tuple(req.grammar._offered[before:])
@@ -461,7 +476,9 @@ class Engine:
             launch.stride,
         )
         result.accept_lens = None  # a prefill result has none
-        _, target_error = _run_target(method, result, launch.batch)
+        _, target_error = _run_target(
+            call_with_deadline, self.deadline, method, result, launch.batch
+        )
         if target_error is not None:
             return target_error
         for req in launch.batch.reqs:

@@ -60,6 +60,7 @@ def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) ->
         target.resolver,
         target.self_methods,
         not_judged=target.shape.not_judged,
+        deadline=target.deadline,
     )
     trace: list[TraceEntry] = []
     for index, event in enumerate(scenario.events):

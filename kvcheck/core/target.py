@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.scenario import Algorithm, Convention
 from kvcheck.core.spellings import version_range
 
@@ -122,6 +123,8 @@ class Target:
 
     `code` is where the target's own code lives (the resolver, the siblings and the module-level
     helper functions it reaches), known for targets read from source and empty otherwise.
+    `deadline` is how long each call of it may take, in seconds (None: no limit); a call still
+    running then is interrupted and is a `target-deadline` violation (`kvcheck.core.deadline`).
     """
 
     spec: str
@@ -130,3 +133,4 @@ class Target:
     self_methods: Mapping[str, Callable[..., Any]]
     shape: ApiShape
     code: tuple[CodeSpan, ...] = ()
+    deadline: float | None = DEFAULT_DEADLINE

@@ -14,16 +14,18 @@ every scenario the searches ran, shrinking included (`kvcheck.search.target_cove
 
 from __future__ import annotations
 
-import contextlib
 import time
+from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import attrs
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
+from hypothesis.reporting import with_reporter
 from hypothesis.strategies import SearchStrategy
 
+from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
 from kvcheck.core.invariants import Violation
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
@@ -80,6 +82,9 @@ class SearchOutcome:
     # Wall time until the first failing scenario, and replays spent shrinking it.
     seconds_to_failure: float | None = None
     shrink_runs: int = 0
+    # Why the search ended before its budget: `time limit` (--time-limit) or `interrupted`
+    # (Ctrl-C); None when it ran its course. A failure found before still stands.
+    stopped: str | None = None
 
 
 @attrs.frozen
@@ -111,6 +116,12 @@ class Verdict:
     coverage: TargetCoverage | None = None
 
     @property
+    def stopped(self) -> str | None:
+        """`time limit` or `interrupted` when a search was cut short (what it established still
+        stands: a violation found, or none in the scenarios run); None when every search ran."""
+        return next((o.stopped for o in (self.outcome, *self.other_outcomes) if o.stopped), None)
+
+    @property
     def violation(self) -> Violation | None:
         """The shrunk counterexample's violation; None when the target passed."""
         return self.outcome.failure.violation if self.outcome.failure else None
@@ -130,6 +141,20 @@ class _ViolationFound(Exception):
     """Raised inside the property so Hypothesis shrinks; one type keeps it 'one bug'."""
 
 
+class _Stopped(Exception):
+    """Raised inside the property to end the search at a time limit or Ctrl-C."""
+
+
+Progress = Callable[[str], None]
+
+# What stops a search early, and the name `SearchOutcome.stopped` gives it.
+_STOPS: Final = (KeyboardInterrupt, TimeLimitReached)
+
+
+def _stop_name(exc: BaseException) -> str:
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "time limit"
+
+
 def search(
     target: Target,
     *,
@@ -140,15 +165,21 @@ def search(
     seed: int | None = None,
     database: ExampleDatabase | None = None,
     overlap: bool | None = None,
+    progress: Progress | None = None,
 ) -> SearchOutcome:
     """One Hypothesis search under one convention. Raises `UnsupportedTargetError`.
 
     `overlap` pins the overlap axis (the pytest plugin makes one item per value); None varies it.
+    `progress` is called with a short status line after every scenario. A time limit
+    (`kvcheck.core.deadline.time_limit`) or Ctrl-C ends the search early (`stopped`), keeping a
+    failure already found (shrunk as far as it got).
     """
     failures: list[RunResult] = []
     reached: set[str] = set()
     unsupported: list[Exception] = []
+    stopped: list[str] = []
     counter = {"examples": 0, "to_failure": 0}
+    started = time.perf_counter()
 
     # The explicit stride-switch witness counts as one of the `max_examples` scenarios.
     with_witness = adaptive and overlap is not False
@@ -169,13 +200,27 @@ def search(
     def property_holds(scenario: Scenario) -> None:
         if unsupported:
             return
+        if stopped:
+            raise _Stopped
+        if failures:  # Hypothesis replays the failing example once more: it is known already
+            raise _ViolationFound(failures[0].violation)
         counter["examples"] += 1
         try:
-            result = run_scenario(scenario, target)
+            check_time_limit()
+            result = _confirmed(run_scenario(scenario, target), target)
         except KvcheckUsageError as exc:
             unsupported.append(exc)
             return
+        except _STOPS as exc:
+            counter["examples"] -= 1
+            stopped.append(_stop_name(exc))
+            raise _Stopped from None
         reached.update(label_run(scenario, result.reached))
+        if progress is not None:
+            progress(
+                f"{convention}: {counter['examples']}/{max_examples} scenarios, "
+                f"{time.perf_counter() - started:.0f} s"
+            )
         if result.violation is not None:
             counter["to_failure"] = counter["examples"]
             failures.append(result)
@@ -193,17 +238,27 @@ def search(
     # survive edits of this module and one target's failures are not replayed against another.
     key = f"kvcheck.search.check|{target.spec}|{convention}|{global_counters}|{adaptive}|{overlap}"
     property_holds._hypothesis_internal_database_key = key.encode()  # type: ignore[attr-defined]
-    started = time.perf_counter()
-    with contextlib.suppress(_ViolationFound):
-        property_holds()
+    # Hypothesis's own reports (its "add @seed" note on an interrupted run) are not kvcheck's:
+    # what the search found is reported by the caller.
+    with with_reporter(lambda _: None):
+        try:
+            property_holds()
+        except (_ViolationFound, _Stopped):
+            pass
+        except _STOPS as exc:  # between scenarios, inside Hypothesis
+            stopped.append(_stop_name(exc))
     to_failure = time.perf_counter() - started
     if unsupported:
         raise unsupported[0]
     final: RunResult | None = None
     shrink_runs = 0
     if failures:
+        if progress is not None:
+            progress(f"{convention}: shrinking a counterexample")
         shrunk = shrink(failures[0], target)
         final, shrink_runs = shrunk.result, shrunk.runs
+        if shrunk.stopped and not stopped:
+            stopped.append(shrunk.stopped)
     return SearchOutcome(
         convention=convention,
         examples=counter["examples"],
@@ -213,7 +268,17 @@ def search(
         seconds=time.perf_counter() - started,
         seconds_to_failure=to_failure if failures else None,
         shrink_runs=shrink_runs,
+        stopped=stopped[0] if stopped else None,
     )
+
+
+def _confirmed(result: RunResult, target: Target) -> RunResult:
+    """`result`, or when it broke `target-deadline` a second run of its scenario: a call that
+    ran past its deadline only because the machine stalled once (a busy CI runner) must not
+    become a verdict. A real hang costs one deadline more."""
+    if result.violation is None or result.violation.invariant != "target-deadline":
+        return result
+    return run_scenario(result.scenario, target)
 
 
 def _scenarios(
@@ -255,12 +320,17 @@ def check(
     database: ExampleDatabase | None = None,
     overlap: bool | None = None,
     measure_coverage: bool = True,
+    time_limit_seconds: float | None = None,
+    progress: Progress | None = None,
 ) -> Verdict:
     """Search for a violation by `target` (a spec string or a loaded `Target`).
 
     `adaptive=None` switches strides between launch and delivery exactly when the target feeds
     the adaptive controller (SGLang 0.5.12+, where adaptive speculation runs under overlap).
     `measure_coverage` measures the coverage of a target read from source (`Verdict.coverage`).
+    `time_limit_seconds` stops the searches after that long (a call of the target included) and
+    Ctrl-C stops them at once; either way the verdict says what was established
+    (`Verdict.stopped`). `progress` is called with a status line after every scenario.
 
     Raises `KvcheckUsageError` (exit 2 material) for bad options or an unloadable or unsupported
     target; never reports such a target as a violation.
@@ -293,13 +363,15 @@ def check(
         "seed": seed,
         "database": database,
         "overlap": overlap,
+        "progress": progress,
         "adaptive_reason": adaptive_reason,
         "api_shape": shape,
     }
     meter = meter_for(loaded, enabled=measure_coverage)
-    if meter is None:
-        return _search_conventions(loaded, convention, options)
-    verdict = _search_conventions(meter.instrument(loaded), convention, options)
+    with time_limit(time_limit_seconds):
+        if meter is None:
+            return _search_conventions(loaded, convention, options)
+        verdict = _search_conventions(meter.instrument(loaded), convention, options)
     return attrs.evolve(verdict, coverage=meter.result())
 
 
@@ -312,10 +384,13 @@ def _search_conventions(
 
     first, reason = loaded.shape.convention, loaded.shape.convention_reason
     outcome = search(loaded, convention=first, **_search_options(options))
-    if outcome.failure is None:
+    if outcome.failure is None or outcome.stopped:
         return _verdict(loaded, outcome, (), reason, options)
     second: Convention = "honest" if first == "preclaim" else "preclaim"
     other = search(loaded, convention=second, **_search_options(options))
+    if other.failure is None and other.stopped:
+        why = f"{reason}; the search under {second} was stopped ({other.stopped}) before it passed"
+        return _verdict(loaded, outcome, (other,), why, options)
     if other.failure is None:
         why = f"{reason}, but it fails under {first}; it passes under {second}"
         return _verdict(loaded, other, (outcome,), why, options)
