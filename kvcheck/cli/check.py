@@ -30,7 +30,7 @@ from kvcheck.cli.options import (
     seed,
 )
 from kvcheck.cli.progress import Progress
-from kvcheck.core.deadline import describe
+from kvcheck.core.deadline import describe, loading_within
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, save
 from kvcheck.counterexamples.replay import replay_command
 from kvcheck.reporting.html import write_html
@@ -133,9 +133,10 @@ def run(args: argparse.Namespace) -> int:
     )
     from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
-    target = load_target(
-        args.target, allow_unavailable=args.allow_unavailable_imports, deadline=args.deadline
-    )
+    with loading_within(args.time_limit, args.target):
+        target = load_target(
+            args.target, allow_unavailable=args.allow_unavailable_imports, deadline=args.deadline
+        )
     require_coverage(args, target)
     with Progress() as progress:
         verdict = check(
