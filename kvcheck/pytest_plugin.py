@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.counterexamples.fileformat import SUFFIX, load
 from kvcheck.errors import KvcheckUsageError
 
@@ -100,6 +101,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default: <rootdir>/.kvcheck/counterexamples)",
     )
     group.addoption(
+        "--kvcheck-deadline",
+        dest="kvcheck_deadline",
+        type=float,
+        default=DEFAULT_DEADLINE,
+        metavar="SECONDS",
+        help="interrupt a call of the target still running after SECONDS: a target-deadline "
+        f"failure (default: {DEFAULT_DEADLINE:g}; 0: no deadline)",
+    )
+    group.addoption(
         "--kvcheck-no-replay",
         dest="kvcheck_no_replay",
         action="store_true",
@@ -116,6 +126,14 @@ class KvcheckViolation(Exception):
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
+
+
+def _deadline(config: pytest.Config) -> float | None:
+    """`--kvcheck-deadline`: seconds per call of the target, None for none (0)."""
+    value = config.getoption("kvcheck_deadline", DEFAULT_DEADLINE)
+    if value is None or value != value or value < 0:
+        raise pytest.UsageError(f"--kvcheck-deadline must be >= 0 seconds, got {value}")
+    return float(value) or None
 
 
 def _relative(path: Path) -> str:
@@ -172,6 +190,7 @@ class CounterexampleFile(pytest.File):
             target = load_target(
                 counterexample.target,
                 allow_unavailable=counterexample.allow_unavailable_imports,
+                deadline=_deadline(self.config),
             )
         except KvcheckUsageError as exc:
             raise KvcheckUsageError(
@@ -302,7 +321,7 @@ def _property_items(
     from kvcheck.targets.loading import load_target  # light plugin
 
     try:
-        target = load_target(spec)
+        target = load_target(spec, deadline=_deadline(session.config))
         reason = ""
         conventions: list[Convention]
         if options.conventions == "auto":

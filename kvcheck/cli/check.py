@@ -29,7 +29,7 @@ from kvcheck.cli.options import (
     seconds,
     seed,
 )
-from kvcheck.cli.progress import Progress
+from kvcheck.cli.progress import Progress, announce
 from kvcheck.core.deadline import describe, loading_within
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, save
 from kvcheck.counterexamples.replay import replay_command
@@ -123,14 +123,13 @@ def run(args: argparse.Namespace) -> int:
     raised as `KvcheckUsageError` (exit 2). Ctrl-C stops the search: what it established is
     reported (a violation found is saved) and the exit code is 130.
     """
-    print(
+    header = (
         f"kvcheck: checking {args.target} (up to {args.max_examples} scenarios per convention"
         f", deadline {describe(args.deadline)}"
         + (f", time limit {args.time_limit:g} s" if args.time_limit else "")
-        + "; Ctrl-C stops and reports)",
-        file=sys.stderr,
-        flush=True,
+        + "; Ctrl-C stops and reports)"
     )
+    announce(header, before_load=True)
     from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
     with loading_within(args.time_limit, args.target):
@@ -138,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
             args.target, allow_unavailable=args.allow_unavailable_imports, deadline=args.deadline
         )
     require_coverage(args, target)
+    announce(header, before_load=False)
     with Progress() as progress:
         verdict = check(
             target,
@@ -150,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
             measure_coverage=not args.no_coverage,
             time_limit_seconds=args.time_limit,
             progress=progress,
+            report_interrupt=True,
         )
     saved = save_failure(verdict, args)
     if args.json:

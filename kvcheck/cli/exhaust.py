@@ -31,7 +31,7 @@ from kvcheck.cli.options import (
     require_coverage,
     seconds,
 )
-from kvcheck.cli.progress import Progress
+from kvcheck.cli.progress import Progress, announce
 from kvcheck.core.deadline import describe, loading_within
 from kvcheck.core.scenario import EVENT_KINDS
 from kvcheck.core.target import Target
@@ -167,17 +167,17 @@ def run(args: argparse.Namespace) -> int:
         eos=args.eos,
         overlap=args.overlap,
     )
-    print(
+    header = (
         f"kvcheck: exhausting {args.target} ({bounds.describe()}; deadline "
-        f"{describe(args.deadline)}; Ctrl-C stops and reports)",
-        file=sys.stderr,
-        flush=True,
+        f"{describe(args.deadline)}; Ctrl-C stops and reports)"
     )
+    announce(header, before_load=True)
     with loading_within(args.time_limit, args.target):
         target, defaults = _load_exhaust_target(
             args.target, args.allow_unavailable_imports, args.deadline
         )
     require_coverage(args, target)
+    announce(header, before_load=False)
     convention, convention_reason = _exhaust_convention(args.convention, target, defaults)
     global_counters = args.global_counters or defaults.get("global_counters", "ideal")
     if args.adaptive is not None:
@@ -204,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
             measure_coverage=not args.no_coverage,
             max_memory_mb=args.max_memory,
             progress=progress,
+            report_interrupt=True,
         )
     saved_path, replay = _save(result, args, convention_reason)
     if args.json:

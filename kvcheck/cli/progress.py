@@ -28,6 +28,14 @@ def plain_interval() -> float:
         return DEFAULT_PLAIN_SECONDS
 
 
+def announce(text: str, *, before_load: bool) -> None:
+    """The line a long command starts with, on stderr. Called before the target loads and after:
+    it shows before on a terminal (at once, however long loading takes) and after elsewhere, so
+    that a bad input still gets exactly one line of error there."""
+    if sys.stderr.isatty() == before_load:
+        print(text, file=sys.stderr, flush=True)
+
+
 class Progress:
     """Call it with a status line as often as you like; it shows what is due. A context manager:
     the live line is removed on exit (Ctrl-C included)."""

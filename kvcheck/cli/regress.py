@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvcheck.cli.options import EXIT_OK
+from kvcheck.cli.options import EXIT_OK, add_deadline_option
 from kvcheck.counterexamples.fileformat import load
 from kvcheck.counterexamples.regress import function_name, regression_test
 from kvcheck.errors import KvcheckUsageError
@@ -31,6 +31,7 @@ def add_parser(commands: Any) -> None:
     regress_parser.add_argument(
         "--target", default=None, help="the target the test replays (default: the saved one)"
     )
+    add_deadline_option(regress_parser)
     regress_parser.set_defaults(run=run)
 
 
@@ -45,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     target = args.target or counterexample.target
     if target is None:
         raise KvcheckUsageError(f"{args.file} names no target; give one with --target")
-    load_target(target)  # a target that no longer exists is an error now, not in the test
-    text = regression_test(counterexample, source=args.file, target=target)
+    # A target that no longer exists is an error now, not in the test.
+    load_target(target, deadline=args.deadline)
+    text = regression_test(counterexample, source=args.file, target=target, deadline=args.deadline)
     if not args.out:
         sys.stdout.write(text)
         return EXIT_OK

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvcheck.cli.options import EXIT_OK, EXIT_VIOLATION, add_json_option
+from kvcheck.cli.options import EXIT_OK, EXIT_VIOLATION, add_deadline_option, add_json_option
 from kvcheck.counterexamples.fileformat import SavedViolation, load
 from kvcheck.counterexamples.replay import Replay, replay, replay_command
 from kvcheck.reporting.explain import explain
@@ -35,6 +35,7 @@ def add_parser(commands: Any) -> None:
         "--target", default=None, help="replay against this target instead of the saved one"
     )
     add_json_option(replay_parser)
+    add_deadline_option(replay_parser)
     replay_parser.add_argument(
         "--html", metavar="FILE", help="also write the timeline as an HTML page (SVG swimlane)"
     )
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     timeline. Returns exit 0 when the scenario passes, 1 when any violation shows.
     """
     counterexample = load(args.file)
-    replayed = replay(counterexample, args.target, path=args.file)
+    replayed = replay(counterexample, args.target, path=args.file, deadline=args.deadline)
     if args.html:
         write_html(
             build_timeline(replayed.result, target=replayed.target),

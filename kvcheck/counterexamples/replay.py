@@ -13,6 +13,7 @@ from typing import Literal
 
 import attrs
 
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.invariants import Violation
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.target import Target
@@ -120,8 +121,11 @@ def replay(
     target: str | Target | None = None,
     *,
     path: str | os.PathLike[str] | None = None,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> Replay:
-    """Run the counterexample's scenario once against `target` (default: the saved target).
+    """Run the counterexample's scenario once against `target` (default: the saved target),
+    each call of the target under `deadline` seconds (None or 0: none; a loaded `Target` keeps
+    its own).
 
     Raises `KvcheckUsageError` (exit 2 material) when no target is known or it cannot be loaded.
     """
@@ -134,11 +138,11 @@ def replay(
         loaded = target
     elif path is not None and target == counterexample.target:
         try:
-            loaded = load_target(target, allow_unavailable=allow)
+            loaded = load_target(target, allow_unavailable=allow, deadline=deadline)
         except KvcheckUsageError as exc:
             raise type(exc)(f"{path}: its saved target {target!r} does not load: {exc}") from None
     else:
-        loaded = load_target(target, allow_unavailable=allow)
+        loaded = load_target(target, allow_unavailable=allow, deadline=deadline)
     result = run_scenario(counterexample.scenario, loaded, record=True)
     return Replay(counterexample, loaded.spec, result, None if path is None else str(path))
 

@@ -166,13 +166,16 @@ def search(
     database: ExampleDatabase | None = None,
     overlap: bool | None = None,
     progress: Progress | None = None,
+    report_interrupt: bool = False,
 ) -> SearchOutcome:
     """One Hypothesis search under one convention. Raises `UnsupportedTargetError`.
 
     `overlap` pins the overlap axis (the pytest plugin makes one item per value); None varies it.
     `progress` is called with a short status line after every scenario. A time limit
     (`kvcheck.core.deadline.time_limit`) or Ctrl-C ends the search early (`stopped`), keeping a
-    failure already found (shrunk as far as it got).
+    failure already found (shrunk as far as it got). Ctrl-C is re-raised as `KeyboardInterrupt`
+    (after Hypothesis is silenced) unless `report_interrupt`, when the outcome says
+    `interrupted` instead.
     """
     failures: list[RunResult] = []
     reached: set[str] = set()
@@ -259,6 +262,8 @@ def search(
         final, shrink_runs = shrunk.result, shrunk.runs
         if shrunk.stopped and not stopped:
             stopped.append(shrunk.stopped)
+    if "interrupted" in stopped and not report_interrupt:
+        raise KeyboardInterrupt
     return SearchOutcome(
         convention=convention,
         examples=counter["examples"],
@@ -322,6 +327,7 @@ def check(
     measure_coverage: bool = True,
     time_limit_seconds: float | None = None,
     progress: Progress | None = None,
+    report_interrupt: bool = False,
 ) -> Verdict:
     """Search for a violation by `target` (a spec string or a loaded `Target`).
 
@@ -330,7 +336,8 @@ def check(
     `measure_coverage` measures the coverage of a target read from source (`Verdict.coverage`).
     `time_limit_seconds` stops the searches after that long (a call of the target included) and
     Ctrl-C stops them at once; either way the verdict says what was established
-    (`Verdict.stopped`). `progress` is called with a status line after every scenario.
+    (`Verdict.stopped`) when `report_interrupt` (else Ctrl-C raises `KeyboardInterrupt`).
+    `progress` is called with a status line after every scenario.
 
     Raises `KvcheckUsageError` (exit 2 material) for bad options or an unloadable or unsupported
     target; never reports such a target as a violation.
@@ -364,6 +371,7 @@ def check(
         "database": database,
         "overlap": overlap,
         "progress": progress,
+        "report_interrupt": report_interrupt,
         "adaptive_reason": adaptive_reason,
         "api_shape": shape,
     }

@@ -296,6 +296,7 @@ def exhaust(
     measure_coverage: bool = True,
     max_memory_mb: float | None = None,
     progress: Callable[[str], None] | None = None,
+    report_interrupt: bool = False,
 ) -> ExhaustResult:
     """Search every scenario within `bounds`, breadth-first; stop after the first level with a
     violation and return its first counterexample (re-run and recorded by `run_scenario`).
@@ -306,8 +307,8 @@ def exhaust(
     memory) and Ctrl-C stop the search early with `complete == False` and `stopped` naming why.
     `measure_coverage` measures the coverage of a target read from source
     (`ExhaustResult.coverage`). `progress` is called with a status line every few hundred
-    transitions. Raises `UnsupportedTargetError` like `run_scenario` does for a target kvcheck
-    cannot judge.
+    transitions; Ctrl-C is re-raised unless `report_interrupt`. Raises `UnsupportedTargetError`
+    like `run_scenario` does for a target kvcheck cannot judge.
     """
     bounds = bounds or Bounds()
     if convention not in CONVENTIONS:
@@ -399,6 +400,8 @@ def exhaust(
     except TimeLimitReached:
         complete, stopped = False, "time limit"
     except KeyboardInterrupt:
+        if not report_interrupt:
+            raise
         complete, stopped = False, "interrupted"
     finally:
         if gc_was_enabled:
