@@ -30,7 +30,7 @@ from kvcheck.cli.options import (
     seed,
 )
 from kvcheck.cli.progress import Progress, announce
-from kvcheck.core.deadline import describe, loading_within
+from kvcheck.core.deadline import describe
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, save
 from kvcheck.counterexamples.replay import replay_command
 from kvcheck.reporting.html import write_html
@@ -132,10 +132,13 @@ def run(args: argparse.Namespace) -> int:
     announce(header, before_load=True)
     from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
-    with loading_within(args.time_limit, args.target):
-        target = load_target(
-            args.target, allow_unavailable=args.allow_unavailable_imports, deadline=args.deadline
-        )
+    # With no deadline, a time limit still bounds each call of the probe run (loading).
+    target = load_target(
+        args.target,
+        allow_unavailable=args.allow_unavailable_imports,
+        deadline=args.deadline or args.time_limit,
+    )
+    target = attrs.evolve(target, deadline=args.deadline)
     require_coverage(args, target)
     announce(header, before_load=False)
     with Progress() as progress:

@@ -32,7 +32,7 @@ from kvcheck.cli.options import (
     seconds,
 )
 from kvcheck.cli.progress import Progress, announce
-from kvcheck.core.deadline import describe, loading_within
+from kvcheck.core.deadline import describe
 from kvcheck.core.scenario import EVENT_KINDS
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, save
@@ -172,10 +172,11 @@ def run(args: argparse.Namespace) -> int:
         f"{describe(args.deadline)}; Ctrl-C stops and reports)"
     )
     announce(header, before_load=True)
-    with loading_within(args.time_limit, args.target):
-        target, defaults = _load_exhaust_target(
-            args.target, args.allow_unavailable_imports, args.deadline
-        )
+    # With no deadline, a time limit still bounds each call of the probe run (loading).
+    target, defaults = _load_exhaust_target(
+        args.target, args.allow_unavailable_imports, args.deadline or args.time_limit
+    )
+    target = attrs.evolve(target, deadline=args.deadline)
     require_coverage(args, target)
     announce(header, before_load=False)
     convention, convention_reason = _exhaust_convention(args.convention, target, defaults)

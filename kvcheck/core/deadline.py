@@ -40,8 +40,6 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, Final
 
-from kvcheck.errors import KvcheckUsageError
-
 # A resolver call takes well under a millisecond (a few with coverage measured); SGLang calls it
 # once per decode step, whose own budget is tens of milliseconds. A call still running after a
 # quarter of a second is a hang or a performance bug, and a deadline this short keeps shrinking a
@@ -90,20 +88,6 @@ def time_limit(seconds: float | None, *, replace: bool = False) -> Iterator[None
         yield
     finally:
         _stop_at = outer
-
-
-@contextmanager
-def loading_within(seconds: float | None, spec: str) -> Iterator[None]:
-    """`time_limit` around loading `spec` (its probe run calls it): when the limit passes there,
-    a `KvcheckUsageError` (exit 2) instead, since nothing was judged yet."""
-    try:
-        with time_limit(seconds):
-            yield
-    except TimeLimitReached:
-        raise KvcheckUsageError(
-            f"the time limit ({seconds:g} s) passed while loading {spec}: a call of its probe "
-            "run was still running (a --deadline would have stopped it)"
-        ) from None
 
 
 def check_time_limit() -> None:
