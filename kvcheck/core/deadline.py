@@ -21,11 +21,17 @@ Both raise exception classes derived from `BaseException`, so a target's `except
 not swallow them; one that swallows everything (`except BaseException`, a bare `except`) is
 interrupted again every `REFIRE_SECONDS`, and a call that returns after its deadline counts as
 exceeding it whatever it did with the exception. The verdict thus depends only on whether the call
-ran past its deadline, which is what makes a deadline counterexample replay as one.
+ran past its deadline, which is what makes a deadline counterexample replay as one. What cannot be
+stopped in-process: a target that swallows every interruption forever (it loops around a bare
+`except`), and, outside the main thread, a blocking C call.
 
-Cost: a call with a deadline pays two `setitimer` and two `signal` system calls (main thread), or
-a lock and a dictionary entry (elsewhere): microseconds against a resolver call's tenths of a
-millisecond (`benchmarks/deadline_overhead.py` measures the ratio).
+kvcheck's own code inside a call (coverage.py started and stopped around the target) runs
+`shielded`: no signal arrives meanwhile (a handler run under coverage.py's tracer while it holds
+its locks could deadlock), and its time is given back to the call.
+
+Cost: a call with a deadline pays a few `setitimer`/`signal` system calls (main thread), or a lock
+and a dictionary entry (elsewhere): about 12 us against a resolver call's tenths of a millisecond
+(`benchmarks/bench_deadline.py`).
 """
 
 from __future__ import annotations
@@ -108,7 +114,17 @@ class _Scope:
     """One guarded call: its deadline, whether it is still running, and whether it was
     interrupted (and by what)."""
 
-    __slots__ = ("active", "deadline", "due", "fired", "last_fire", "stop_at", "thread")
+    __slots__ = (
+        "active",
+        "deadline",
+        "due",
+        "fired",
+        "last_fire",
+        "pending",
+        "shield",
+        "stop_at",
+        "thread",
+    )
 
     def __init__(self, deadline: float | None, stop_at: float | None, due: float) -> None:
         self.deadline = deadline
@@ -118,6 +134,9 @@ class _Scope:
         self.fired: type[BaseException] | None = None
         self.last_fire = 0.0
         self.thread = threading.get_ident()
+        # Inside kvcheck's own code called from the call (`shielded`): an interruption then waits.
+        self.shield = 0
+        self.pending = False
 
     def reason(self) -> type[BaseException]:
         """What passed: the run's time limit (when it has) or the call's deadline."""
@@ -139,6 +158,11 @@ _alarm_scope: _Scope | None = None  # the main thread's guarded call, if one is 
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
     scope = _alarm_scope
     if scope is None or not scope.active:
+        return
+    # A one-shot timer, armed again here: a storm of signals can never outrun the handler.
+    signal.setitimer(signal.ITIMER_REAL, REFIRE_SECONDS)
+    if scope.shield:
+        scope.pending = True
         return
     scope.fired = scope.fired or scope.reason()
     raise scope.exception()
@@ -165,16 +189,20 @@ class _Watchdog:
         self._wake.set()
 
     def release(self, scope: _Scope) -> None:
-        """Forget `scope` and clear an exception set for it but not yet raised. Once this has
-        run, nothing more is raised in its thread."""
+        """Forget `scope`, and let an exception set for it but not yet raised land here. Once
+        this has run, nothing more is raised in its thread."""
         while True:
             try:
                 with self._lock:
                     scope.active = False
                     if self._scopes.get(scope.thread) is scope:
                         del self._scopes[scope.thread]
-                    if scope.fired is not None:
-                        self._raise(ctypes.c_ulong(scope.thread), None)
+                if scope.fired is not None:
+                    # Not cleared with SetAsyncExc(id, NULL): CPython 3.11 would leave the
+                    # interpreter's "async exception pending" flag set for good. Delivered on
+                    # a few bytecodes of our own instead, and dropped.
+                    for _ in range(1000):
+                        pass
                 return
             except _OURS:  # raised while leaving: `scope.fired` already records it
                 continue
@@ -185,6 +213,9 @@ class _Watchdog:
                 now = time.monotonic()
                 for scope in self._scopes.values():
                     if not scope.active or now < scope.due:
+                        continue
+                    if scope.shield:
+                        scope.pending = True
                         continue
                     if scope.fired is not None and now - scope.last_fire < REFIRE_SECONDS:
                         continue
@@ -221,7 +252,7 @@ def call_with_deadline(deadline: float | None, function: Callable[..., Any], *ar
     outer one."""
     deadline = deadline or None
     stop_at = _stop_at
-    if (deadline is None and stop_at is None) or getattr(_in_call, "active", False):
+    if (deadline is None and stop_at is None) or getattr(_in_call, "scope", None) is not None:
         return function(*args)
     now = time.monotonic()
     due = min(
@@ -231,14 +262,16 @@ def call_with_deadline(deadline: float | None, function: Callable[..., Any], *ar
     if stop_at is not None and now >= stop_at:
         raise TimeLimitReached
     scope = _Scope(deadline, stop_at, due)
-    _in_call.active = True
+    _in_call.scope = scope
     try:
         if _use_alarm():
             result = _call_with_alarm(scope, function, args)
         else:
             result = _call_with_watchdog(scope, function, args)
+    except _OURS:
+        raise scope.exception() from None  # with its seconds, wherever it landed
     finally:
-        _in_call.active = False
+        _in_call.scope = None
     if scope.fired is not None:  # it swallowed the exception and returned after its deadline
         raise scope.exception()
     return result
@@ -249,8 +282,7 @@ def _call_with_alarm(scope: _Scope, function: Callable[..., Any], args: tuple[An
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     _alarm_scope = scope
     try:
-        first = max(scope.due - time.monotonic(), 1e-6)
-        signal.setitimer(signal.ITIMER_REAL, first, REFIRE_SECONDS)
+        signal.setitimer(signal.ITIMER_REAL, max(scope.due - time.monotonic(), 1e-6))
         return _finish(scope, function, args)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -277,6 +309,48 @@ def _finish(scope: _Scope, function: Callable[..., Any], args: tuple[Any, ...]) 
         raise
     finally:
         scope.active = False
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """kvcheck's own code that runs inside a guarded call (measuring the target's coverage around
+    it): never interrupted midway, and its time does not count against the call's deadline. An
+    interruption due meanwhile is raised when the block ends, if the call is then still past its
+    (extended) deadline or the run's time limit."""
+    scope: _Scope | None = getattr(_in_call, "scope", None)
+    if scope is None or not scope.active:
+        yield
+        return
+    started = time.monotonic()
+    scope.shield += 1
+    alarm = _alarm_scope is scope and scope.shield == 1
+    if alarm:
+        # No signal at all meanwhile: its handler, run inside coverage.py's tracer while that
+        # holds its own locks, could deadlock there.
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        yield
+    finally:
+        scope.shield -= 1
+        if not scope.shield and scope.active:
+            _leave_shield(scope, time.monotonic() - started, alarm)
+
+
+def _leave_shield(scope: _Scope, spent: float, alarm: bool) -> None:
+    # The time spent is given back: the deadline moves, the time limit does not.
+    due = scope.due + spent
+    scope.due = due if scope.stop_at is None else min(due, scope.stop_at)
+    now = time.monotonic()
+    if now >= scope.due and not scope.fired:
+        scope.pending = True
+    elif now < scope.due:
+        scope.pending = False
+    if alarm:
+        signal.setitimer(signal.ITIMER_REAL, max(scope.due - now, 1e-6))
+    if scope.pending:
+        scope.pending = False
+        scope.fired = scope.fired or scope.reason()
+        raise scope.exception()
 
 
 def describe(deadline: float | None) -> str:

@@ -108,3 +108,26 @@ def test_the_time_limit_interrupts_a_call_without_deadline() -> None:
             check_time_limit()
     assert time_left() is None
     check_time_limit()  # no limit outside
+
+
+def test_after_the_watchdog_a_coverage_measured_call_still_runs() -> None:
+    """A watchdog exception set but never delivered once left CPython 3.11's interpreter-wide
+    "async exception pending" flag on, and a later coverage-measured call hung; a swallowing
+    target makes the watchdog fire several times."""
+    import coverage
+
+    worker = threading.Thread(target=lambda: _timed(swallow_then_return))
+    worker.start()
+    worker.join(10)
+    meter = coverage.Coverage(data_file=None, config_file=False)
+
+    def measured() -> int:
+        meter.start()
+        try:
+            return sum(range(1000))
+        finally:
+            meter.stop()
+
+    started = time.monotonic()
+    assert call_with_deadline(5.0, measured) == 499500
+    assert time.monotonic() - started < 5
