@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.cli.options import EXIT_OK, EXIT_VIOLATION, add_deadline_option, add_json_option
+from kvcheck.cli.progress import Progress
 from kvcheck.counterexamples.fileformat import SavedViolation, load
 from kvcheck.counterexamples.replay import Replay, replay, replay_command
 from kvcheck.reporting.explain import explain
@@ -49,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
     timeline. Returns exit 0 when the scenario passes, 1 when any violation shows.
     """
     counterexample = load(args.file)
-    replayed = replay(counterexample, args.target, path=args.file, deadline=args.deadline)
+    with Progress() as progress:  # a file of thousands of events takes a while
+        replayed = replay(
+            counterexample, args.target, path=args.file, deadline=args.deadline, progress=progress
+        )
     if args.html:
         write_html(
             build_timeline(replayed.result, target=replayed.target),

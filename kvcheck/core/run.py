@@ -6,6 +6,8 @@ the first event with a violation: later events would only report consequences of
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from kvcheck.core.engine import Engine, Observation
@@ -49,10 +51,17 @@ class RunResult:
         return self.violations[0] if self.violations else None
 
 
-def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) -> RunResult:
+def run_scenario(
+    scenario: Scenario,
+    target: Target,
+    *,
+    record: bool = False,
+    on_event: Callable[[int, int], None] | None = None,
+) -> RunResult:
     """Replay `scenario` against `target`; deterministic, no Hypothesis involved.
 
-    Raises `UnsupportedTargetError` when the target touches what kvcheck does not model.
+    `on_event(index, total)` is called after each event (a replay's progress line). Raises
+    `UnsupportedTargetError` when the target touches what kvcheck does not model.
     """
     model = ReferenceModel(scenario.config)
     engine = Engine(
@@ -68,6 +77,8 @@ def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) ->
         observed = engine.apply(event)
         if record:
             trace.append(TraceEntry(index, event, expected, observed))
+        if on_event is not None:
+            on_event(index, len(scenario.events))
         violations = check_event(index, expected, observed)
         if violations:
             return RunResult(scenario, tuple(violations), tuple(trace), frozenset(model.reached))

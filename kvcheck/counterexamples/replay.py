@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Literal
 
 import attrs
@@ -122,6 +123,7 @@ def replay(
     *,
     path: str | os.PathLike[str] | None = None,
     deadline: float | None = DEFAULT_DEADLINE,
+    progress: Callable[[str], None] | None = None,
 ) -> Replay:
     """Run the counterexample's scenario once against `target` (default: the saved target),
     each call of the target under `deadline` seconds (None or 0: none; a loaded `Target` keeps
@@ -143,7 +145,12 @@ def replay(
             raise type(exc)(f"{path}: its saved target {target!r} does not load: {exc}") from None
     else:
         loaded = load_target(target, allow_unavailable=allow, deadline=deadline)
-    result = run_scenario(counterexample.scenario, loaded, record=True)
+
+    def on_event(index: int, total: int) -> None:
+        if progress is not None:
+            progress(f"replayed {index + 1} of {total} events")
+
+    result = run_scenario(counterexample.scenario, loaded, record=True, on_event=on_event)
     return Replay(counterexample, loaded.spec, result, None if path is None else str(path))
 
 

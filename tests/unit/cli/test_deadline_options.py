@@ -77,3 +77,16 @@ def test_progress_lines_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> No
     with Progress(stream) as progress:
         progress("nothing")
     assert stream.getvalue() == ""
+
+
+def test_replay_reports_progress_event_by_event() -> None:
+    from kvcheck.counterexamples.fileformat import load
+    from kvcheck.counterexamples.replay import replay
+
+    counterexample = load(SAVED)
+    lines: list[str] = []
+    replay(counterexample, progress=lines.append)
+    total = len(counterexample.scenario.events)
+    assert lines[0] == f"replayed 1 of {total} events"
+    assert all(line.endswith(f" of {total} events") for line in lines)
+    assert len(lines) <= total  # it stops at the violating event
