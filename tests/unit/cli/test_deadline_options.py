@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import time
-from pathlib import Path
 
 import pytest
 
@@ -45,9 +44,7 @@ def test_a_regression_test_carries_its_deadline(capsys: pytest.CaptureFixture[st
     assert "DEADLINE = None  #" in capsys.readouterr().out
 
 
-def test_exhaust_stops_cleanly_at_its_memory_limit(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_exhaust_stops_cleanly_at_its_memory_limit(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["exhaust", "builtin:reference", "--max-memory", "1", "--no-save", "--json"])
     out, err = capsys.readouterr()
     assert code == 2
