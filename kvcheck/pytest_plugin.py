@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pytest
 
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.counterexamples.fileformat import SUFFIX, load
 from kvcheck.errors import KvcheckUsageError
 
@@ -120,6 +121,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default: <rootdir>/.kvcheck/counterexamples)",
     )
     group.addoption(
+        "--kvcheck-deadline",
+        dest="kvcheck_deadline",
+        type=float,
+        default=DEFAULT_DEADLINE,
+        metavar="SECONDS",
+        help="interrupt a call of the target still running after SECONDS: a target-deadline "
+        f"failure (default: {DEFAULT_DEADLINE:g}; 0: no deadline)",
+    )
+    group.addoption(
         "--kvcheck-no-replay",
         dest="kvcheck_no_replay",
         action="store_true",
@@ -136,6 +146,14 @@ class KvcheckViolation(Exception):
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
+
+
+def _deadline(config: pytest.Config) -> float | None:
+    """`--kvcheck-deadline`: seconds per call of the target, None for none (0)."""
+    value = config.getoption("kvcheck_deadline", DEFAULT_DEADLINE)
+    if value is None or value != value or value < 0:
+        raise pytest.UsageError(f"--kvcheck-deadline must be >= 0 seconds, got {value}")
+    return float(value) or None
 
 
 def _relative(path: Path) -> str:
@@ -192,6 +210,7 @@ class CounterexampleFile(pytest.File):
             target = load_target(
                 counterexample.target,
                 allow_unavailable=counterexample.allow_unavailable_imports,
+                deadline=_deadline(self.config),
             )
         except KvcheckUsageError as exc:
             raise KvcheckUsageError(
@@ -346,7 +365,11 @@ def _property_items(
     from kvcheck.targets.loading import load_target  # light plugin
 
     try:
-        target = load_target(spec, allow_unavailable=options.allow_unavailable_imports)
+        target = load_target(
+            spec,
+            allow_unavailable=options.allow_unavailable_imports,
+            deadline=_deadline(session.config),
+        )
     except KvcheckUsageError as exc:
         raise pytest.UsageError(f"--kvcheck-target {spec}: {_one_line(exc)}") from None
     adaptives = _ADAPTIVE_VALUES[options.adaptive]

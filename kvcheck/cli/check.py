@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kvcheck.cli.options import (
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_VIOLATION,
     add_coverage_options,
+    add_deadline_option,
     add_force_option,
     add_json_option,
     add_judging_options,
@@ -27,9 +29,12 @@ from kvcheck.cli.options import (
     input_files,
     positive_int,
     require_coverage,
+    seconds,
     seed,
     warn,
 )
+from kvcheck.cli.progress import Progress, announce
+from kvcheck.core.deadline import describe
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, save
 from kvcheck.counterexamples.replay import replay_command
 from kvcheck.errors import FileWriteError
@@ -85,6 +90,17 @@ def add_parser(commands: Any) -> None:
         metavar="N",
         help="Hypothesis seed, for a reproducible search (default: none, a random search)",
     )
+    add_deadline_option(parser)
+    parser.add_argument(
+        "--time-limit",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help=(
+            "stop searching after SECONDS (a running call of the target included) and report "
+            "what was found by then (default: none; the search ends after --max-examples)"
+        ),
+    )
     add_json_option(parser)
     add_coverage_options(parser.add_argument_group("the target's own coverage"), gate=True)
     group = parser.add_argument_group("counterexamples and reports")
@@ -115,26 +131,45 @@ def run(args: argparse.Namespace) -> int:
 
     Returns exit 0 when no violation was found and 1 when one was, or when the target's line
     coverage is below `--min-coverage` (the verdict stays `pass`); a usage or load error is
-    raised as `KvcheckUsageError` (exit 2).
+    raised as `KvcheckUsageError` (exit 2). Ctrl-C stops the search: what it established is
+    reported (a violation found is saved) and the exit code is 130.
     """
+    header = (
+        f"kvcheck: checking {args.target} (up to {args.max_examples} scenarios per convention"
+        f", deadline {describe(args.deadline)}"
+        + (f", time limit {args.time_limit:g} s" if args.time_limit else "")
+        + "; Ctrl-C stops and reports)"
+    )
+    announce(header, before_load=True)
     from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
-    target = load_target(args.target, allow_unavailable=args.allow_unavailable_imports)
+    # With no deadline, a time limit still bounds each call of the probe run (loading).
+    target = load_target(
+        args.target,
+        allow_unavailable=args.allow_unavailable_imports,
+        deadline=args.deadline or args.time_limit,
+    )
+    target = attrs.evolve(target, deadline=args.deadline)
     require_coverage(args, target)
     if args.html:  # a destination refused now is a usage error, before the search
         check_destination(
             args.html, inputs=input_files(target), force=args.force, what="HTML timeline"
         )
-    verdict = check(
-        target,
-        convention=args.convention,
-        global_counters=args.global_counters,
-        adaptive=args.adaptive,
-        max_examples=args.max_examples,
-        seed=args.seed,
-        database=database_for(args),
-        measure_coverage=not args.no_coverage,
-    )
+    announce(header, before_load=False)
+    with Progress() as progress:
+        verdict = check(
+            target,
+            convention=args.convention,
+            global_counters=args.global_counters,
+            adaptive=args.adaptive,
+            max_examples=args.max_examples,
+            seed=args.seed,
+            database=database_for(args),
+            measure_coverage=not args.no_coverage,
+            time_limit_seconds=args.time_limit,
+            progress=progress,
+            report_interrupt=True,
+        )
     saved = save_failure(verdict, args, inputs=input_files(target))
     if args.json:
         report = verdict_to_json(verdict) | coverage_json(verdict.coverage, args)
@@ -143,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join([format_verdict(verdict), *coverage_text(verdict.coverage, args)]))
         print_failure(verdict, saved)
     below = coverage_below(verdict.coverage, args)
+    if verdict.stopped == "interrupted":
+        return EXIT_INTERRUPTED
     return EXIT_OK if verdict.passed and not below else EXIT_VIOLATION
 
 
@@ -271,15 +308,27 @@ def format_verdict(verdict: Verdict) -> str:
         lines.append(f"api shape   {verdict.api_shape.summary()}")
     violation, scenario = verdict.violation, verdict.counterexample
     if violation is None or scenario is None:
-        lines.append(
-            f"PASS        no violation in {verdict.examples} scenarios ({verdict.seconds:.2f} s)"
-        )
+        if verdict.stopped == "interrupted":
+            lines.append(
+                f"INTERRUPTED no violation in the {verdict.examples} scenarios run before Ctrl-C "
+                f"({verdict.seconds:.2f} s)"
+            )
+        else:
+            why = "; stopped by --time-limit" if verdict.stopped else ""
+            lines.append(
+                f"PASS        no violation in {verdict.examples} scenarios "
+                f"({verdict.seconds:.2f} s{why})"
+            )
         return "\n".join(lines)
     lines += [
         *format_failure(violation, scenario),
         f"found after {verdict.outcome.examples_to_failure} scenarios; "
         f"{verdict.examples} run in {verdict.seconds:.2f} s including shrinking",
     ]
+    if verdict.outcome.stopped:
+        lines.append(
+            f"shrinking was cut short ({verdict.outcome.stopped}): a smaller scenario may exist"
+        )
     return "\n".join(lines)
 
 
@@ -296,6 +345,7 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
         "seconds": round(verdict.seconds, 3),
         "adaptive_reason": verdict.adaptive_reason,
         "api_shape": verdict.api_shape.to_dict() if verdict.api_shape is not None else None,
+        "stopped": verdict.stopped,
     }
     violation, scenario = verdict.violation, verdict.counterexample
     if violation is not None and scenario is not None:

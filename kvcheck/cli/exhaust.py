@@ -11,9 +11,12 @@ from typing import Any
 import attrs
 
 from kvcheck.cli.options import (
+    EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_USAGE,
     EXIT_VIOLATION,
     add_coverage_options,
+    add_deadline_option,
     add_json_option,
     add_judging_options,
     add_save_options,
@@ -32,6 +35,8 @@ from kvcheck.cli.options import (
     seconds,
     warn,
 )
+from kvcheck.cli.progress import Progress, announce
+from kvcheck.core.deadline import describe
 from kvcheck.core.scenario import ALGORITHMS, EVENT_KINDS
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import save
@@ -42,7 +47,13 @@ from kvcheck.mutants.registry import SPEC_PREFIX
 from kvcheck.reporting.render import print_timeline
 from kvcheck.reporting.text import failure_to_json, format_failure
 from kvcheck.reporting.timeline import build_timeline
-from kvcheck.search.exhaust import Bounds, ExhaustResult, default_adaptive, exhaust
+from kvcheck.search.exhaust import (
+    DEFAULT_MAX_MEMORY_MB,
+    Bounds,
+    ExhaustResult,
+    default_adaptive,
+    exhaust,
+)
 from kvcheck.targets.loading import load_target
 
 
@@ -57,7 +68,8 @@ def add_parser(commands: Any) -> None:
             "is builtin:NAME, mutant:NAME, package.module:Qualname or path/to/file.py::Qualname. "
             "Exit 0: no violation within the bounds (or a time/state limit stopped the search "
             "first: verdict 'incomplete'); 1: a violation, with a shortest counterexample, or "
-            "line coverage below --min-coverage; 2: usage or load error."
+            "line coverage below --min-coverage; 2: usage or load error, or --max-memory "
+            "reached (verdict 'incomplete'); 130: Ctrl-C (what was cleared is reported)."
         ),
     )
     exhaust.add_argument("target", help="the resolver to check (forms above)")
@@ -176,11 +188,25 @@ def add_parser(commands: Any) -> None:
     )
     limits = exhaust.add_argument_group("limits and output")
     limits.add_argument(
+        "--max-memory",
+        type=positive_int,
+        default=DEFAULT_MAX_MEMORY_MB,
+        metavar="MB",
+        help=(
+            "stop cleanly (exit 2, verdict incomplete) once the process's peak memory passes MB "
+            f"(default: {DEFAULT_MAX_MEMORY_MB})"
+        ),
+    )
+    add_deadline_option(limits)
+    limits.add_argument(
         "--time-limit",
         type=seconds,
         default=None,
         metavar="SECONDS",
-        help="stop, incomplete, after this long (default: no limit)",
+        help=(
+            "stop, incomplete, after SECONDS, a running call of the target included "
+            "(default: no limit)"
+        ),
     )
     limits.add_argument(
         "--max-states",
@@ -227,9 +253,19 @@ def run(args: argparse.Namespace) -> int:
         overlap=args.overlap,
         allocations=args.allocation,
     )
-    target, defaults = _load_exhaust_target(args.target, args.allow_unavailable_imports)
+    header = (
+        f"kvcheck: exhausting {args.target} ({bounds.describe()}; deadline "
+        f"{describe(args.deadline)}; Ctrl-C stops and reports)"
+    )
+    announce(header, before_load=True)
+    # With no deadline, a time limit still bounds each call of the probe run (loading).
+    target, defaults = _load_exhaust_target(
+        args.target, args.allow_unavailable_imports, args.deadline or args.time_limit
+    )
+    target = attrs.evolve(target, deadline=args.deadline)
     bounds = _within_shape(bounds, args, target)
     require_coverage(args, target)
+    announce(header, before_load=False)
     convention, convention_reason = _exhaust_convention(args.convention, target, defaults)
     global_counters = args.global_counters or defaults.get("global_counters", "ideal")
     if args.adaptive is not None:
@@ -243,17 +279,21 @@ def run(args: argparse.Namespace) -> int:
             if adaptive
             else "no stride switches within the bounds"
         )
-    result = exhaust(
-        target,
-        bounds,
-        convention=convention,
-        global_counters=global_counters,
-        adaptive=adaptive,
-        merge=not args.no_merge,
-        max_states=args.max_states,
-        time_limit=args.time_limit,
-        measure_coverage=not args.no_coverage,
-    )
+    with Progress() as progress:
+        result = exhaust(
+            target,
+            bounds,
+            convention=convention,
+            global_counters=global_counters,
+            adaptive=adaptive,
+            merge=not args.no_merge,
+            max_states=args.max_states,
+            time_limit=args.time_limit,
+            measure_coverage=not args.no_coverage,
+            max_memory_mb=args.max_memory,
+            progress=progress,
+            report_interrupt=True,
+        )
     saved_path, replay, warnings = _save(result, args, convention_reason)
     if args.json:
         report = exhaust_to_json(result) | {
@@ -278,6 +318,15 @@ def run(args: argparse.Namespace) -> int:
                 print()
                 print(f"counterexample saved to {saved_path}")
                 print(f"replay with: {replay}")
+    if result.stopped == "interrupted":
+        return EXIT_INTERRUPTED
+    if result.stopped == "memory limit":
+        print(
+            f"kvcheck: error: exhaust stopped at --max-memory {args.max_memory} MB (peak "
+            f"{result.peak_memory_mb:.0f} MB); tighten the bounds or raise --max-memory",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     below = coverage_below(result.coverage, args)
     return EXIT_VIOLATION if result.failure is not None or below else EXIT_OK
 
@@ -307,7 +356,9 @@ def _within_shape(bounds: Bounds, args: argparse.Namespace, target: Target) -> B
     )
 
 
-def _load_exhaust_target(spec: str, allow_unavailable: bool) -> tuple[Target, dict[str, Any]]:
+def _load_exhaust_target(
+    spec: str, allow_unavailable: bool, deadline: float | None
+) -> tuple[Target, dict[str, Any]]:
     """The target, and the judging options a corpus entry is annotated with (mutant:NAME)."""
     if spec.strip().startswith(SPEC_PREFIX):
         entry = get_entry(spec.strip())
@@ -316,8 +367,8 @@ def _load_exhaust_target(spec: str, allow_unavailable: bool) -> tuple[Target, di
             "global_counters": entry.global_counters,
             "adaptive": entry.adaptive,
         }
-        return entry.target(), defaults
-    return load_target(spec, allow_unavailable=allow_unavailable), {}
+        return attrs.evolve(entry.target(), deadline=deadline), defaults
+    return load_target(spec, allow_unavailable=allow_unavailable, deadline=deadline), {}
 
 
 def _exhaust_convention(choice: str, target: Target, defaults: dict[str, Any]) -> tuple[Any, str]:
@@ -378,9 +429,15 @@ def format_exhaust(
         if result.complete:
             lines.append("PASS        no violation within bounds")
         else:
+            stopped = {
+                "interrupted": "Ctrl-C",
+                "memory limit": "--max-memory",
+                "time limit": "--time-limit",
+                "state limit": "--max-states",
+            }.get(result.stopped or "", "a limit")
             lines.append(
-                f"INCOMPLETE  no violation in scenarios of up to {result.depth} events; a time "
-                "or state limit stopped the search before the bounds were cleared"
+                f"INCOMPLETE  no violation up to {result.depth} events (every scenario that "
+                f"long checked); {stopped} stopped the search before the bounds were cleared"
             )
         return "\n".join(lines)
     scenario = failure.scenario
@@ -405,7 +462,9 @@ def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
         "states": result.states,
         "depth": result.depth,
         "complete": result.complete,
+        "stopped": result.stopped,
         "seconds": round(result.seconds, 3),
+        "peak_memory_mb": round(result.peak_memory_mb),
     }
     violation, scenario = result.violation, result.counterexample
     if violation is not None and scenario is not None:

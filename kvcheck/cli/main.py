@@ -17,6 +17,7 @@ from typing import Any
 
 from kvcheck.cli import check, exhaust, fuzz, mutants, regress, releases, replay
 from kvcheck.cli.options import (
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     EXIT_VIOLATION,
@@ -84,6 +85,17 @@ def _fault(exc: Exception) -> KvcheckUsageError:
     )
 
 
+def console() -> None:
+    """The `kvcheck` console script: `main()`, and on Ctrl-C an exit that skips the interpreter's
+    teardown (unloading torch alone takes about half a second), once the report is flushed."""
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 pass, 1 violation, 2 usage/load error).
 
@@ -104,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "debug", False):
             traceback.print_exception(exc, file=sys.stderr)
         return _error(str(exc), as_json=bool(getattr(args, "json", False)))
+    except KeyboardInterrupt:
+        # Ctrl-C where a command had nothing to report yet (loading, replaying): no traceback.
+        print("kvcheck: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`kvcheck check --json | head`): stop quietly, and keep Python
         # from failing again while flushing stdout at exit.

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from kvcheck import mutants as corpus
-from kvcheck.cli.options import EXIT_OK, EXIT_VIOLATION, add_json_option, positive_int, seed
+from kvcheck.cli.options import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_VIOLATION,
+    add_json_option,
+    positive_int,
+    seed,
+)
 from kvcheck.mutants import matrix, report
 
 
@@ -72,18 +80,32 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print(report.format_header(len(entries), args.max_examples, args.seed), flush=True)
 
+    done: list[matrix.Row] = []
+
     def progress(row: matrix.Row) -> None:
+        done.append(row)
         if not args.json:
             print(report.format_row(row), flush=True)
+        else:
+            print(f"kvcheck: {len(done)}/{len(entries)} entries done", file=sys.stderr, flush=True)
 
-    result = matrix.run_matrix(
-        entries,
-        max_examples=args.max_examples,
-        seed=args.seed,
-        exhaustive=not args.no_exhaustive,
-        jobs=args.jobs,
-        progress=progress,
-    )
+    try:
+        result = matrix.run_matrix(
+            entries,
+            max_examples=args.max_examples,
+            seed=args.seed,
+            exhaustive=not args.no_exhaustive,
+            jobs=args.jobs,
+            progress=progress,
+        )
+    except KeyboardInterrupt:
+        # The workers are ended; what finished is above (text) or in the JSON object.
+        if args.json:
+            rows = [{"name": row.name, "killed": row.killed, "passed": row.passed} for row in done]
+            print(json.dumps({"verdict": "interrupted", "finished": rows, "entries": len(entries)}))
+        else:
+            print(f"interrupted: {len(done)} of {len(entries)} entries finished (rows above)")
+        return EXIT_INTERRUPTED
     if args.json:
         print(json.dumps(report.matrix_to_json(result), indent=2, default=repr))
     else:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.scenario import (
     ALGORITHMS,
     EVENT_KINDS,
@@ -32,6 +33,8 @@ if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvche
 EXIT_OK: Final = 0
 EXIT_VIOLATION: Final = 1
 EXIT_USAGE: Final = 2
+# Ctrl-C: what was established so far is printed first (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED: Final = 130
 
 CONVENTION_CHOICES: Final = ("auto", "preclaim", "honest")
 
@@ -140,6 +143,17 @@ def seconds(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
+
+
+def deadline_seconds(text: str) -> float | None:
+    """A per-call deadline in seconds; 0 means none (None)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value or None
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -281,6 +295,20 @@ def add_judging_options(
             "for path.py::Qualname targets: load even if the code names imports kvcheck cannot "
             "provide (e.g. an abort reason on an error path); using one at run time is still an "
             "error (default: off)"
+        ),
+    )
+
+
+def add_deadline_option(parser: argparse._ActionsContainer) -> None:
+    """`--deadline SECONDS`: how long each call of the target may take (0: no limit)."""
+    parser.add_argument(
+        "--deadline",
+        type=deadline_seconds,
+        default=DEFAULT_DEADLINE,
+        metavar="SECONDS",
+        help=(
+            "interrupt a call of the target still running after SECONDS and report it as "
+            f"target-deadline (default: {DEFAULT_DEADLINE:g}; 0: no deadline)"
         ),
     )
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvcheck.cli.options import EXIT_OK, add_force_option, input_files
+from kvcheck.cli.options import EXIT_OK, add_deadline_option, add_force_option, input_files
 from kvcheck.counterexamples.fileformat import load
 from kvcheck.counterexamples.regress import function_name, regression_test
 from kvcheck.errors import KvcheckUsageError
@@ -38,6 +38,7 @@ def add_parser(commands: Any) -> None:
         "--target", default=None, help="the target the test replays (default: the saved one)"
     )
     add_force_option(regress_parser)
+    add_deadline_option(regress_parser)
     regress_parser.set_defaults(run=run)
 
 
@@ -53,9 +54,13 @@ def run(args: argparse.Namespace) -> int:
     if target is None:
         raise KvcheckUsageError(f"{args.file} names no target; give one with --target")
     # a target that no longer exists is an error now, not in the test
-    loaded = load_target(target, allow_unavailable=counterexample.allow_unavailable_imports)
+    loaded = load_target(
+        target, allow_unavailable=counterexample.allow_unavailable_imports, deadline=args.deadline
+    )
     # An absolute path, so that the test runs from its own folder (or any other).
-    text = regression_test(counterexample, source=args.file, target=absolute_spec(target))
+    text = regression_test(
+        counterexample, source=args.file, target=absolute_spec(target), deadline=args.deadline
+    )
     if not args.out:
         sys.stdout.write(text)
         return EXIT_OK

@@ -16,7 +16,14 @@ from typing import Any
 
 import attrs
 
-from kvcheck.cli.options import EXIT_OK, add_coverage_options, add_json_option, positive_int, seed
+from kvcheck.cli.options import (
+    EXIT_OK,
+    add_coverage_options,
+    add_deadline_option,
+    add_json_option,
+    positive_int,
+    seed,
+)
 from kvcheck.errors import KvcheckUsageError, TargetLoadError
 from kvcheck.targets import sglang_release
 from kvcheck.targets.loading import load_target
@@ -61,6 +68,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--seed", type=seed, default=0, metavar="N", help="Hypothesis seed (default: 0)"
     )
+    add_deadline_option(parser)
     add_json_option(parser)
     add_coverage_options(parser, gate=False)
     parser.set_defaults(run=run)
@@ -104,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         print(_HEADER)
     for version in versions:
         started = time.perf_counter()
-        target = load_target(f"{sglang_release.SPEC_PREFIX}{version}")
+        target = load_target(f"{sglang_release.SPEC_PREFIX}{version}", deadline=args.deadline)
         verdicts = {
             mode: check(
                 target,

@@ -12,11 +12,13 @@ from typing import Any
 from kvcheck.cli.options import (
     EXIT_OK,
     EXIT_VIOLATION,
+    add_deadline_option,
     add_force_option,
     add_json_option,
     input_files,
     warn,
 )
+from kvcheck.cli.progress import Progress
 from kvcheck.counterexamples.fileformat import SavedViolation, load
 from kvcheck.counterexamples.replay import Replay, replay, replay_command
 from kvcheck.errors import FileWriteError
@@ -47,6 +49,7 @@ def add_parser(commands: Any) -> None:
         help="replay against this target instead of the saved one (default: the saved one)",
     )
     add_json_option(replay_parser)
+    add_deadline_option(replay_parser)
     replay_parser.add_argument(
         "--html",
         metavar="FILE",
@@ -67,7 +70,10 @@ def run(args: argparse.Namespace) -> int:
     inputs = _inputs(args.file, args.target or counterexample.target)
     if args.html:  # a destination refused now is a usage error, before the replay
         check_destination(args.html, inputs=inputs, force=args.force, what="HTML timeline")
-    replayed = replay(counterexample, args.target, path=args.file)
+    with Progress() as progress:  # a file of thousands of events takes a while
+        replayed = replay(
+            counterexample, args.target, path=args.file, deadline=args.deadline, progress=progress
+        )
     html, warnings = None, []
     if args.html:
         try:

@@ -31,6 +31,7 @@ import attrs
 
 from kvcheck.core.allocation import AllocationPath, RuleAllocation
 from kvcheck.core.copying import deep_copy
+from kvcheck.core.deadline import TargetDeadlineExceeded, call_with_deadline
 from kvcheck.core.fakes import (
     ALGORITHM_FAKES,
     COPY_DONE,
@@ -143,6 +144,9 @@ class Observation:
     # for a decode launch the pages the memory check estimated and the pages it allocated.
     pool: PoolState | None = None
     launch_pages: tuple[int, int] | None = None
+    # The deadline (seconds) a call of the target ran past and was interrupted at
+    # (`target-deadline`); None when every call returned in time.
+    deadline_exceeded: float | None = None
 
 
 @attrs.define
@@ -170,12 +174,15 @@ class Engine:
         *,
         not_judged: frozenset[str],
         allocation: AllocationPath | None = None,
+        deadline: float | None = None,
     ) -> None:
         """`not_judged`: the aspects (`kvcheck.core.target.ASPECTS`) the target is not held to,
         from its probed shape (`Target.shape.not_judged`); the engine never probes.
         `allocation`: the path that allocates and releases when `config.allocation` names a
-        rule (default: kvcheck's own, `RuleAllocation`)."""
+        rule (default: kvcheck's own, `RuleAllocation`). `deadline`: seconds each call of the
+        target may take (`kvcheck.core.deadline`; None: no limit)."""
         self.not_judged = not_judged
+        self.deadline = deadline
         self.allocation: AllocationPath | None = None
         if config.allocation != "off":
             self.allocation = allocation if allocation is not None else RuleAllocation(config)
@@ -288,6 +295,7 @@ class Engine:
         delivery: ObservedDelivery | None = None
         target_error: str | None = None
         self.launch_pages = None
+        exceeded: float | None = None
         match event:
             case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
                 if rid not in self.reqs:
@@ -298,7 +306,10 @@ class Engine:
                     self.eos_at[rid] = e
                     self.waiting.append(admitted)
             case Step():
-                delivery, target_error = self._step(event)
+                try:
+                    delivery, target_error = self._step(event)
+                except TargetDeadlineExceeded as exc:
+                    exceeded = exc.seconds
             case Retract(rid=rid):
                 req = self.reqs.get(rid)
                 if (
@@ -323,6 +334,7 @@ class Engine:
             self.not_judged,
             pool,
             self.launch_pages,
+            exceeded,
         )
 
     def observe_requests(self) -> tuple[ObservedRequest, ...]:
@@ -498,7 +510,9 @@ class Engine:
         ]
         UNMODELLED_ACCESSES.clear()
         allocated_before = [(req, req.kv_allocated_len) for req in self.reqs.values()]
-        returned, target_error = _run_target(self.resolver, self.scheduler, result, launch.batch)
+        returned, target_error = _run_target(
+            call_with_deadline, self.deadline, self.resolver, self.scheduler, result, launch.batch
+        )
         self.unmodelled.extend(UNMODELLED_ACCESSES)
         allocated_changed: tuple[tuple[str, Any, Any], ...] = ()
         if self.allocation is not None:
@@ -595,7 +609,9 @@ class Engine:
         )
         result.accept_lens = None  # a prefill result has none
         UNMODELLED_ACCESSES.clear()
-        _, target_error = _run_target(method, result, launch.batch)
+        _, target_error = _run_target(
+            call_with_deadline, self.deadline, method, result, launch.batch
+        )
         self.unmodelled.extend(UNMODELLED_ACCESSES)
         if target_error is not None:
             return target_error

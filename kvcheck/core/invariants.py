@@ -128,6 +128,20 @@ def _values_equal(expected: Any, observed: Any) -> bool:
 # --- the target's call and its runs -------------------------------------------------------------
 
 
+def check_target_deadline(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """`target-deadline`: every call of the target returns within its deadline
+    (`kvcheck.core.deadline`); one still running then was interrupted (checked first)."""
+    seconds = observed.deadline_exceeded
+    if seconds is not None:
+        yield Finding(
+            None,
+            f"a return within {seconds:g} s",
+            f"still running after {seconds:g} s",
+            f"a call of the resolver was still running after its {seconds:g} s deadline and was "
+            "interrupted (a hang, or far slower than a scheduler step allows)",
+        )
+
+
 def check_target_raised(expected: Expectation, observed: Observation) -> Iterator[Finding]:
     """`target-raised`: the resolver must return; what it raised is the finding (checked first)."""
     if observed.target_error is not None:
@@ -635,6 +649,11 @@ def _check_controller_feed(
 # --- the table ----------------------------------------------------------------------------------
 
 _TABLE: Final[tuple[Invariant, ...]] = (
+    on_event(
+        "target-deadline",
+        "every call of the resolver returns within its deadline (--deadline)",
+        check_target_deadline,
+    ),
     on_event("target-raised", "the resolver returns without raising", check_target_raised),
     on_event(
         "alloc-estimate-matches",

@@ -6,6 +6,8 @@ the first event with a violation: later events would only report consequences of
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from kvcheck.core.engine import Engine, Observation, UnsupportedTargetError
@@ -49,11 +51,18 @@ class RunResult:
         return self.violations[0] if self.violations else None
 
 
-def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) -> RunResult:
+def run_scenario(
+    scenario: Scenario,
+    target: Target,
+    *,
+    record: bool = False,
+    on_event: Callable[[int, int], None] | None = None,
+) -> RunResult:
     """Replay `scenario` against `target`; deterministic, no Hypothesis involved.
 
-    Raises `UnsupportedTargetError` when the target touches what kvcheck does not model, also
-    when it caught the error itself and a violation followed.
+    `on_event(index, total)` is called after each event (a replay's progress line). Raises
+    `UnsupportedTargetError` when the target touches what kvcheck does not model, also when it
+    caught the error itself and a violation followed.
     """
     model = ReferenceModel(scenario.config)
     engine = Engine(
@@ -62,6 +71,7 @@ def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) ->
         target.self_methods,
         not_judged=target.shape.not_judged,
         allocation=allocation_path(target, scenario.config),
+        deadline=target.deadline,
     )
     trace: list[TraceEntry] = []
     for index, event in enumerate(scenario.events):
@@ -69,6 +79,8 @@ def run_scenario(scenario: Scenario, target: Target, *, record: bool = False) ->
         observed = engine.apply(event)
         if record:
             trace.append(TraceEntry(index, event, expected, observed))
+        if on_event is not None:
+            on_event(index, len(scenario.events))
         violations = check_event(index, expected, observed)
         if violations:
             _refuse_outside_model(engine, violations[0])

@@ -14,6 +14,7 @@ from typing import Any, Final
 import attrs
 
 from kvcheck.core.allocation import AllocationPath
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.scenario import Algorithm, Config, Convention
 from kvcheck.core.spellings import version_range
 
@@ -128,6 +129,9 @@ class Target:
     names an allocation rule (None: kvcheck's own `RuleAllocation`); a target that brings its
     own allocation code (a release's, or a broken variant) is judged on it by the `alloc-*` and
     `kv-*` invariants.
+
+    `deadline` is how long each call of it may take, in seconds (None: no limit); a call still
+    running then is interrupted and is a `target-deadline` violation (`kvcheck.core.deadline`).
     """
 
     spec: str
@@ -137,6 +141,7 @@ class Target:
     shape: ApiShape
     code: tuple[CodeSpan, ...] = ()
     allocation: Callable[[Config], AllocationPath] | None = None
+    deadline: float | None = DEFAULT_DEADLINE
 
 
 def allocation_path(target: Target, config: Config) -> AllocationPath | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import textwrap
 
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.counterexamples.fileformat import Counterexample
 
 _TEMPLATE = '''\
@@ -27,11 +28,13 @@ from kvcheck.counterexample import loads, replay
 
 TARGET = {target!r}
 SOURCE = {source!r}
+DEADLINE = {deadline!r}  # seconds per call of the target (None: no deadline)
 COUNTEREXAMPLE = {payload}
 
 
 def test_{name}() -> None:
-    replayed = replay(loads(COUNTEREXAMPLE, source=SOURCE), TARGET, path=SOURCE)
+    counterexample = loads(COUNTEREXAMPLE, source=SOURCE)
+    replayed = replay(counterexample, TARGET, path=SOURCE, deadline=DEADLINE)
     assert replayed.violation is None, "\\n" + replayed.failure_report()
 '''
 
@@ -45,9 +48,14 @@ def function_name(counterexample: Counterexample) -> str:
 
 
 def regression_test(
-    counterexample: Counterexample, *, source: str, target: str | None = None
+    counterexample: Counterexample,
+    *,
+    source: str,
+    target: str | None = None,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> str:
-    """The text of a standalone pytest module for `counterexample` (read from `source`)."""
+    """The text of a standalone pytest module for `counterexample` (read from `source`), whose
+    replay runs each call of the target under `deadline` seconds (None: none)."""
     spec = target or counterexample.target
     if spec is None:
         raise ValueError("the counterexample names no target; pass one")
@@ -70,6 +78,7 @@ def regression_test(
         source=source.replace("\\", "/"),
         finding=finding.replace('"""', "'''"),
         target=spec,
+        deadline=deadline or None,
         payload=payload,
         name=function_name(counterexample),
     )

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Literal
 
 import attrs
 
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.invariants import Violation
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.target import Target
@@ -121,8 +123,12 @@ def replay(
     target: str | Target | None = None,
     *,
     path: str | os.PathLike[str] | None = None,
+    deadline: float | None = DEFAULT_DEADLINE,
+    progress: Callable[[str], None] | None = None,
 ) -> Replay:
-    """Run the counterexample's scenario once against `target` (default: the saved target).
+    """Run the counterexample's scenario once against `target` (default: the saved target),
+    each call of the target under `deadline` seconds (None or 0: none; a loaded `Target` keeps
+    its own).
 
     Raises `KvcheckUsageError` (exit 2 material) when no target is known or it cannot be loaded.
     """
@@ -135,12 +141,17 @@ def replay(
         loaded = target
     elif path is not None and target == counterexample.target:
         try:
-            loaded = load_target(target, allow_unavailable=allow)
+            loaded = load_target(target, allow_unavailable=allow, deadline=deadline)
         except KvcheckUsageError as exc:
             raise type(exc)(f"{path}: its saved target {target!r} does not load: {exc}") from None
     else:
-        loaded = load_target(target, allow_unavailable=allow)
-    result = run_scenario(counterexample.scenario, loaded, record=True)
+        loaded = load_target(target, allow_unavailable=allow, deadline=deadline)
+
+    def on_event(index: int, total: int) -> None:
+        if progress is not None:
+            progress(f"replayed {index + 1} of {total} events")
+
+    result = run_scenario(counterexample.scenario, loaded, record=True, on_event=on_event)
     return Replay(counterexample, loaded.spec, result, None if path is None else str(path))
 
 

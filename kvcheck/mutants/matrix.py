@@ -13,7 +13,9 @@ import concurrent.futures
 import math
 import multiprocessing
 import os
+import signal
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -337,6 +339,33 @@ def warm_up() -> None:
     search(load_target("builtin:reference"), convention="preclaim", max_examples=5, seed=0)
 
 
+def _worker_init() -> None:
+    """A `--jobs` worker: Ctrl-C is the parent's to handle (it ends the workers), and a worker
+    whose parent died (killed, say) exits instead of running on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch_parent, name="kvcheck-parent-watch", daemon=True).start()
+    warm_up()
+
+
+def _stop_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """End a pool's workers now, running entries included (Ctrl-C in the parent)."""
+    # The executor has no public way to end running work; its process table is the only handle.
+    processes = list(getattr(pool, "_processes", {}).values())
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=1)
+    # With its workers gone the executor notices a broken pool at once and releases its queues.
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _run_named(name: str, max_examples: int, seed: int | None, exhaustive: bool) -> Row:
     return run_entry(BY_NAME[name], max_examples=max_examples, seed=seed, exhaustive=exhaustive)
 
@@ -363,9 +392,10 @@ def run_matrix(
                 progress(row)
     else:
         context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=warm_up
-        ) as pool:
+        pool = concurrent.futures.ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_worker_init
+        )
+        try:
             futures = [
                 pool.submit(_run_named, entry.name, max_examples, seed, exhaustive)
                 for entry in entries
@@ -375,6 +405,10 @@ def run_matrix(
                 rows[row.name] = row
                 if progress is not None:
                     progress(row)
+        except BaseException:
+            _stop_workers(pool)
+            raise
+        pool.shutdown()
     ordered = tuple(rows[entry.name] for entry in entries)
     return Matrix(ordered, max_examples, seed, exhaustive, time.perf_counter() - started)
 

@@ -76,6 +76,12 @@ def _explain(facts: RunFacts, violation: Violation) -> str | None:
         when = f" (launched at event {launched_at})" if launched_at not in (None, index) else ""
         launch_text = f"the result of launch {number}{when} arrived at event {index}"
 
+    if invariant == "target-deadline":
+        when = launch_text or f"at event {index} ({event_text}) the target's code ran"
+        return _sentence(
+            f"{when}, and the resolver was {violation.observed}; it was interrupted there."
+        )
+
     if invariant == "target-raised":
         if delivery is not None:
             return f"The resolver raised {violation.observed} when {launch_text}."

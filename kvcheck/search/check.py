@@ -14,7 +14,6 @@ every scenario the searches ran, shrinking included (`kvcheck.search.target_cove
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Final, Literal
@@ -24,8 +23,10 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
 from hypothesis.errors import Flaky
+from hypothesis.reporting import with_reporter
 from hypothesis.strategies import SearchStrategy
 
+from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
 from kvcheck.core.invariants import Violation
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
@@ -83,6 +84,9 @@ class SearchOutcome:
     # Wall time until the first failing scenario, and replays spent shrinking it.
     seconds_to_failure: float | None = None
     shrink_runs: int = 0
+    # Why the search ended before its budget: `time limit` (--time-limit) or `interrupted`
+    # (Ctrl-C); None when it ran its course. A failure found before still stands.
+    stopped: str | None = None
 
 
 @attrs.frozen
@@ -114,6 +118,12 @@ class Verdict:
     coverage: TargetCoverage | None = None
 
     @property
+    def stopped(self) -> str | None:
+        """`time limit` or `interrupted` when a search was cut short (what it established still
+        stands: a violation found, or none in the scenarios run); None when every search ran."""
+        return next((o.stopped for o in (self.outcome, *self.other_outcomes) if o.stopped), None)
+
+    @property
     def violation(self) -> Violation | None:
         """The shrunk counterexample's violation; None when the target passed."""
         return self.outcome.failure.violation if self.outcome.failure else None
@@ -133,6 +143,20 @@ class _ViolationFound(Exception):
     """Raised inside the property so Hypothesis shrinks; one type keeps it 'one bug'."""
 
 
+class _Stopped(Exception):
+    """Raised inside the property to end the search at a time limit or Ctrl-C."""
+
+
+Progress = Callable[[str], None]
+
+# What stops a search early, and the name `SearchOutcome.stopped` gives it.
+_STOPS: Final = (KeyboardInterrupt, TimeLimitReached)
+
+
+def _stop_name(exc: BaseException) -> str:
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "time limit"
+
+
 def search(
     target: Target,
     *,
@@ -146,6 +170,8 @@ def search(
     seeded_database: bool = False,
     reuse: bool = True,
     on_run: Callable[[RunResult], None] | None = None,
+    progress: Progress | None = None,
+    report_interrupt: bool = False,
 ) -> SearchOutcome:
     """One Hypothesis search under one convention. Raises `UnsupportedTargetError`.
 
@@ -156,11 +182,19 @@ def search(
     workers of a fuzz campaign: distinct seeds, one shared database). `reuse=False` records
     failures in `database` without replaying the ones already there first. `on_run` sees every
     scenario's run (progress reports).
+
+    `progress` is called with a short status line after every scenario. A time limit
+    (`kvcheck.core.deadline.time_limit`) or Ctrl-C ends the search early (`stopped`), keeping a
+    failure already found (shrunk as far as it got). Ctrl-C is re-raised as `KeyboardInterrupt`
+    (after Hypothesis is silenced) unless `report_interrupt`, when the outcome says
+    `interrupted` instead.
     """
     failures: list[RunResult] = []
     reached: set[str] = set()
     unsupported: list[Exception] = []
+    stopped: list[str] = []
     counter = {"examples": 0, "to_failure": 0}
+    started = time.perf_counter()
 
     # The explicit stride-switch witness counts as one of the `max_examples` scenarios.
     with_witness = adaptive and overlap is not False
@@ -183,15 +217,29 @@ def search(
     def property_holds(scenario: Scenario) -> None:
         if unsupported:
             return
+        if stopped:
+            raise _Stopped
+        if failures:  # Hypothesis replays the failing example once more: it is known already
+            raise _ViolationFound(failures[0].violation)
         counter["examples"] += 1
         try:
-            result = run_scenario(scenario, target)
+            check_time_limit()
+            result = _confirmed(run_scenario(scenario, target), target)
         except KvcheckUsageError as exc:
             unsupported.append(exc)
             return
+        except _STOPS as exc:
+            counter["examples"] -= 1
+            stopped.append(_stop_name(exc))
+            raise _Stopped from None
         reached.update(label_run(scenario, result.reached))
         if on_run is not None:
             on_run(result)
+        if progress is not None:
+            progress(
+                f"{convention}: {counter['examples']}/{max_examples} scenarios, "
+                f"{time.perf_counter() - started:.0f} s"
+            )
         if result.violation is not None:
             if not failures:  # Hypothesis runs the failing scenario once more to report it
                 counter["to_failure"] = counter["examples"]
@@ -214,26 +262,40 @@ def search(
     key = f"kvcheck.search.check|{target.spec}|{convention}|{global_counters}|{adaptive}|{overlap}"
     property_holds._hypothesis_internal_database_key = key.encode()  # type: ignore[attr-defined]
     started = time.perf_counter()
-    try:
-        with contextlib.suppress(_ViolationFound):
+    # Hypothesis's own reports (its "add @seed" note on an interrupted run) are not kvcheck's:
+    # what the search found is reported by the caller.
+    with with_reporter(lambda _: None):
+        try:
             property_holds()
-    except Flaky:
-        # Hypothesis replayed the failing scenario and it passed this time.
-        if not failures:
-            raise
-        raise _nondeterministic(failures[0].scenario, failures[0].violation, None) from None
+        except (_ViolationFound, _Stopped):
+            pass
+        except Flaky:
+            # Hypothesis replayed the failing scenario and it passed this time.
+            if not failures:
+                raise
+            raise _nondeterministic(failures[0].scenario, failures[0].violation, None) from None
+        except _STOPS as exc:  # between scenarios, inside Hypothesis
+            stopped.append(_stop_name(exc))
     to_failure = time.perf_counter() - started
     if unsupported:
         raise unsupported[0]
     final: RunResult | None = None
     shrink_runs = 0
     if failures:
-        require_deterministic(failures[0], target)
+        if progress is not None:
+            progress(f"{convention}: shrinking a counterexample")
+        if not stopped:
+            require_deterministic(failures[0], target)
         shrunk = shrink(failures[0], target)
         final, shrink_runs = shrunk.result, shrunk.runs
+        if shrunk.stopped and not stopped:
+            stopped.append(shrunk.stopped)
         if final.violation is None:  # shrinking kept it failing, its recorded replay passed
             raise _nondeterministic(final.scenario, failures[0].violation, None, "shrinking")
-        require_deterministic(final, target)
+        if not stopped:
+            require_deterministic(final, target)
+    if "interrupted" in stopped and not report_interrupt:
+        raise KeyboardInterrupt
     return SearchOutcome(
         convention=convention,
         examples=counter["examples"],
@@ -243,6 +305,7 @@ def search(
         seconds=time.perf_counter() - started,
         seconds_to_failure=to_failure if failures else None,
         shrink_runs=shrink_runs,
+        stopped=stopped[0] if stopped else None,
     )
 
 
@@ -277,6 +340,15 @@ def _what(violation: Violation | None) -> str:
     if violation is None:
         return "no violation"
     return f"{violation.invariant} at event {violation.event_index}"
+
+
+def _confirmed(result: RunResult, target: Target) -> RunResult:
+    """`result`, or when it broke `target-deadline` a second run of its scenario: a call that
+    ran past its deadline only because the machine stalled once (a busy CI runner) must not
+    become a verdict. A real hang costs one deadline more."""
+    if result.violation is None or result.violation.invariant != "target-deadline":
+        return result
+    return run_scenario(result.scenario, target)
 
 
 def _scenarios(
@@ -322,12 +394,19 @@ def check(
     database: ExampleDatabase | None = None,
     overlap: bool | None = None,
     measure_coverage: bool = True,
+    time_limit_seconds: float | None = None,
+    progress: Progress | None = None,
+    report_interrupt: bool = False,
 ) -> Verdict:
     """Search for a violation by `target` (a spec string or a loaded `Target`).
 
     `adaptive=None` switches strides between launch and delivery exactly when the target feeds
     the adaptive controller (SGLang 0.5.12+, where adaptive speculation runs under overlap).
     `measure_coverage` measures the coverage of a target read from source (`Verdict.coverage`).
+    `time_limit_seconds` stops the searches after that long (a call of the target included) and
+    Ctrl-C stops them at once; either way the verdict says what was established
+    (`Verdict.stopped`) when `report_interrupt` (else Ctrl-C raises `KeyboardInterrupt`).
+    `progress` is called with a status line after every scenario.
 
     Raises `KvcheckUsageError` (exit 2 material) for bad options or an unloadable or unsupported
     target; never reports such a target as a violation.
@@ -360,13 +439,16 @@ def check(
         "seed": seed,
         "database": database,
         "overlap": overlap,
+        "progress": progress,
+        "report_interrupt": report_interrupt,
         "adaptive_reason": adaptive_reason,
         "api_shape": shape,
     }
     meter = meter_for(loaded, enabled=measure_coverage)
-    if meter is None:
-        return _search_conventions(loaded, convention, options)
-    verdict = _search_conventions(meter.instrument(loaded), convention, options)
+    with time_limit(time_limit_seconds):
+        if meter is None:
+            return _search_conventions(loaded, convention, options)
+        verdict = _search_conventions(meter.instrument(loaded), convention, options)
     return attrs.evolve(verdict, coverage=meter.result())
 
 
@@ -379,10 +461,13 @@ def _search_conventions(
 
     first, reason = loaded.shape.convention, loaded.shape.convention_reason
     outcome = search(loaded, convention=first, **_search_options(options))
-    if outcome.failure is None:
+    if outcome.failure is None or outcome.stopped:
         return _verdict(loaded, outcome, (), reason, options)
     second: Convention = "honest" if first == "preclaim" else "preclaim"
     other = search(loaded, convention=second, **_search_options(options))
+    if other.failure is None and other.stopped:
+        why = f"{reason}; the search under {second} was stopped ({other.stopped}) before it passed"
+        return _verdict(loaded, outcome, (other,), why, options)
     if other.failure is None:
         why = f"{reason}, but it fails under {first}; it passes under {second}"
         return _verdict(loaded, other, (outcome,), why, options)

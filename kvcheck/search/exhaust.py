@@ -45,12 +45,17 @@ from __future__ import annotations
 import gc
 import hashlib
 import itertools
+import resource
+import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.deadline import TimeLimitReached
+from kvcheck.core.deadline import check_time_limit as _check_time
+from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.engine import Engine
 from kvcheck.core.invariants import Violation, check_event
 from kvcheck.core.jsonable import jsonable
@@ -85,6 +90,11 @@ from kvcheck.search.target_coverage import TargetCoverage, meter_for
 
 _COLLECT_EVERY: Final = 20_000
 _COLLECT_GENERATION: Final = 0
+# How often (in transitions) the memory guard and the progress callback look.
+_LOOK_EVERY: Final = 500
+# `kvcheck exhaust --max-memory` when not given: states are kept for merging, and the bounds the
+# README suggests stay far below this.
+DEFAULT_MAX_MEMORY_MB: Final = 4096
 
 
 def _tuple(values: Sequence[Any]) -> tuple[Any, ...]:
@@ -231,6 +241,11 @@ class ExhaustResult:
     # The target's own code that the enumerated scenarios ran; None for a target not read from
     # source or when not measured.
     coverage: TargetCoverage | None = None
+    # What stopped an incomplete search: `time limit`, `state limit`, `memory limit` or
+    # `interrupted` (Ctrl-C); None when it ran to its end.
+    stopped: str | None = None
+    # The peak resident memory of the process at the end, in MB.
+    peak_memory_mb: float = 0.0
 
     @property
     def verdict(self) -> str:
@@ -278,7 +293,14 @@ class _Node:
 
 
 class _Stop(Exception):
-    """A state or time limit was reached."""
+    """A state, time or memory limit was reached; the argument names it."""
+
+
+def peak_memory_mb() -> float:
+    """The process's peak resident memory so far, in MB (`ru_maxrss`: KiB on Linux, bytes on
+    macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 def default_adaptive(bounds: Bounds) -> bool:
@@ -297,15 +319,21 @@ def exhaust(
     max_states: int | None = None,
     time_limit: float | None = None,
     measure_coverage: bool = True,
+    max_memory_mb: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    report_interrupt: bool = False,
 ) -> ExhaustResult:
     """Search every scenario within `bounds`, breadth-first; stop after the first level with a
     violation and return its first counterexample (re-run and recorded by `run_scenario`).
 
     `merge=False` turns state merging off (every event list is its own state): exponentially
-    slower, for cross-checking the merge on small bounds. `max_states` and `time_limit` (seconds)
-    stop the search early with `complete == False`. `measure_coverage` measures the coverage of
-    a target read from source (`ExhaustResult.coverage`). Raises `UnsupportedTargetError` like
-    `run_scenario` does for a target kvcheck cannot judge.
+    slower, for cross-checking the merge on small bounds. `max_states`, `time_limit` (seconds,
+    interrupting a running call of the target too), `max_memory_mb` (the process's peak resident
+    memory) and Ctrl-C stop the search early with `complete == False` and `stopped` naming why.
+    `measure_coverage` measures the coverage of a target read from source
+    (`ExhaustResult.coverage`). `progress` is called with a status line every few hundred
+    transitions; Ctrl-C is re-raised unless `report_interrupt`. Raises `UnsupportedTargetError`
+    like `run_scenario` does for a target kvcheck cannot judge.
     """
     bounds = bounds or Bounds()
     if convention not in CONVENTIONS:
@@ -319,7 +347,7 @@ def exhaust(
     if meter is not None:
         target = meter.instrument(target)
     started = time.perf_counter()
-    deadline = None if time_limit is None else started + time_limit
+    limit = time_limit
     seen: dict[Any, int] = {}
     frontier: list[_Node] = []
     block_caps = (False, True) if bounds.block_cap_lengths else (False,)
@@ -346,6 +374,7 @@ def exhaust(
             target.self_methods,
             not_judged=target.shape.not_judged,
             allocation=allocation_path(target, config),
+            deadline=target.deadline,
         )
         model = ReferenceModel(config)
         key = _key(engine, model) if merge else len(seen)
@@ -356,6 +385,7 @@ def exhaust(
     scenarios = 0
     depth = 0
     complete = True
+    stopped: str | None = None
     found: list[tuple[Config, tuple[Event, ...], str]] = []
     # States are full of reference cycles (a request and its `req.kv`), so the automatic
     # cyclic collector runs constantly, mostly over live states: a quarter of the time.
@@ -364,35 +394,43 @@ def exhaust(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        while frontier and (bounds.events is None or depth < bounds.events):
-            next_frontier: list[_Node] = []
-            for node in frontier:
-                if deadline is not None and time.perf_counter() > deadline:
-                    raise _Stop
-                for child, violation in _expand(node, bounds):
-                    scenarios += 1
-                    if scenarios % _COLLECT_EVERY == 0:
-                        gc.collect(_COLLECT_GENERATION)
-                    if violation is not None:
-                        found.append((node.config, child.events, violation))
-                        continue
-                    if found:
-                        continue  # this level already has a counterexample: only collect
-                    key = _key(child.engine, child.model) if merge else len(seen)
-                    best = seen.get(key)
-                    if best is not None and best <= child.steps:
-                        continue
-                    seen[key] = child.steps
-                    next_frontier.append(child)
-                    if max_states is not None and len(seen) >= max_states:
-                        raise _Stop
-            depth += 1
-            if found:
-                break
-            frontier = next_frontier
-            gc.collect()
-    except _Stop:
-        complete = False
+        with _time_limit(limit):
+            while frontier and (bounds.events is None or depth < bounds.events):
+                next_frontier: list[_Node] = []
+                for node in frontier:
+                    _check_time()
+                    for child, violation in _expand(node, bounds):
+                        scenarios += 1
+                        if scenarios % _COLLECT_EVERY == 0:
+                            gc.collect(_COLLECT_GENERATION)
+                        if scenarios % _LOOK_EVERY == 0:
+                            _look(max_memory_mb, progress, depth, scenarios, len(seen), started)
+                        if violation is not None:
+                            found.append((node.config, child.events, violation))
+                            continue
+                        if found:
+                            continue  # this level already has a counterexample: only collect
+                        key = _key(child.engine, child.model) if merge else len(seen)
+                        best = seen.get(key)
+                        if best is not None and best <= child.steps:
+                            continue
+                        seen[key] = child.steps
+                        next_frontier.append(child)
+                        if max_states is not None and len(seen) >= max_states:
+                            raise _Stop("state limit")
+                depth += 1
+                if found:
+                    break
+                frontier = next_frontier
+                gc.collect()
+    except _Stop as stop:
+        complete, stopped = False, str(stop.args[0])
+    except TimeLimitReached:
+        complete, stopped = False, "time limit"
+    except KeyboardInterrupt:
+        if not report_interrupt:
+            raise
+        complete, stopped = False, "interrupted"
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -403,6 +441,10 @@ def exhaust(
         config, events, _ = found[0]
         found_scenario = Scenario(config, events)
         failure = run_scenario(found_scenario, target, record=True)
+        for _ in range(2):  # a call past its deadline under a stall (a busy machine): again
+            if failure.violation is not None or found[0][2] != "target-deadline":
+                break
+            failure = run_scenario(found_scenario, target, record=True)
         if failure.violation is None:
             # The enumeration saw a violation that a replay does not show: the target answers
             # one scenario two ways (or, were the target deterministic, kvcheck's state copies
@@ -427,7 +469,28 @@ def exhaust(
         minimal_invariants=frozenset(invariant for _, _, invariant in found),
         complete=complete and not found,
         coverage=meter.result() if meter is not None else None,
+        stopped=None if found else stopped,
+        peak_memory_mb=peak_memory_mb(),
     )
+
+
+def _look(
+    max_memory_mb: float | None,
+    progress: Callable[[str], None] | None,
+    depth: int,
+    scenarios: int,
+    states: int,
+    started: float,
+) -> None:
+    """The memory guard (`_Stop`) and the progress line, every `_LOOK_EVERY` transitions."""
+    memory = peak_memory_mb()
+    if max_memory_mb and memory > max_memory_mb:
+        raise _Stop("memory limit")
+    if progress is not None:
+        progress(
+            f"level {depth + 1}: {scenarios} scenarios, {states} states, "
+            f"{time.perf_counter() - started:.0f} s, {memory:.0f} MB"
+        )
 
 
 def _expand(node: _Node, bounds: Bounds) -> Iterator[tuple[_Node, str | None]]:

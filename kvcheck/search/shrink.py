@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
+from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
     Abort,
@@ -42,6 +43,9 @@ class ShrinkResult:
 
     result: RunResult
     runs: int
+    # `time limit` or `interrupted` when shrinking was cut short (the result is the smallest
+    # failing run reached by then); None when it reached a local minimum.
+    stopped: str | None = None
 
 
 def _size(scenario: Scenario) -> tuple[int, int]:
@@ -222,14 +226,23 @@ def shrink(
         ),
     )
     improved = True
-    while improved and runs < max_runs:
-        improved = False
-        for candidate in _candidates(best.scenario):
-            if attempt(candidate):
-                improved = True
-                break
-    renamed = _renamed(best.scenario)
-    final = run_scenario(renamed, target, record=True)
-    if not still_fails(final):  # renaming can only reorder dict entries; keep the safe one
-        final = run_scenario(best.scenario, target, record=True)
-    return ShrinkResult(final, runs)
+    stopped: str | None = None
+    try:
+        while improved and runs < max_runs:
+            improved = False
+            for candidate in _candidates(best.scenario):
+                check_time_limit()
+                if attempt(candidate):
+                    improved = True
+                    break
+    except (KeyboardInterrupt, TimeLimitReached) as exc:
+        stopped = "interrupted" if isinstance(exc, KeyboardInterrupt) else "time limit"
+    # The recorded run of what was reached, outside the time limit: a finding is never dropped.
+    with time_limit(None, replace=True):
+        renamed = _renamed(best.scenario)
+        final = run_scenario(renamed, target, record=True)
+        if not still_fails(final):  # renaming can only reorder dict entries; keep the safe one
+            final = run_scenario(best.scenario, target, record=True)
+        if not still_fails(final):  # a deadline met only under a stall: the original stands
+            final = run_scenario(failing.scenario, target, record=True)
+    return ShrinkResult(final, runs, stopped)

@@ -31,6 +31,7 @@ from typing import Any, Final
 import attrs
 import coverage
 
+from kvcheck.core.deadline import shielded
 from kvcheck.core.target import CodeSpan, Target
 from kvcheck.errors import KvcheckInternalError
 from kvcheck.targets.sglang_release import OUT_OF_SCOPE_BRANCHES
@@ -260,6 +261,11 @@ class CoverageMeter:
         return attrs.evolve(target, resolver=measured(target.resolver), self_methods=methods)
 
     def _switch(self, *, on: bool) -> None:
+        # Never interrupted by the call's deadline midway, nor counted against it.
+        with shielded():
+            self._switch_coverage(on=on)
+
+    def _switch_coverage(self, *, on: bool) -> None:
         try:
             if on:
                 self._coverage.start()

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.engine import Engine
 from kvcheck.core.scenario import (
     Admit,
@@ -177,20 +178,27 @@ class _ProbeRun:
 
 
 def _probe(
-    resolver: Callable[..., Any], self_methods: Mapping[str, Callable[..., Any]]
+    resolver: Callable[..., Any],
+    self_methods: Mapping[str, Callable[..., Any]],
+    deadline: float | None,
 ) -> _ProbeRun:
     log = AccessLog()
 
     def recording_resolver(scheduler: Any, result: Any, batch: Any) -> Any:
         return resolver(*traced(log, scheduler, result, batch))
 
-    engine = Engine(PROBE_CONFIG, recording_resolver, self_methods, not_judged=frozenset())
+    engine = Engine(
+        PROBE_CONFIG, recording_resolver, self_methods, not_judged=frozenset(), deadline=deadline
+    )
     live: list[int] = []
     finished: list[int] = []
     error: str | None = None
     for event in Scenario(PROBE_CONFIG, PROBE_EVENTS).events:
         before = {rid: req.kv_committed_len for rid, req in engine.reqs.items()}
         observation = engine.apply(event)
+        if observation.deadline_exceeded is not None:  # the search reports it as a violation
+            error = error or f"TargetDeadlineExceeded (still running after {deadline:g} s)"
+            break
         error = error or observation.target_error
         delivery = observation.delivery
         if delivery is None or observation.target_error is not None:
@@ -246,10 +254,14 @@ def _convention(window: _Window, run: _ProbeRun) -> tuple[Convention, str]:
 
 
 def detect_api_shape(
-    resolver: Callable[..., Any], self_methods: Mapping[str, Callable[..., Any]] | None = None
+    resolver: Callable[..., Any],
+    self_methods: Mapping[str, Callable[..., Any]] | None = None,
+    *,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> ApiShape:
-    """Probe `resolver` once (uncached). Raises `UnsupportedTargetError` like a run does."""
-    run = _probe(resolver, self_methods or {})
+    """Probe `resolver` once (uncached), each call under `deadline` seconds (a call past it ends
+    the probe and is its `probe_error`). Raises `UnsupportedTargetError` like a run does."""
+    run = _probe(resolver, self_methods or {}, deadline)
     log = run.log
     touched = log.touched
     spellings = tuple(sorted(k for k in touched if k in SPELLINGS_BY_KEY))
@@ -309,12 +321,17 @@ def probe_target(
     description: str,
     self_methods: Mapping[str, Callable[..., Any]] | None = None,
     code: tuple[CodeSpan, ...] = (),
+    *,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> Target:
-    """A `Target` for `resolver`, carrying its probed API shape and where its code lives (`code`,
-    from the source loader). Raises `UnsupportedTargetError` when the probe shows the target
-    touches what kvcheck does not model."""
+    """A `Target` for `resolver`, carrying its probed API shape, where its code lives (`code`,
+    from the source loader) and the deadline of each of its calls (the probe's too). Raises
+    `UnsupportedTargetError` when the probe shows the target touches what kvcheck does not
+    model."""
     methods = dict(self_methods or {})
-    shape = detect_api_shape(resolver, methods)
+    shape = detect_api_shape(resolver, methods, deadline=deadline)
     # A resolver may bring its own allocation path (the corpus's allocation mutants do).
     allocation = getattr(resolver, "kvcheck_allocation", None)
-    return Target(spec, resolver, description, methods, shape, code, allocation)
+    return Target(
+        spec, resolver, description, methods, shape, code, allocation=allocation, deadline=deadline
+    )

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
 from kvcheck.targets import sglang_release
@@ -34,22 +35,27 @@ from kvcheck.targets.source import load_from_source
 DEFAULT_TARGETS = ("builtin:seed-prefix", "builtin:seed-fixed")
 
 
-def load_target(spec: str, *, allow_unavailable: bool = False) -> Target:
+def load_target(
+    spec: str, *, allow_unavailable: bool = False, deadline: float | None = DEFAULT_DEADLINE
+) -> Target:
     """Resolve `spec` and probe its API shape once (`kvcheck.targets.api_shape`).
 
     `allow_unavailable` (source targets only): names the file uses but
-    kvcheck cannot provide become placeholders that fail only when used at run time."""
+    kvcheck cannot provide become placeholders that fail only when used at run time.
+    `deadline`: seconds each call of the target may take, the probe's included (None or 0: no
+    limit; `kvcheck.core.deadline`)."""
     spec = spec.strip()
+    deadline = deadline or None
     if spec.startswith("builtin:"):
-        return _load_builtin(spec)
+        return _load_builtin(spec, deadline)
     if spec.startswith(sglang_release.SPEC_PREFIX):
-        return _load_release(spec, allow_unavailable)
+        return _load_release(spec, allow_unavailable, deadline)
     if "::" in spec:
-        return _load_source(spec, allow_unavailable)
+        return _load_source(spec, allow_unavailable, deadline)
     if spec.count(":") == 1:
-        return _load_import(spec)
+        return _load_import(spec, deadline)
     if Path(spec).is_dir():
-        return _load_package(spec, allow_unavailable)
+        return _load_package(spec, allow_unavailable, deadline)
     raise TargetLoadError(
         f"malformed target {spec!r}; expected builtin:NAME, sglang==VERSION, "
         "package.module:Qualname, path/to/file.py::Qualname or an SGLang checkout directory"
@@ -80,44 +86,58 @@ def absolute_spec(spec: str) -> str:
     return os.path.abspath(os.path.expanduser(path)) + spec.strip()[len(path) :]
 
 
-def _load_release(spec: str, allow_unavailable: bool) -> Target:
+def _load_release(spec: str, allow_unavailable: bool, deadline: float | None) -> Target:
     version = sglang_release.parse_spec(spec)
     package = sglang_release.release_package(version)
-    return _load_sglang(spec, package, f"SGLang {version} (package index)", allow_unavailable)
+    what = f"SGLang {version} (package index)"
+    return _load_sglang(spec, package, what, allow_unavailable, deadline)
 
 
-def _load_package(spec: str, allow_unavailable: bool) -> Target:
+def _load_package(spec: str, allow_unavailable: bool, deadline: float | None) -> Target:
     package = sglang_release.package_dir(Path(spec))
-    return _load_sglang(spec, package, f"the SGLang package at {spec}", allow_unavailable)
+    what = f"the SGLang package at {spec}"
+    return _load_sglang(spec, package, what, allow_unavailable, deadline)
 
 
-def _load_sglang(spec: str, package: Path, what: str, allow_unavailable: bool) -> Target:
+def _load_sglang(
+    spec: str, package: Path, what: str, allow_unavailable: bool, deadline: float | None
+) -> Target:
     """The resolver of an SGLang package, read from source with its sibling methods."""
     where = sglang_release.find_resolver(package)
     loaded = load_from_source(str(where.file), where.qualname, allow_unavailable=allow_unavailable)
     description = f"{what}: {where.qualname} ({where.file.name}, line {where.line})"
-    return probe_target(spec, loaded.resolver, description, loaded.self_methods, loaded.code)
+    return probe_target(
+        spec, loaded.resolver, description, loaded.self_methods, loaded.code, deadline=deadline
+    )
 
 
-def _load_builtin(spec: str) -> Target:
+def _load_builtin(spec: str, deadline: float | None) -> Target:
     name = spec.removeprefix("builtin:")
     resolver = BUILTINS.get(name)
     if resolver is None:
         raise TargetLoadError(
             f"unknown builtin {name!r}; builtins: {', '.join('builtin:' + n for n in BUILTINS)}"
         )
-    return probe_target(spec, resolver, f"kvcheck built-in resolver {name!r}")
+    description = f"kvcheck built-in resolver {name!r}"
+    return probe_target(spec, resolver, description, deadline=deadline)
 
 
-def _load_source(spec: str, allow_unavailable: bool = False) -> Target:
+def _load_source(spec: str, allow_unavailable: bool, deadline: float | None) -> Target:
     path, _, qualname = spec.partition("::")
     if not path or not qualname:
         raise TargetLoadError(f"malformed target {spec!r}; expected path/to/file.py::Qualname")
     loaded = load_from_source(path, qualname, allow_unavailable=allow_unavailable)
-    return probe_target(spec, loaded.resolver, loaded.description, loaded.self_methods, loaded.code)
+    return probe_target(
+        spec,
+        loaded.resolver,
+        loaded.description,
+        loaded.self_methods,
+        loaded.code,
+        deadline=deadline,
+    )
 
 
-def _load_import(spec: str) -> Target:
+def _load_import(spec: str, deadline: float | None) -> Target:
     module_name, _, qualname = spec.partition(":")
     if not module_name or not qualname:
         raise TargetLoadError(f"malformed target {spec!r}; expected package.module:Qualname")
@@ -146,7 +166,8 @@ def _load_import(spec: str) -> Target:
             raise TargetLoadError(f"{where} has no attribute {part!r}{hint}") from None
     resolver = inspect.unwrap(obj) if callable(obj) else obj
     check_resolver_signature(resolver, spec)
-    return probe_target(spec, resolver, f"{qualname} imported from {module_name}")
+    description = f"{qualname} imported from {module_name}"
+    return probe_target(spec, resolver, description, deadline=deadline)
 
 
 def check_resolver_signature(resolver: Any, spec: str) -> None:

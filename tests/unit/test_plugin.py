@@ -47,6 +47,7 @@ def test_options_have_their_own_group(pytester: pytest.Pytester) -> None:
         "--kvcheck-profile",
         "--kvcheck-convention",
         "--kvcheck-no-replay",
+        "--kvcheck-deadline",
     ):
         assert option in text
 

@@ -31,6 +31,13 @@ def raises_on_stale(self: Any, result: Any, batch: Any) -> list[list[int]]:
     return reference(self, result, batch)
 
 
+def hangs_on_stale(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """Loops forever on a stale row (interrupted at its deadline: `target-deadline`)."""
+    while any(req.finished() for req in batch.reqs):
+        pass
+    return reference(self, result, batch)
+
+
 def cumulative_offsets(self: Any, result: Any, batch: Any) -> list[list[int]]:
     """Slices rows at the running sum of accept lengths (the v1 layout), not at i * stride."""
     reference(self, result, batch)  # correct accounting; only the returned slices are wrong
@@ -184,6 +191,7 @@ GRAMMAR_STALE = (Admit("r0", 10, 1, grammar=Grammar("accept")), Step(), Step((3,
 MODERN = {"convention": "honest", "block_cap": True}
 
 CASES: list[tuple[str, Resolver, tuple[Any, ...], dict[str, Any]]] = [
+    ("target-deadline", hangs_on_stale, FINISH_ON_PREFILL, {}),
     ("target-raised", raises_on_stale, FINISH_ON_PREFILL, {}),
     ("runs-aligned", cumulative_offsets, SWITCH, {"stride": 4, "adaptive": True}),
     ("no-negative", decrements_retracted, RETRACT_IN_FLIGHT, {}),

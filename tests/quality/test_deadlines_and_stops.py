@@ -1,0 +1,232 @@
+"""Deadlines, time limits, progress and Ctrl-C, end to end in fresh processes (stderr is not a
+terminal there, so progress comes as plain lines): a hanging or slow resolver is a saved
+`target-deadline` counterexample that replays as one; `--time-limit` stops `check` and `exhaust`
+inside a running call; SIGINT stops `check`, `exhaust` and `mutants --jobs` (workers included)
+within a second or two with what was established, exit 130 and no traceback; workers die with a
+killed parent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import TESTS_DIR
+
+HANGS = TESTS_DIR / "fixtures" / "hostile" / "hangs.py"
+KVCHECK = [sys.executable, "-m", "kvcheck.cli"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "KVCHECK_PROGRESS_SECONDS": "0.3", **extra}
+
+
+def _kvcheck(tmp_path: Path, *argv: str, timeout: float = 300) -> tuple[int, str, str, float]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [*KVCHECK, *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(),
+        timeout=timeout,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - started
+
+
+def _clean(*texts: str) -> None:
+    for text in texts:
+        assert "Traceback" not in text
+        assert "@seed" not in text
+
+
+def test_a_resolver_that_loops_forever_is_a_saved_deadline_counterexample(tmp_path: Path) -> None:
+    code, out, err, took = _kvcheck(
+        tmp_path, "check", f"{HANGS}::loops_forever", "--save-dir", str(tmp_path), "--json"
+    )
+    _clean(out, err)
+    assert code == 1
+    report = json.loads(out)
+    assert report["violation"]["invariant"] == "target-deadline"
+    assert took < 120, took  # the default deadline plus shrinking, not a hang
+    saved = Path(report["counterexample_file"])
+    assert saved.is_file()
+    code, out, err, _ = _kvcheck(tmp_path, "replay", str(saved), "--json")
+    _clean(out, err)
+    assert code == 1
+    assert json.loads(out)["violation"]["invariant"] == "target-deadline"
+
+
+def test_a_resolver_sleeping_half_a_second_a_call_is_reported(tmp_path: Path) -> None:
+    code, out, err, took = _kvcheck(
+        tmp_path, "check", f"{HANGS}::sleeps", "--no-save", "--no-database", "--json"
+    )
+    _clean(out, err)
+    assert code == 1
+    assert json.loads(out)["violation"]["invariant"] == "target-deadline"
+    assert took < 120, took
+
+
+def test_check_time_limit_stops_and_progress_lines_go_to_stderr(tmp_path: Path) -> None:
+    code, out, err, _ = _kvcheck(
+        tmp_path,
+        "check",
+        f"{HANGS}::sleeps",
+        "--deadline",
+        "0",
+        "--time-limit",
+        "3",
+        "--no-save",
+        "--no-database",
+        "--no-coverage",
+        "--json",
+    )
+    _clean(out, err)
+    assert code == 0
+    report = json.loads(out)  # stdout is one JSON object, progress or not
+    assert report["verdict"] == "pass"
+    assert report["stopped"] == "time limit"
+    assert 2.5 <= report["seconds"] < 6
+    lines = [line for line in err.splitlines() if line.startswith("kvcheck: preclaim: ")]
+    assert len(lines) >= 2, err
+    assert all(line.endswith(" s") and "/300 scenarios, " in line for line in lines)
+
+
+def test_exhaust_time_limit_interrupts_a_running_call(tmp_path: Path) -> None:
+    code, out, err, _ = _kvcheck(
+        tmp_path,
+        "exhaust",
+        f"{HANGS}::hangs_late",
+        "--deadline",
+        "0",
+        "--time-limit",
+        "2",
+        "--no-save",
+        "--json",
+    )
+    _clean(out, err)
+    assert code == 0
+    report = json.loads(out)
+    assert report["verdict"] == "incomplete"
+    assert report["stopped"] == "time limit"
+    assert report["seconds"] < 4
+
+
+# --- Ctrl-C ---------------------------------------------------------------------------------------
+
+
+def _interrupt(
+    tmp_path: Path, argv: list[str], ready: str | None, *, settle: float = 0.0
+) -> tuple[int, str, str, float, list[int]]:
+    """Start kvcheck, wait for `ready` on stderr (None: do not), then `settle` seconds, send
+    SIGINT; the exit code, stdout, stderr, the seconds from the signal to the exit and the pids
+    of its children at the signal."""
+    process = subprocess.Popen(
+        [*KVCHECK, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=_env(),
+    )
+    err_lines: list[str] = []
+    seen = threading.Event()
+
+    def read_err() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            err_lines.append(line)
+            if ready is not None and ready in line:
+                seen.set()
+
+    reader = threading.Thread(target=read_err, daemon=True)
+    reader.start()
+    if ready is not None:
+        assert seen.wait(240), "".join(err_lines)
+    time.sleep(settle)
+    children = _children(process.pid)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=60)
+    took = time.monotonic() - sent
+    reader.join(5)
+    return process.returncode, out, "".join(err_lines), took, children
+
+
+def _children(pid: int) -> list[int]:
+    listed = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False
+    )
+    return [int(p) for p in listed.stdout.split()]
+
+
+def _alive(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+def test_ctrl_c_stops_check_with_what_it_found(tmp_path: Path) -> None:
+    argv = ["check", f"{HANGS}::sleeps", "--deadline", "0", "--no-save", "--no-database"]
+    code, out, err, took, _ = _interrupt(tmp_path, argv, "kvcheck: preclaim: ")
+    _clean(out, err)
+    assert code == 130
+    assert took < 2.5, took
+    assert "INTERRUPTED no violation in the" in out
+
+
+def test_ctrl_c_stops_exhaust_with_the_lengths_it_cleared(tmp_path: Path) -> None:
+    argv = ["exhaust", "builtin:reference", "--requests", "4", "--events", "12", "--no-save"]
+    code, out, err, took, _ = _interrupt(tmp_path, argv, " states, ", settle=1.0)
+    _clean(out, err)
+    assert code == 130
+    assert took < 2.5, took
+    assert "INCOMPLETE  no violation up to" in out
+    assert "Ctrl-C stopped the search" in out
+
+
+def _wait_gone(pids: list[int], seconds: float) -> list[int]:
+    end = time.monotonic() + seconds
+    while _alive(pids) and time.monotonic() < end:
+        time.sleep(0.05)
+    return _alive(pids)
+
+
+def test_ctrl_c_stops_mutants_workers_included(tmp_path: Path) -> None:
+    argv = ["mutants", "--jobs", "2", "--max-examples", "50"]
+    code, out, err, took, children = _interrupt(tmp_path, argv, None, settle=15.0)
+    _clean(out, err)
+    assert code == 130
+    assert took < 2.5, took
+    assert "interrupted:" in out
+    assert children
+    assert not _wait_gone(children, 3)
+
+
+def test_mutants_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
+    process: Any = subprocess.Popen(
+        [*KVCHECK, "mutants", "--jobs", "2", "--max-examples", "50"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+        env=_env(),
+    )
+    time.sleep(15)
+    children = _children(process.pid)
+    process.kill()
+    process.wait()
+    assert children
+    assert not _wait_gone(children, 3)

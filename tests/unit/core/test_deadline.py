@@ -1,0 +1,133 @@
+"""The deadline on a call of the target (`kvcheck.core.deadline`): it interrupts a pure-Python
+loop and a sleep in the main thread, a loop in another thread (the watchdog), a target that
+swallows the interruption, and leaves nothing armed behind; and a run's time limit."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from kvcheck.core.deadline import (
+    TargetDeadlineExceeded,
+    TimeLimitReached,
+    call_with_deadline,
+    check_time_limit,
+    time_left,
+    time_limit,
+)
+
+
+def loop_forever() -> None:
+    while True:
+        pass
+
+
+def sleep_long() -> None:
+    time.sleep(30)
+
+
+def swallow_then_return() -> str:
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:
+        try:
+            while time.monotonic() < end:
+                pass
+        except BaseException:
+            pass
+    return "late"
+
+
+def _timed(function: Any, deadline: float | None = 0.1) -> tuple[BaseException | None, float]:
+    started = time.monotonic()
+    try:
+        call_with_deadline(deadline, function)
+    except BaseException as exc:
+        return exc, time.monotonic() - started
+    return None, time.monotonic() - started
+
+
+@pytest.mark.parametrize("function", [loop_forever, sleep_long], ids=["loop", "sleep"])
+def test_main_thread_call_is_interrupted_at_its_deadline(function: Any) -> None:
+    error, took = _timed(function)
+    assert isinstance(error, TargetDeadlineExceeded)
+    assert error.seconds == 0.1
+    assert took < 2
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # nothing left armed
+
+
+def test_other_thread_call_is_interrupted_by_the_watchdog() -> None:
+    found: list[Any] = []
+    worker = threading.Thread(target=lambda: found.append(_timed(loop_forever)))
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive()
+    error, took = found[0]
+    assert isinstance(error, TargetDeadlineExceeded)
+    assert took < 2
+
+
+def test_a_swallowed_interruption_still_counts() -> None:
+    error, took = _timed(swallow_then_return)
+    assert isinstance(error, TargetDeadlineExceeded)
+    assert took >= 0.4
+
+
+def test_a_call_within_its_deadline_returns_and_leaves_nothing_armed() -> None:
+    assert call_with_deadline(0.5, lambda x: x + 1, 1) == 2
+    assert call_with_deadline(None, lambda: "free") == "free"
+    time.sleep(0.6)  # a stray alarm would raise here
+
+
+def test_someone_elses_interval_timer_is_left_alone() -> None:
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 5.0)
+        error, _ = _timed(loop_forever)  # falls back on the watchdog
+        assert isinstance(error, TargetDeadlineExceeded)
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < remaining <= 5.0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not fired
+
+
+def test_the_time_limit_interrupts_a_call_without_deadline() -> None:
+    with time_limit(0.2):
+        left = time_left()
+        assert left is not None and 0 < left <= 0.2
+        error, took = _timed(loop_forever, deadline=None)
+        assert isinstance(error, TimeLimitReached)
+        assert took < 2
+        with pytest.raises(TimeLimitReached):
+            check_time_limit()
+    assert time_left() is None
+    check_time_limit()  # no limit outside
+
+
+def test_after_the_watchdog_a_coverage_measured_call_still_runs() -> None:
+    """A watchdog exception set but never delivered once left CPython 3.11's interpreter-wide
+    "async exception pending" flag on, and a later coverage-measured call hung; a swallowing
+    target makes the watchdog fire several times."""
+    import coverage
+
+    worker = threading.Thread(target=lambda: _timed(swallow_then_return))
+    worker.start()
+    worker.join(10)
+    meter = coverage.Coverage(data_file=None, config_file=False)
+
+    def measured() -> int:
+        meter.start()
+        try:
+            return sum(range(1000))
+        finally:
+            meter.stop()
+
+    started = time.monotonic()
+    assert call_with_deadline(5.0, measured) == 499500
+    assert time.monotonic() - started < 5
