@@ -34,6 +34,14 @@ def _snapshot() -> frozenset[str]:
 
 
 @pytest.fixture(autouse=True)
+def _no_progress_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands print no header or progress lines on a non-terminal stderr unless a test asks
+    for them (tests/unit/cli/test_deadline_options.py, tests/quality/test_deadlines_and_stops.py):
+    the others read stderr for errors and warnings."""
+    monkeypatch.setenv("KVCHECK_PROGRESS_SECONDS", "0")
+
+
+@pytest.fixture(autouse=True)
 def _no_writes_into_the_working_tree() -> Iterator[None]:
     before = _snapshot()
     yield

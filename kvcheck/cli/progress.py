@@ -31,8 +31,12 @@ def plain_interval() -> float:
 def announce(text: str, *, before_load: bool) -> None:
     """The line a long command starts with, on stderr. Called before the target loads and after:
     it shows before on a terminal (at once, however long loading takes) and after elsewhere, so
-    that a bad input still gets exactly one line of error there."""
-    if sys.stderr.isatty() == before_load:
+    that a bad input still gets exactly one line of error there. Not at all where plain
+    progress lines are off (`KVCHECK_PROGRESS_SECONDS=0`)."""
+    terminal = sys.stderr.isatty()
+    if not terminal and not plain_interval():
+        return
+    if terminal == before_load:
         print(text, file=sys.stderr, flush=True)
 
 

@@ -702,8 +702,8 @@ def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | No
                 "target ran; this is a kvcheck bug, not a verdict on the target"
             ) from exc
         return None, f"{type(exc).__name__}: {exc}"
-    except KeyboardInterrupt:
-        raise
+    except (KeyboardInterrupt, TargetDeadlineExceeded):
+        raise  # Ctrl-C stops kvcheck; a call past its deadline is `target-deadline`, not raised
     except BaseException as exc:
         # A resolver that raises SystemExit (or another BaseException) inside the scheduler would
         # take the server down: the target's violation, never kvcheck exiting with its code.

@@ -91,7 +91,7 @@ def test_regress_keeps_an_existing_test_unless_forced(
     assert "test_hand_written" in mine.read_text()
     code, out, _ = run_cli(capsys, "regress", str(path), "--out", str(mine), "--force")
     assert code == 0 and f"wrote {mine}" in out
-    assert "replay(loads(COUNTEREXAMPLE" in mine.read_text()
+    assert "replay(counterexample, TARGET" in mine.read_text()
 
 
 def test_regress_into_a_directory_keeps_the_test_written_before(
