@@ -23,6 +23,7 @@ from kvcheck.cli.options import (
     EXIT_OK,
     EXIT_VIOLATION,
     add_coverage_options,
+    add_deadline_option,
     add_json_option,
     add_judging_options,
     add_save_options,
@@ -112,6 +113,7 @@ def add_parser(commands: Any) -> None:
         help="the campaign's seed: each worker's rounds get distinct seeds derived from it "
         "(default: a random one, reported)",
     )
+    add_deadline_option(campaign)
     campaign.add_argument(
         "--database",
         metavar="DIR|URL",
@@ -152,7 +154,9 @@ def _run(args: argparse.Namespace) -> int:
     from kvcheck.search.campaign import CampaignPlan, open_database, run_campaign
     from kvcheck.search.profiles import DEFAULT_DATABASE_DIR
 
-    target = load_target(args.target, allow_unavailable=args.allow_unavailable_imports)
+    target = load_target(
+        args.target, allow_unavailable=args.allow_unavailable_imports, deadline=args.deadline
+    )
     database = None if args.no_database else (args.database or DEFAULT_DATABASE_DIR)
     open_database(database)  # an unreachable Redis is exit 2 before any worker starts
     shape = target.shape
@@ -179,6 +183,7 @@ def _run(args: argparse.Namespace) -> int:
         keep_going=args.keep_going,
         measure_coverage=not args.no_coverage,
         allow_unavailable_imports=args.allow_unavailable_imports,
+        deadline=args.deadline,
     )
     display = _Display(plan, live=sys.stderr.isatty())
     reports: list[dict[str, Any]] = []

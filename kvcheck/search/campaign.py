@@ -36,6 +36,7 @@ from typing import Any, Final, Literal
 import attrs
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
+from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.run import RunResult
 from kvcheck.core.scenario import Convention, GlobalCounterMode, to_json_line
 from kvcheck.counterexamples.fileformat import Counterexample, loads
@@ -95,6 +96,8 @@ class CampaignPlan:
     measure_coverage: bool = True
     allow_unavailable_imports: bool = False
     round_examples: int = ROUND_EXAMPLES
+    # Seconds each call of the target may take in the workers (None: no limit).
+    deadline: float | None = DEFAULT_DEADLINE
 
     def share(self, index: int) -> int | None:
         """Worker `index`'s part of `max_examples` (None: no limit)."""
@@ -258,7 +261,9 @@ def _worker_main(
 
 
 def _work(plan: CampaignPlan, index: int, messages: Any, stop: Any) -> None:
-    target = load_target(plan.target, allow_unavailable=plan.allow_unavailable_imports)
+    target = load_target(
+        plan.target, allow_unavailable=plan.allow_unavailable_imports, deadline=plan.deadline
+    )
     meter = meter_for(target, enabled=plan.measure_coverage)
     judged = meter.instrument(target) if meter is not None else target
     database = open_database(plan.database)

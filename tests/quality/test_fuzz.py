@@ -234,3 +234,17 @@ def test_a_failure_is_saved_as_it_arrives_so_a_killed_campaign_keeps_it(tmp_path
     path = tmp_path / saved[0]
     assert path.is_file()
     assert kvcheck("replay", str(path), cwd=tmp_path).returncode == 1
+
+
+def test_a_hanging_target_is_a_deadline_violation_in_the_workers(tmp_path: Path) -> None:
+    """The workers run every call under `--deadline`, as `check` does: a resolver that never
+    returns is a saved `target-deadline` counterexample, not a campaign that hangs."""
+    hangs = Path(__file__).parents[1] / "fixtures" / "hostile" / "hangs.py"
+    done = kvcheck(
+        "fuzz", f"{hangs}::loops_forever", "--workers", "1", "--duration", "60",
+        "--no-database", "--deadline", "0.2", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert [f["violation"]["invariant"] for f in report["failures"]] == ["target-deadline"]
+    assert report["seconds"] < 60
