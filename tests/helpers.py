@@ -89,3 +89,16 @@ def run_process(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProc
     both = completed.stdout + completed.stderr
     assert "Traceback" not in both, both
     return completed
+
+
+# A short, seeded plugin run for pytester: no cache provider, no assertion-rewrite warnings.
+PLUGIN_FAST: list[str] = [
+    "-p",
+    "no:cacheprovider",
+    "-W",
+    "ignore::pytest.PytestAssertRewriteWarning",
+    "--kvcheck-max-examples",
+    "60",
+    "--kvcheck-seed",
+    "0",
+]

@@ -31,7 +31,7 @@ import attrs
 
 from kvcheck.core.allocation import AllocationPath, RuleAllocation
 from kvcheck.core.copying import deep_copy
-from kvcheck.core.deadline import TargetDeadlineExceeded, call_with_deadline
+from kvcheck.core.deadline import TargetDeadlineExceeded, TimeLimitReached, call_with_deadline
 from kvcheck.core.fakes import (
     ALGORITHM_FAKES,
     COPY_DONE,
@@ -702,8 +702,10 @@ def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | No
                 "target ran; this is a kvcheck bug, not a verdict on the target"
             ) from exc
         return None, f"{type(exc).__name__}: {exc}"
-    except (KeyboardInterrupt, TargetDeadlineExceeded):
-        raise  # Ctrl-C stops kvcheck; a call past its deadline is `target-deadline`, not raised
+    except (KeyboardInterrupt, TargetDeadlineExceeded, TimeLimitReached):
+        # Ctrl-C and a run's time limit stop kvcheck; a call past its deadline is
+        # `target-deadline`: none of them is the target raising.
+        raise
     except BaseException as exc:
         # A resolver that raises SystemExit (or another BaseException) inside the scheduler would
         # take the server down: the target's violation, never kvcheck exiting with its code.

@@ -9,23 +9,13 @@ import torch
 
 import kvcheck.reporting.timeline
 import kvcheck.search.check
+from tests.helpers import PLUGIN_FAST
 
 pytest_plugins = ["pytester"]
 
 # Loaded here, not first inside a pytester run: pytester drops the modules an inline run imported,
 # and importing torch's or Hypothesis's compiled extensions a second time crashes the process.
 PRELOADED = (torch, kvcheck.search.check, kvcheck.reporting.timeline)
-
-FAST = [
-    "-p",
-    "no:cacheprovider",
-    "-W",
-    "ignore::pytest.PytestAssertRewriteWarning",
-    "--kvcheck-max-examples",
-    "60",
-    "--kvcheck-seed",
-    "0",
-]
 
 
 def test_items_spread_over_xdist_workers(pytester: pytest.Pytester) -> None:
@@ -38,7 +28,7 @@ def test_items_spread_over_xdist_workers(pytester: pytest.Pytester) -> None:
         "preclaim",
         "--kvcheck-adaptive",
         "both",
-        *FAST,
+        *PLUGIN_FAST,
         "-v",
     )
     result.assert_outcomes(failed=2, passed=2)
@@ -48,7 +38,7 @@ def test_items_spread_over_xdist_workers(pytester: pytest.Pytester) -> None:
 
 
 def test_reference_passes(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--kvcheck-target", "builtin:reference", *FAST)
+    result = pytester.runpytest("--kvcheck-target", "builtin:reference", *PLUGIN_FAST)
     result.assert_outcomes(passed=1)
     split = pytester.runpytest(
         "--kvcheck-target",
@@ -57,6 +47,6 @@ def test_reference_passes(pytester: pytest.Pytester) -> None:
         "preclaim",
         "--kvcheck-adaptive",
         "both",
-        *FAST,
+        *PLUGIN_FAST,
     )
     split.assert_outcomes(passed=4)

@@ -16,7 +16,7 @@ from kvcheck.core.scenario import Admit, Step
 from kvcheck.counterexamples.fileformat import SUFFIX, save
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.targets.loading import load_target
-from tests.helpers import COMMITTED_COUNTEREXAMPLES, scenario
+from tests.helpers import COMMITTED_COUNTEREXAMPLES, PLUGIN_FAST, scenario
 
 pytest_plugins = ["pytester"]
 
@@ -25,16 +25,6 @@ pytest_plugins = ["pytester"]
 PRELOADED = (torch, kvcheck.search.check, kvcheck.reporting.timeline)
 
 COMMITTED = COMMITTED_COUNTEREXAMPLES
-FAST = [
-    "-p",
-    "no:cacheprovider",
-    "-W",
-    "ignore::pytest.PytestAssertRewriteWarning",
-    "--kvcheck-max-examples",
-    "60",
-    "--kvcheck-seed",
-    "0",
-]
 STALE_FINISHED = scenario(Admit("r0", 10, 3), Step(), Step((2,)), Step((3,)), Step(), stride=4)
 
 
@@ -69,7 +59,7 @@ def test_nothing_is_added_without_options(pytester: pytest.Pytester) -> None:
 
 
 def test_seed_prefix_fails_with_the_timeline(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--kvcheck-target", "builtin:seed-prefix", *FAST)
+    result = pytester.runpytest("--kvcheck-target", "builtin:seed-prefix", *PLUGIN_FAST)
     # By default one item: the search `kvcheck check builtin:seed-prefix` runs.
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
@@ -84,7 +74,7 @@ def test_seed_prefix_fails_with_the_timeline(pytester: pytest.Pytester) -> None:
 
 def test_a_given_convention_splits_by_overlap(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(
-        "--kvcheck-target", "builtin:seed-prefix", "--kvcheck-convention", "preclaim", *FAST
+        "--kvcheck-target", "builtin:seed-prefix", "--kvcheck-convention", "preclaim", *PLUGIN_FAST
     )
     # The stale rows only exist with overlap on: that item fails, the other passes.
     result.assert_outcomes(failed=1, passed=1)

@@ -18,7 +18,7 @@ import torch
 import kvcheck.reporting.timeline
 import kvcheck.search.check
 from kvcheck.cli.main import main
-from tests.helpers import TESTS_DIR
+from tests.helpers import PLUGIN_FAST, TESTS_DIR
 
 pytest_plugins = ["pytester"]
 
@@ -27,16 +27,6 @@ pytest_plugins = ["pytester"]
 PRELOADED = (torch, kvcheck.search.check, kvcheck.reporting.timeline)
 
 RESOLVERS = TESTS_DIR / "fixtures" / "verdicts" / "resolvers.py"
-PLUGIN_FAST = [
-    "-p",
-    "no:cacheprovider",
-    "-W",
-    "ignore::pytest.PytestAssertRewriteWarning",
-    "--kvcheck-max-examples",
-    "60",
-    "--kvcheck-seed",
-    "0",
-]
 CLI_FAST = ["--max-examples", "60", "--seed", "0", "--no-database", "--no-save"]
 
 

@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+import attrs
 import pytest
 
 from kvcheck.core.deadline import (
@@ -131,3 +132,23 @@ def test_after_the_watchdog_a_coverage_measured_call_still_runs() -> None:
     started = time.monotonic()
     assert call_with_deadline(5.0, measured) == 499500
     assert time.monotonic() - started < 5
+
+
+def test_through_the_engine_a_time_limit_stops_the_run_and_a_deadline_is_its_violation() -> None:
+    """The engine calls the target through `_run_target`, which turns a target's exception,
+    `BaseException`s included, into `target-raised`: kvcheck's own interruptions must pass
+    through it, or a time limit would become a verdict on the target (and a run would go on)."""
+    from kvcheck.core.run import run_scenario
+    from kvcheck.core.scenario import Admit, Step
+    from tests.helpers import scenario, target
+
+    def never_returns(self: Any, result: Any, batch: Any) -> Any:
+        while True:
+            pass
+
+    hanging = attrs.evolve(target(never_returns), deadline=None)
+    events = scenario(Admit("r0", 3, 4), Step(), Step(), Step(), overlap=False)
+    with time_limit(0.3), pytest.raises(TimeLimitReached):
+        run_scenario(events, hanging)
+    found = run_scenario(events, attrs.evolve(hanging, deadline=0.1)).violation
+    assert found is not None and found.invariant == "target-deadline"
