@@ -153,7 +153,9 @@ _INDEX_BELOW: Final = {n: st.integers(0, n - 1) for n in range(1, len(_ADAPTIVE_
 # Grammars: none (first, so shrinking drops them), accept-all, terminate at output position
 # 2..24, reject at 1..24.
 _GRAMMAR_KIND: Final = st.integers(0, 3)
-_GRAMMAR_AT: Final = st.integers(1, 24)
+# Output positions, the earliest most often (about one draw in four): a grammar that refuses the
+# prefill token or ends at the first decode token is where the finish-order cases are.
+_GRAMMAR_AT: Final = st.integers(-5, 24)
 
 
 def _draw_grammar(draw: st.DrawFn) -> Grammar | None:
@@ -164,7 +166,7 @@ def _draw_grammar(draw: st.DrawFn) -> Grammar | None:
         return Grammar("accept")
     if kind == 2:
         return Grammar("terminate", max(2, draw(_GRAMMAR_AT)))
-    return Grammar("reject", draw(_GRAMMAR_AT))
+    return Grammar("reject", max(1, draw(_GRAMMAR_AT)))
 
 
 def _draw_admit(draw: st.DrawFn, rids: Sequence[str], grammar: bool = False) -> Admit:

@@ -70,6 +70,7 @@ def test_check_and_the_plugin_agree_on_every_builtin_fixture_and_mutant(
     assert len(specs) > 80
     expected = cli_verdicts(specs)
     argv = ["-p", "no:cacheprovider", "--kvcheck-max-examples", EXAMPLES, "--kvcheck-seed", SEED]
+    argv += ["--kvcheck-save-dir", str(pytester.path / "counterexamples")]  # not the checkout's
     for spec in specs:
         argv += ["--kvcheck-target", spec]
     reports = pytester.inline_run(*argv).getreports("pytest_runtest_logreport")
