@@ -94,8 +94,11 @@ def test_check_time_limit_stops_and_progress_lines_go_to_stderr(tmp_path: Path) 
     assert report["verdict"] == "pass"
     assert report["stopped"] == "time limit"
     assert 2.5 <= report["seconds"] < 6
+    # Progress is reported after a scenario; how many finish in 3 s depends on the scenarios
+    # drawn (each call sleeps 0.5 s), so at least one line, on stderr only.
     lines = [line for line in err.splitlines() if line.startswith("kvcheck: preclaim: ")]
-    assert len(lines) >= 2, err
+    assert len(lines) >= 1, err
+    assert "kvcheck: preclaim: " not in out
     assert all(line.endswith(" s") and "/300 scenarios, " in line for line in lines)
 
 
