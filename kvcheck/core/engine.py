@@ -654,8 +654,13 @@ class Engine:
 
     def _release_if_finished(self, req: FakeReq) -> None:
         """Release a request's KV once it finished on the row just processed, as the result
-        processor does (a grammar step's abort is released where the next row finishes it)."""
+        processor does (a grammar step's abort is released where the next row finishes it).
+        Not when the resolver just wrote something other than an int into `kv_allocated_len`:
+        SGLang's release would fail on it, and `alloc-untouched-by-resolver` reports the write
+        at this event rather than kvcheck's allocator raising."""
         if self.allocation is not None and req.finished():
+            if type(req.kv_allocated_len) is not int:
+                return
             self.allocation.release(req)
 
     def _update_finish_state(self, req: FakeReq) -> None:

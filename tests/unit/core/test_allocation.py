@@ -322,3 +322,22 @@ def test_target_allocation_path_is_judged_by_search_and_exhaust() -> None:
         exhaust(forgets, attrs.evolve(bounds, allocations=("off",)), convention="preclaim").verdict
         == "pass"
     )
+
+
+def test_a_resolver_writing_a_non_number_into_al_is_its_violation() -> None:
+    """A finished row's release reads `Al` in the same delivery the resolver wrote it: a string
+    there is `alloc-untouched-by-resolver` at that event, not kvcheck's allocator raising."""
+
+    def writes_text(self: Any, result: Any, batch: Any) -> Any:
+        runs = reference(self, result, batch)
+        for req in batch.reqs:
+            if not (req.is_retracted or req.finished()):
+                req.kv.kv_allocated_len = "lots"
+        return runs
+
+    config = Config(convention="preclaim", overlap=False, stride=2, allocation="0.5.16")
+    # r0 finishes on the first decode result (max_new_tokens 2): released in that delivery.
+    found = run_scenario(Scenario(config, (Admit("r0", 3, 2), Step(), Step())), target(writes_text))
+    assert found.violation is not None
+    assert found.violation.invariant == "alloc-untouched-by-resolver"
+    assert "'lots'" in found.violation.message
