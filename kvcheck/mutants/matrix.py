@@ -411,9 +411,3 @@ def run_matrix(
         pool.shutdown()
     ordered = tuple(rows[entry.name] for entry in entries)
     return Matrix(ordered, max_examples, seed, exhaustive, time.perf_counter() - started)
-
-
-def default_jobs() -> int:
-    """Worker processes to use for the matrix: the CPUs this process may run on, at least one."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, cpus or 1)
