@@ -1,7 +1,7 @@
 """Issue 11's figures (a script, not a timed test): search rate, replay cost per step, exhaustive
 states per second and proof times, each next to the figure before the issue's speed work.
 
-    .venv/bin/python benchmarks/bench_scale.py                  # this tree and the baseline (~15 min)
+    .venv/bin/python benchmarks/bench_scale.py                # both trees (~15 min)
     .venv/bin/python benchmarks/bench_scale.py --quick          # a smoke run (~2 minutes)
     .venv/bin/python benchmarks/bench_scale.py --no-baseline    # this tree only
 
@@ -26,7 +26,6 @@ import argparse
 import importlib.util
 import inspect
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -84,9 +83,9 @@ def draw_corpus(count: int, path: Path) -> None:
     lines: the replay corpus both trees run."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
+    from kvcheck.strategies import scenarios
 
     from kvcheck.core.scenario import to_json_line
-    from kvcheck.strategies import scenarios
 
     lines: list[str] = []
 
@@ -216,9 +215,7 @@ def measure_exhaust(repeats: int, workers: list[int]) -> dict[str, Any]:
             continue
         runs = [run_exhaust(Bounds(), count) for _ in range(repeats)]
         assert all(r.verdict == "pass" for r in runs)
-        out[f"exhaust_states_per_s_w{count}"] = statistics.median(
-            r.states_per_second for r in runs
-        )
+        out[f"exhaust_states_per_s_w{count}"] = statistics.median(r.states_per_second for r in runs)
         out[f"exhaust_proof_s_w{count}"] = statistics.median(r.seconds for r in runs)
         out["exhaust_states"] = runs[0].states
     return out
@@ -362,7 +359,7 @@ def markdown(now: dict[str, Any], base: dict[str, Any] | None) -> str:
         ratio = "—"
         if before and now[key]:
             factor = before / now[key] if key in LOWER_IS_BETTER else now[key] / before
-            ratio = f"{factor:.1f}×"
+            ratio = f"{factor:.1f}x"
         what = what.format(proof_steps=now.get("proof_steps", 8))
         lines.append(
             f"| {what} | {unit} | {fmt(quoted)} | {fmt(before)} | {fmt(now[key])} | {ratio} |"
