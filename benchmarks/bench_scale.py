@@ -1,8 +1,8 @@
 """Issue 11's figures (a script, not a timed test): search rate, replay cost per step, exhaustive
 states per second and proof times, each next to the figure before the issue's speed work.
 
-    .venv/bin/python benchmarks/bench_scale.py                # both trees (~15 min)
-    .venv/bin/python benchmarks/bench_scale.py --quick          # a smoke run (~2 minutes)
+    .venv/bin/python benchmarks/bench_scale.py                  # both trees (~15 min)
+    .venv/bin/python benchmarks/bench_scale.py --quick          # a smoke run (~5 minutes)
     .venv/bin/python benchmarks/bench_scale.py --no-baseline    # this tree only
 
 "Before" comes two ways. The issue quoted figures (`ISSUE_FIGURES`, measured with
