@@ -10,10 +10,11 @@ failure too. Generating a scenario costs tens of microseconds instead of millise
 The example database is Hypothesis's own (`ExampleDatabase`: a directory or Redis, through its
 `fetch`/`save`/`delete`): a failure is saved as the shrunk scenario's one-line JSON
 (`kvcheck.core.scenario.to_json_line`) under a key naming the target and the judging options
-(`database_key`), and every later search with that key replays the saved scenarios before it
-draws any; a saved scenario that no longer fails, or no longer parses, is deleted, as
-Hypothesis does with its own. Hypothesis's searches keep their own entries (choice sequences
-under their own key): the two never read each other's.
+(`kvcheck.search.check.scenarios_key`), and every later search with that key replays the saved
+scenarios before it draws any; a saved scenario that no longer fails, or no longer parses, is
+deleted, as Hypothesis does with its own entries. Hypothesis's search saves its shrunk failures
+there too and replays them first (as explicit examples), so either generator finds first what
+the other found; Hypothesis's own entries (choice sequences) only Hypothesis reads.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator
-from typing import Final
 
-import attrs
 from hypothesis.database import ExampleDatabase
 
 from kvcheck.core.deadline import check_time_limit
@@ -33,11 +32,8 @@ from kvcheck.core.scenario import (
     Convention,
     GlobalCounterMode,
     Scenario,
-    from_json,
-    to_json_line,
 )
 from kvcheck.core.target import Target
-from kvcheck.errors import ScenarioFormatError
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.check import (
     _STOPS,
@@ -46,60 +42,18 @@ from kvcheck.search.check import (
     SearchOutcome,
     _confirmed,
     _nondeterministic,
+    _pinned,
     _stop_name,
     require_deterministic,
+    save_scenario,
+    saved_scenarios,
+    scenario_space,
+    scenarios_key,
 )
 from kvcheck.search.shrink import shrink
-from kvcheck.strategies import ScenarioSpace, random_scenario, scenario_labels, space_of
+from kvcheck.strategies import ScenarioSpace, random_scenario, scenario_labels
 
-__all__ = ["database_key", "sample_search", "saved_scenarios", "scenario_space"]
-
-# The prefix of the database keys of this search (Hypothesis's searches use `kvcheck.search.check`).
-KEY_PREFIX: Final = "kvcheck.search.sampling"
-
-
-def database_key(
-    target: Target,
-    convention: Convention,
-    global_counters: GlobalCounterMode,
-    adaptive: bool,
-    overlap: bool | None,
-) -> bytes:
-    """The example-database key of a fast search: the target and the judging options, so one
-    target's failures are never replayed against another or under other options."""
-    return (
-        f"{KEY_PREFIX}|{target.spec}|{convention}|{global_counters}|{adaptive}|{overlap}".encode()
-    )
-
-
-def scenario_space(
-    target: Target, convention: Convention, global_counters: GlobalCounterMode, adaptive: bool
-) -> ScenarioSpace:
-    """The scenarios a search of `target` draws: what its API shape supports, under the rules of
-    its own allocation path if it brings one (the same space as the Hypothesis search's)."""
-    shape = target.shape
-    rules = getattr(target.allocation, "rules", None)
-    return space_of(
-        convention=convention,
-        global_counters=global_counters,
-        adaptive=adaptive,
-        algorithms=shape.algorithms,
-        block_cap=shape.block_cap,
-        grammar=shape.grammar,
-        allocation=rules if rules is not None else True,
-    )
-
-
-def saved_scenarios(database: ExampleDatabase, key: bytes) -> list[tuple[bytes, Scenario]]:
-    """The scenarios saved under `key`, oldest bytes first; entries that do not parse as a
-    scenario are deleted (a damaged entry, or one written by an older format)."""
-    saved: list[tuple[bytes, Scenario]] = []
-    for value in sorted(database.fetch(key)):
-        try:
-            saved.append((value, from_json(value.decode("utf-8"))))
-        except (UnicodeDecodeError, ScenarioFormatError, ValueError, TypeError):
-            database.delete(key, value)
-    return saved
+__all__ = ["sample_search"]
 
 
 def sample_search(
@@ -126,7 +80,7 @@ def sample_search(
     `NondeterministicTargetError` as `search` does."""
     rng = random.Random(seed if seed is not None else random.SystemRandom().getrandbits(64))
     space = scenario_space(target, convention, global_counters, adaptive)
-    key = database_key(target, convention, global_counters, adaptive, overlap)
+    key = scenarios_key(target, convention, global_counters, adaptive, overlap)
     reached: set[str] = set()
     stopped: list[str] = []
     examples = 0
@@ -174,7 +128,7 @@ def sample_search(
         if not stopped:
             require_deterministic(final, target)
         if database is not None:
-            _save(database, key, final.scenario, failing_saved)
+            save_scenario(database, key, final.scenario, failing_saved)
     if "interrupted" in stopped and not report_interrupt:
         raise KeyboardInterrupt
     return SearchOutcome(
@@ -205,17 +159,4 @@ def _candidates(
         config = Config(convention, True, 4, True, global_counters=global_counters)
         yield None, Scenario(config, STRIDE_SWITCH_WITNESS)
     while True:
-        scenario = random_scenario(space, rng)
-        if overlap is not None and scenario.config.overlap != overlap:
-            scenario = attrs.evolve(scenario, config=attrs.evolve(scenario.config, overlap=overlap))
-        yield None, scenario
-
-
-def _save(
-    database: ExampleDatabase, key: bytes, scenario: Scenario, replaced: bytes | None
-) -> None:
-    """Save the shrunk failing scenario; a saved one it was shrunk from is replaced by it."""
-    value = to_json_line(scenario).encode("utf-8")
-    database.save(key, value)
-    if replaced is not None and replaced != value:
-        database.delete(key, replaced)
+        yield None, _pinned(random_scenario(space, rng), overlap)

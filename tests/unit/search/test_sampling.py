@@ -12,15 +12,15 @@ from kvcheck.core.scenario import Step, from_json, to_json_line
 from kvcheck.counterexamples.fileformat import loads
 from kvcheck.counterexamples.replay import from_run, replay
 from kvcheck.errors import NondeterministicTargetError
-from kvcheck.search.check import STRIDE_SWITCH_WITNESS, search
-from kvcheck.search.sampling import database_key, sample_search, saved_scenarios
+from kvcheck.search.check import STRIDE_SWITCH_WITNESS, saved_scenarios, scenarios_key, search
+from kvcheck.search.sampling import sample_search
 from kvcheck.search.shrink import shrink
 from kvcheck.targets.loading import load_target
 from tests.helpers import TESTS_DIR, scenario
 
 SEED_PREFIX = load_target("builtin:seed-prefix")
 REFERENCE = load_target("builtin:reference")
-KEY = database_key(SEED_PREFIX, "preclaim", "ideal", False, None)
+KEY = scenarios_key(SEED_PREFIX, "preclaim", "ideal", False, None)
 
 
 def test_a_clean_target_runs_its_budget_and_reports_labels() -> None:
@@ -89,20 +89,49 @@ def test_saved_entries_are_keyed_by_target_and_options() -> None:
     sample_search(SEED_PREFIX, convention="preclaim", seed=0, database=database)
     assert list(database.fetch(KEY))
     for other in (
-        database_key(REFERENCE, "preclaim", "ideal", False, None),
-        database_key(SEED_PREFIX, "honest", "ideal", False, None),
-        database_key(SEED_PREFIX, "preclaim", "ideal", True, None),
-        database_key(SEED_PREFIX, "preclaim", "ideal", False, True),
+        scenarios_key(REFERENCE, "preclaim", "ideal", False, None),
+        scenarios_key(SEED_PREFIX, "honest", "ideal", False, None),
+        scenarios_key(SEED_PREFIX, "preclaim", "ideal", True, None),
+        scenarios_key(SEED_PREFIX, "preclaim", "ideal", False, True),
     ):
         assert not list(database.fetch(other))
-    # Hypothesis's search never reads them (its entries are choice sequences under its own key).
+    # Hypothesis's own entries (choice sequences) are under its own key.
     hypothesis_key = b"kvcheck.search.check|builtin:seed-prefix|preclaim|ideal|False|None"
     assert not list(database.fetch(hypothesis_key))
 
 
+def test_either_generator_replays_first_what_the_other_saved(tmp_path: Path) -> None:
+    database = DirectoryBasedExampleDatabase(str(tmp_path / "fast-first"))
+    fast = sample_search(SEED_PREFIX, convention="preclaim", seed=1, database=database)
+    assert fast.failure is not None
+    slow = search(SEED_PREFIX, convention="preclaim", database=database)
+    assert slow.examples_to_failure == 1
+    assert slow.failure is not None and slow.failure.scenario == fast.failure.scenario
+    # The other way round: what Hypothesis's search found (and shrank) the fast one tries first.
+    database = DirectoryBasedExampleDatabase(str(tmp_path / "hypothesis-first"))
+    slow = search(SEED_PREFIX, convention="preclaim", database=database)
+    assert slow.failure is not None
+    assert [s for _, s in saved_scenarios(database, KEY)] == [slow.failure.scenario]
+    ran: list[str] = []
+    fast = sample_search(
+        SEED_PREFIX,
+        convention="preclaim",
+        seed=1,
+        database=database,
+        on_run=lambda result: ran.append(to_json_line(result.scenario)),
+    )
+    assert fast.examples_to_failure == 1 and ran[0] == to_json_line(slow.failure.scenario)
+
+
+def test_a_seeded_hypothesis_search_leaves_the_database_alone_as_before() -> None:
+    database = InMemoryExampleDatabase()
+    search(SEED_PREFIX, convention="preclaim", seed=0, database=database)
+    assert not list(database.fetch(KEY))
+
+
 def test_a_saved_scenario_that_passes_or_is_damaged_is_deleted() -> None:
     database = InMemoryExampleDatabase()
-    key = database_key(REFERENCE, "preclaim", "ideal", False, None)
+    key = scenarios_key(REFERENCE, "preclaim", "ideal", False, None)
     database.save(key, to_json_line(scenario(Step())).encode())
     database.save(key, b"{not json")
     database.save(key, b"\xff\xfe")
