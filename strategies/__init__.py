@@ -140,14 +140,10 @@ class _HypothesisDraws:
     def many(
         self, key: Hashable, element: Callable[[Draws], T], min_size: int, max_size: int
     ) -> list[T]:
-        strategy = _LISTS.get((key, min_size, max_size))
-        if strategy is None:
-            one = _ELEMENTS.get(key)
-            if one is None:
-                one = _ELEMENTS[key] = _strategy(element)
-            strategy = st.lists(one, min_size=min_size, max_size=max_size)
-            _LISTS[(key, min_size, max_size)] = strategy
-        return self._draw(strategy)
+        one = _ELEMENTS.get(key)
+        if one is None:
+            one = _ELEMENTS[key] = _strategy(element)
+        return self._draw(_lists(one, min_size, max_size))
 
 
 # Strategies are built once: Hypothesis draws through strategies created on every call cost
@@ -156,7 +152,13 @@ _INTEGERS: Final[dict[tuple[int, int], st.SearchStrategy[int]]] = {}
 _BOOLEANS: Final = st.booleans()
 _SAMPLED: Final[dict[tuple[Any, ...], st.SearchStrategy[Any]]] = {}
 _ELEMENTS: Final[dict[Hashable, st.SearchStrategy[Any]]] = {}
-_LISTS: Final[dict[tuple[Hashable, int, int], st.SearchStrategy[Any]]] = {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _lists(
+    element: st.SearchStrategy[Any], min_size: int, max_size: int
+) -> st.SearchStrategy[list[Any]]:
+    return st.lists(element, min_size=min_size, max_size=max_size)
 
 
 def _strategy(build: Callable[[Draws], T]) -> st.SearchStrategy[T]:
