@@ -1,4 +1,5 @@
-"""Hypothesis strategies for kvcheck scenarios (installed as `kvcheck.strategies`).
+"""The scenario distribution: Hypothesis strategies, and a seeded-Random driver of the same
+draws (installed as `kvcheck.strategies`).
 
 A scenario is a `Config` plus a list of events (`kvcheck.core.scenario`). The strategies here draw
 request lifecycles for 1-6 requests: admissions with short or long generations and optional EOS
@@ -9,6 +10,10 @@ that land between a launch and its delivery.
 Every branch shrinks towards the simplest scenario: `step` is the first event alternative, small
 prompts, short generations, overlap on and stride 2 come first. That is why counterexamples come
 out at the length of the minimal sequences in docs/semantics.md §3.
+
+The distribution is written once (the `_draw_*` functions, against `Draws`); `scenarios()` and the
+other strategies draw it through Hypothesis, `random_scenario` through a seeded `random.Random`
+(`kvcheck fuzz`'s default generator, tens of times cheaper per scenario).
 """
 
 from __future__ import annotations
