@@ -128,6 +128,15 @@ def add_parser(commands: Any) -> None:
         help="use no example database (default: off)",
     )
     campaign.add_argument(
+        "--generator",
+        choices=("random", "hypothesis"),
+        default="random",
+        help="how workers draw scenarios: random (a seeded random generator with the same "
+        "scenario distribution, several times faster; failures shrunk by kvcheck and saved in "
+        "the database as scenarios) or hypothesis (Hypothesis's engine, as `check` uses it) "
+        "(default: random)",
+    )
+    campaign.add_argument(
         "--keep-going",
         action="store_true",
         help="collect the distinct failures (by invariant and shrunk scenario) until the end "
@@ -184,6 +193,7 @@ def _run(args: argparse.Namespace) -> int:
         measure_coverage=not args.no_coverage,
         allow_unavailable_imports=args.allow_unavailable_imports,
         deadline=args.deadline,
+        generator=args.generator,
     )
     display = _Display(plan, live=sys.stderr.isatty())
     reports: list[dict[str, Any]] = []
@@ -263,6 +273,7 @@ def campaign_json(
         "adaptive": plan.adaptive,
         "workers": plan.workers,
         "seed": plan.seed,
+        "generator": plan.generator,
         "database": None if plan.database is None else _shown_database(plan.database),
         "duration": None if duration is None or math.isinf(duration) else duration,
         "max_examples": plan.max_examples,
@@ -309,7 +320,8 @@ def _format_campaign(
     lines = [
         f"target      {target.spec}  ({target.description})",
         f"convention  {plan.convention}  ({plan.convention_reason})",
-        f"campaign    {plan.workers} workers, seed {plan.seed}, database {database}, "
+        f"campaign    {plan.workers} workers, seed {plan.seed}, {plan.generator} generator, "
+        f"database {database}, "
         f"{' or '.join(budget)}" + (", keep going" if plan.keep_going else ""),
         f"scenarios   {state.examples} in {state.seconds:.1f} s: {state.rate:.0f}/s searching "
         "(" + ", ".join(f"worker {w.index} {w.rate:.0f}/s" for w in state.workers) + ")",

@@ -1,7 +1,9 @@
 """A fuzz campaign: many independent seeded searches in separate processes, one example database.
 
 Each worker is a process (multiprocessing's `spawn` context) that loads the target itself and runs
-`kvcheck.search.check.search` round after round, each round with its own seed (derived from the
+a search round after round (`kvcheck.search.sampling.sample_search` on scenarios drawn from a
+seeded `random.Random`, or with `generator="hypothesis"` Hypothesis's own
+`kvcheck.search.check.search`), each round with its own seed (derived from the
 campaign's seed, the worker's index and the round), until the campaign's duration, its share of
 `max_examples`, or the parent's stop. Every round reads and writes the shared example database
 (`open_database`: a directory, or a Redis URL for workers on many machines), so a failure one
@@ -43,10 +45,12 @@ from kvcheck.counterexamples.fileformat import Counterexample, loads
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.search.check import search
+from kvcheck.search.sampling import sample_search
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.targets.loading import load_target
 
 __all__ = [
+    "GENERATORS",
     "REDIS_SCHEMES",
     "CampaignPlan",
     "CampaignState",
@@ -71,6 +75,10 @@ _COVERAGE_EVERY: Final = 2.0
 _STOP_GRACE: Final = 20.0
 
 WorkerState = Literal["starting", "running", "done", "crashed", "stopped"]
+# How a worker draws scenarios: from a seeded `random.Random` (kvcheck.search.sampling, several
+# times faster) or through Hypothesis's engine (kvcheck.search.check.search).
+Generator = Literal["random", "hypothesis"]
+GENERATORS: Final[tuple[Generator, ...]] = ("random", "hypothesis")
 
 
 @attrs.frozen
@@ -98,6 +106,7 @@ class CampaignPlan:
     round_examples: int = ROUND_EXAMPLES
     # Seconds each call of the target may take in the workers (None: no limit).
     deadline: float | None = DEFAULT_DEADLINE
+    generator: Generator = "random"
 
     def share(self, index: int) -> int | None:
         """Worker `index`'s part of `max_examples` (None: no limit)."""
@@ -108,8 +117,8 @@ class CampaignPlan:
 
 
 def round_seed(seed: int, worker: int, round_index: int) -> int:
-    """The Hypothesis seed of one round of one worker: distinct for every worker and round, the
-    same for the same campaign seed."""
+    """The seed (of the random generator or of Hypothesis) of one round of one worker: distinct
+    for every worker and round, the same for the same campaign seed."""
     return random.Random(f"kvcheck-fuzz:{seed}:{worker}:{round_index}").getrandbits(64)
 
 
@@ -299,18 +308,20 @@ def _work(plan: CampaignPlan, index: int, messages: Any, stop: Any) -> None:
             if size <= 0:
                 break
         before = count["examples"]
-        outcome = search(
-            judged,
-            convention=plan.convention,
-            global_counters=plan.global_counters,
-            adaptive=plan.adaptive,
-            max_examples=size,
-            seed=round_seed(plan.seed, index, round_index),
-            database=database,
-            seeded_database=True,
-            reuse=round_index == 0 or not plan.keep_going,
-            on_run=on_run,
-        )
+        options: dict[str, Any] = {
+            "convention": plan.convention,
+            "global_counters": plan.global_counters,
+            "adaptive": plan.adaptive,
+            "max_examples": size,
+            "seed": round_seed(plan.seed, index, round_index),
+            "database": database,
+            "reuse": round_index == 0 or not plan.keep_going,
+            "on_run": on_run,
+        }
+        if plan.generator == "random":
+            outcome = sample_search(judged, **options)
+        else:
+            outcome = search(judged, seeded_database=True, **options)
         reached.update(outcome.reached)
         round_index += 1
         if outcome.failure is not None:

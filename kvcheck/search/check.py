@@ -39,16 +39,17 @@ from kvcheck.core.scenario import (
     Scenario,
     Step,
     SwitchStride,
+    from_json,
     to_json_line,
 )
 from kvcheck.core.target import ApiShape, Target
 from kvcheck.counterexamples.fileformat import Counterexample
 from kvcheck.counterexamples.replay import from_run
-from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
+from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError, ScenarioFormatError
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.shrink import shrink
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
-from kvcheck.strategies import label_run, scenarios
+from kvcheck.strategies import ScenarioSpace, label_run, scenarios_of, space_of
 from kvcheck.targets.loading import load_target
 
 ConventionChoice = Literal["auto", "preclaim", "honest"]
@@ -157,6 +158,51 @@ def _stop_name(exc: BaseException) -> str:
     return "interrupted" if isinstance(exc, KeyboardInterrupt) else "time limit"
 
 
+# Failures as scenarios in the example database: the shrunk failing scenario's one-line JSON under
+# a key naming the target and the judging options. Both searches save there and replay what is
+# there first (the fast search, kvcheck.search.sampling, and this one as explicit examples), so
+# a failure one generator found is the first thing the other tries; Hypothesis's own entries
+# (choice sequences, under `kvcheck.search.check|...`) only Hypothesis can read.
+SCENARIOS_KEY_PREFIX: Final = "kvcheck.search.sampling"
+
+
+def scenarios_key(
+    target: Target,
+    convention: Convention,
+    global_counters: GlobalCounterMode,
+    adaptive: bool,
+    overlap: bool | None,
+) -> bytes:
+    """The example-database key of the saved failing scenarios of a search: the target and the
+    judging options, so one target's failures are never replayed against another or under
+    other options."""
+    parts = (SCENARIOS_KEY_PREFIX, target.spec, convention, global_counters, adaptive, overlap)
+    return "|".join(str(p) for p in parts).encode()
+
+
+def saved_scenarios(database: ExampleDatabase, key: bytes) -> list[tuple[bytes, Scenario]]:
+    """The scenarios saved under `key` with their entries; an entry that does not parse as a
+    scenario (damaged, or written by an older format) is deleted."""
+    saved: list[tuple[bytes, Scenario]] = []
+    for value in sorted(database.fetch(key)):
+        try:
+            saved.append((value, from_json(value.decode("utf-8"))))
+        except (UnicodeDecodeError, ScenarioFormatError, ValueError, TypeError):
+            database.delete(key, value)
+    return saved
+
+
+def save_scenario(
+    database: ExampleDatabase, key: bytes, scenario: Scenario, replaced: bytes | None = None
+) -> None:
+    """Save a shrunk failing scenario under `key`; `replaced`, the saved entry it was shrunk
+    from, if any, is deleted when it differs."""
+    value = to_json_line(scenario).encode("utf-8")
+    database.save(key, value)
+    if replaced is not None and replaced != value:
+        database.delete(key, replaced)
+
+
 def search(
     target: Target,
     *,
@@ -246,6 +292,12 @@ def search(
             failures.append(result)
             raise _ViolationFound(result.violation.invariant)
 
+    # The example database is in use unless a seed turned it off (as Hypothesis's `@seed` does).
+    saving = database is not None and (seed is None or seeded_database)
+    saved_key = scenarios_key(target, convention, global_counters, adaptive, overlap)
+    if saving and reuse and database is not None:
+        for _, saved in reversed(saved_scenarios(database, saved_key)):
+            property_holds = example(_pinned(saved, overlap))(property_holds)
     if with_witness:
         witness = Scenario(
             Config(convention, True, 4, True, global_counters=global_counters),
@@ -294,6 +346,8 @@ def search(
             raise _nondeterministic(final.scenario, failures[0].violation, None, "shrinking")
         if not stopped:
             require_deterministic(final, target)
+        if saving and database is not None:
+            save_scenario(database, saved_key, final.scenario)
     if "interrupted" in stopped and not report_interrupt:
         raise KeyboardInterrupt
     return SearchOutcome(
@@ -358,10 +412,22 @@ def _scenarios(
     overlap: bool | None,
     target: Target,
 ) -> SearchStrategy[Scenario]:
+    space = scenario_space(target, convention, global_counters, adaptive)
+    strategy: SearchStrategy[Scenario] = scenarios_of(space)
+    if overlap is None:
+        return strategy
+    return strategy.map(lambda s: _pinned(s, overlap))
+
+
+def scenario_space(
+    target: Target, convention: Convention, global_counters: GlobalCounterMode, adaptive: bool
+) -> ScenarioSpace:
+    """The scenarios a search of `target` draws (with either generator): what its API shape
+    supports, under the rules of its own allocation path if it brings one."""
     shape = target.shape
     # A target bringing its own allocation path is searched under the rules it implements.
     rules = getattr(target.allocation, "rules", None)
-    strategy: SearchStrategy[Scenario] = scenarios(
+    space: ScenarioSpace = space_of(
         convention=convention,
         global_counters=global_counters,
         adaptive=adaptive,
@@ -370,9 +436,14 @@ def _scenarios(
         grammar=shape.grammar,
         allocation=rules if rules is not None else True,
     )
-    if overlap is None:
-        return strategy
-    return strategy.map(lambda s: attrs.evolve(s, config=attrs.evolve(s.config, overlap=overlap)))
+    return space
+
+
+def _pinned(scenario: Scenario, overlap: bool | None) -> Scenario:
+    """`scenario` with the overlap axis pinned to `overlap` (None: as it is)."""
+    if overlap is None or scenario.config.overlap == overlap:
+        return scenario
+    return attrs.evolve(scenario, config=attrs.evolve(scenario.config, overlap=overlap))
 
 
 def detect_convention(target: Target) -> tuple[Convention, str]:

@@ -6,13 +6,20 @@ class it exposes silently drops out of every search; this test makes that loud.
 
 from __future__ import annotations
 
+import collections
+import random
+import statistics
+
 from hypothesis import HealthCheck, given, seed, settings
 from kvcheck.strategies import (
     ADAPTIVE_COVERAGE_TARGETS,
     COVERAGE_TARGETS,
     SHAPE_COVERAGE_TARGETS,
     label_run,
+    random_scenario,
+    scenario_labels,
     scenarios,
+    space_of,
 )
 
 from kvcheck.core.run import run_scenario
@@ -77,3 +84,82 @@ def test_todays_shape_reaches_every_algorithm_grammar_and_block_cap_situation() 
     wanted = {"stale row of a finished request", "stale row of a retracted request"}
     missing = (wanted | set(SHAPE_COVERAGE_TARGETS)) - _reached(adaptive=False, today=True)
     assert not missing, f"never generated in {CI_BUDGET} scenarios: {sorted(missing)}"
+
+
+# The random driver (`kvcheck fuzz`'s default generator) is held to the same targets in the same
+# budget, and to about the same frequencies as Hypothesis's (a change to one driver's
+# imitation of the other shows here).
+
+
+def _reached_by_random_draws(adaptive: bool, *, today: bool = False) -> set[str]:
+    checked = load_target("builtin:reference-v2") if today else target(reference)
+    shape = checked.shape
+    space = (
+        space_of(
+            adaptive=adaptive,
+            convention=shape.convention,
+            algorithms=shape.algorithms,
+            block_cap=shape.block_cap,
+            grammar=shape.grammar,
+        )
+        if today
+        else space_of(adaptive=adaptive)
+    )
+    rng = random.Random(20261130)
+    reached: set[str] = set()
+    for _ in range(CI_BUDGET):
+        scenario = random_scenario(space, rng)
+        result = run_scenario(scenario, checked)
+        assert result.violation is None
+        reached |= scenario_labels(scenario, result.reached)
+    return reached
+
+
+def test_the_random_driver_reaches_every_coverage_target_in_the_ci_budget() -> None:
+    missing = set(COVERAGE_TARGETS) - _reached_by_random_draws(adaptive=False)
+    assert not missing, f"never generated in {CI_BUDGET} scenarios: {sorted(missing)}"
+    # The adaptive witness is tried first by every adaptive search; random draws reach it too.
+    missing = set(COVERAGE_TARGETS + ADAPTIVE_COVERAGE_TARGETS) - _reached_by_random_draws(
+        adaptive=True
+    )
+    assert not missing, f"never generated in {CI_BUDGET} scenarios: {sorted(missing)}"
+    wanted = {"stale row of a finished request", "stale row of a retracted request"}
+    missing = (wanted | set(SHAPE_COVERAGE_TARGETS)) - _reached_by_random_draws(
+        adaptive=False, today=True
+    )
+    assert not missing, f"never generated in {CI_BUDGET} scenarios: {sorted(missing)}"
+
+
+def test_the_two_drivers_reach_the_same_situations_about_as_often() -> None:
+    samples = 1500
+    checked = target(reference)
+    by_hypothesis: list[Scenario] = []
+
+    @seed(3)
+    @settings(
+        max_examples=samples, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(scenarios(allocation=True))
+    def collect(scenario: Scenario) -> None:
+        by_hypothesis.append(scenario)
+
+    collect()
+    rng = random.Random(3)
+    space = space_of(allocation=True)
+    by_random = [random_scenario(space, rng) for _ in range(samples)]
+
+    def frequencies(drawn: list[Scenario]) -> dict[str, float]:
+        counts: collections.Counter[str] = collections.Counter()
+        for scenario in drawn:
+            counts.update(scenario_labels(scenario, run_scenario(scenario, checked).reached))
+        return {label: count / len(drawn) for label, count in counts.items()}
+
+    slow, fast = frequencies(by_hypothesis), frequencies(by_random)
+    # Every situation reached in one scenario in twenty by one driver is reached about as often
+    # by the other (within a factor of 1.5), and scenarios are about as long.
+    for label in set(slow) | set(fast):
+        h, f = slow.get(label, 0.0), fast.get(label, 0.0)
+        if max(h, f) >= 0.05:
+            assert 2 / 3 < f / h < 1.5, (label, h, f)
+    lengths = [statistics.mean(len(s.events) for s in d) for d in (by_hypothesis, by_random)]
+    assert 0.85 < lengths[1] / lengths[0] < 1.15, lengths

@@ -55,3 +55,31 @@ def test_the_default_workers_are_the_usable_cores(capsys: pytest.CaptureFixture[
     code, out, _ = run_cli(capsys, "fuzz", "--help")
     assert code == 0
     assert f"here {fuzz.usable_cores()}" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    ("given", "generator"), [((), "random"), (("--generator", "hypothesis"), "hypothesis")]
+)
+def test_the_generator_is_random_unless_hypothesis_is_asked_for(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    given: tuple[str, ...],
+    generator: str,
+) -> None:
+    from kvcheck.search.campaign import CampaignPlan, CampaignState
+
+    plans: list[CampaignPlan] = []
+
+    def no_campaign(plan: CampaignPlan, **kwargs: object) -> CampaignState:
+        plans.append(plan)
+        return CampaignState(plan, [])
+
+    monkeypatch.setattr("kvcheck.search.campaign.run_campaign", no_campaign)
+    code, out, _ = run_cli(capsys, "fuzz", "builtin:reference", "--no-database", "--json", *given)
+    assert code == 0 and plans[0].generator == generator
+    assert json.loads(out)["generator"] == generator
+
+
+def test_an_unknown_generator_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "fuzz", "builtin:reference", "--generator", "numpy")
+    assert code == 2 and "invalid choice: 'numpy'" in err and out == ""

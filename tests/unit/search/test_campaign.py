@@ -129,11 +129,15 @@ def test_reuse_off_does_not_replay_the_saved_failure_first() -> None:
     assert len(runs) == 1
 
 
-def test_a_worker_reports_progress_a_shrunk_failure_and_its_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("generator", ["random", "hypothesis"])
+def test_a_worker_reports_progress_a_shrunk_failure_and_its_end(
+    tmp_path: Path, generator: str
+) -> None:
     # The worker's loop in this process (tests/quality/test_fuzz.py runs it in processes).
     messages: queue.Queue[tuple[object, ...]] = queue.Queue()
     database = str(tmp_path / "db")
-    _work(plan(target="builtin:seed-prefix", database=database), 1, messages, threading.Event())
+    seeded = plan(target="builtin:seed-prefix", database=database, generator=generator)
+    _work(seeded, 1, messages, threading.Event())
     received = [messages.get_nowait() for _ in range(messages.qsize())]
     kinds = [m[0] for m in received]
     assert kinds[-2:] == ["progress", "done"] and kinds.count("failure") == 1
@@ -147,9 +151,27 @@ def test_a_worker_reports_progress_a_shrunk_failure_and_its_end(tmp_path: Path) 
     assert final[2] >= failure[3]  # type: ignore[operator]
 
 
-def test_a_worker_stops_at_its_share_of_max_examples() -> None:
+def test_a_random_workers_failure_is_the_next_workers_first_scenario(tmp_path: Path) -> None:
+    database = str(tmp_path / "db")
+    firsts = []
+    for worker in (0, 1):
+        messages: queue.Queue[tuple[object, ...]] = queue.Queue()
+        _work(
+            plan(target="builtin:seed-prefix", database=database, seed=2),
+            worker,
+            messages,
+            threading.Event(),
+        )
+        received = [messages.get_nowait() for _ in range(messages.qsize())]
+        firsts.append(next(m for m in received if m[0] == "failure"))
+    assert int(firsts[0][3]) > 1 and firsts[1][3] == 1  # type: ignore[call-overload]
+    assert loads(str(firsts[1][2])).scenario == loads(str(firsts[0][2])).scenario
+
+
+@pytest.mark.parametrize("generator", ["random", "hypothesis"])
+def test_a_worker_stops_at_its_share_of_max_examples(generator: str) -> None:
     messages: queue.Queue[tuple[object, ...]] = queue.Queue()
-    _work(plan(max_examples=90, workers=2), 0, messages, threading.Event())
+    _work(plan(max_examples=90, workers=2, generator=generator), 0, messages, threading.Event())
     received = [messages.get_nowait() for _ in range(messages.qsize())]
     assert received[-1] == ("done", 0)
     assert received[-2][2] == 45
