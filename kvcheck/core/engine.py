@@ -208,6 +208,9 @@ class Engine:
         # The decode launch of the current event: (pages the memory check estimated, pages it
         # allocated), with an allocation rule.
         self.launch_pages: tuple[int, int] | None = None
+        # The requests of the last observation `apply` returned. The target runs only within a
+        # `Step`; any other event changes one request at most, so only that one is read anew.
+        self._last_requests: tuple[ObservedRequest, ...] | None = None
 
     def clone(self) -> Engine:
         """An independent copy for exhaustive search to branch from.
@@ -296,8 +299,11 @@ class Engine:
         target_error: str | None = None
         self.launch_pages = None
         exceeded: float | None = None
+        # The one request the event may change (None: any, after a `Step`).
+        changed: str | None = None
         match event:
             case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
+                changed = rid
                 if rid not in self.reqs:
                     admitted = FakeReq(rid, p, m)
                     if g is not None:
@@ -318,17 +324,37 @@ class Engine:
                     and (req in self.running or req in self.last_prefill)
                 ):
                     self.retract_requested.add(rid)
+                changed = rid
             case Abort(rid=rid):
                 self._abort(rid)
+                changed = rid
             case SwitchStride(stride=stride):
                 if self.config.adaptive:
                     self.scheduler.draft_worker.speculative_num_draft_tokens = stride
+                changed = ""  # no request
         pool = None
         if self.allocation is not None:
             self.allocation.pool.check()
             pool = self.allocation.pool.state()
+        last = getattr(self, "_last_requests", None)
+        if changed is None or last is None:
+            requests = self.observe_requests()
+        else:
+            requests = last
+            req = self.reqs.get(changed)
+            if req is not None:
+                made = self._observe(req)
+                requests = next(
+                    (
+                        (*last[:i], made, *last[i + 1 :])
+                        for i, old in enumerate(last)
+                        if old.rid == changed
+                    ),
+                    (*last, made),
+                )
+        self._last_requests = requests
         return Observation(
-            self.observe_requests(),
+            requests,
             delivery,
             target_error,
             self.not_judged,
@@ -339,25 +365,26 @@ class Engine:
 
     def observe_requests(self) -> tuple[ObservedRequest, ...]:
         """Every request admitted so far as its fake now holds it, in admission order."""
+        return tuple(map(self._observe, self.reqs.values()))
+
+    def _observe(self, req: FakeReq) -> ObservedRequest:
+        """One request as its fake now holds it."""
         pool = None if self.allocation is None else self.allocation.pool
-        return tuple(
-            ObservedRequest(
-                rid=req.rid,
-                committed=req.kv_committed_len,
-                verify_ct=req.spec_verify_ct,
-                drafts=req._spec_drafts,
-                histogram=req.histogram(),
-                outputs=len(req.output_ids),
-                finished=req.finished(),
-                retracted=req.is_retracted,
-                block_tokens=req.spec_num_block_accept_tokens,
-                cap_tokens=req.spec_num_cap_tokens,
-                cap_histogram=tuple(sorted(req._cap_histogram.items())),
-                allocated=req.kv_allocated_len,
-                pages=0 if pool is None else pool.held(req.rid),
-                holds_row=pool is not None and pool.has_row(req.rid),
-            )
-            for req in self.reqs.values()
+        return ObservedRequest(
+            rid=req.rid,
+            committed=req.kv_committed_len,
+            verify_ct=req.spec_verify_ct,
+            drafts=req._spec_drafts,
+            histogram=req.histogram(),
+            outputs=len(req.output_ids),
+            finished=req.finished(),
+            retracted=req.is_retracted,
+            block_tokens=req.spec_num_block_accept_tokens,
+            cap_tokens=req.spec_num_cap_tokens,
+            cap_histogram=tuple(sorted(req._cap_histogram.items())),
+            allocated=req.kv_allocated_len,
+            pages=0 if pool is None else pool.held(req.rid),
+            holds_row=pool is not None and pool.has_row(req.rid),
         )
 
     def _abort(self, rid: str) -> None:
