@@ -20,7 +20,6 @@ target mutated. Its state is plain objects, so `clone()` is a deep copy.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -44,6 +43,8 @@ from kvcheck.core.fakes import (
     FakeResult,
     FakeScheduler,
     UnmodeledAttributeError,
+    histogram_of,
+    is_finished,
 )
 from kvcheck.core.jsonable import type_name
 from kvcheck.core.pool import PoolState
@@ -320,7 +321,7 @@ class Engine:
                 req = self.reqs.get(rid)
                 if (
                     req is not None
-                    and not req.finished()
+                    and not is_finished(req)
                     and (req in self.running or req in self.last_prefill)
                 ):
                     self.retract_requested.add(rid)
@@ -375,9 +376,9 @@ class Engine:
             committed=req.kv_committed_len,
             verify_ct=req.spec_verify_ct,
             drafts=req._spec_drafts,
-            histogram=req.histogram(),
+            histogram=histogram_of(req),
             outputs=len(req.output_ids),
-            finished=req.finished(),
+            finished=is_finished(req),
             retracted=req.is_retracted,
             block_tokens=req.spec_num_block_accept_tokens,
             cap_tokens=req.spec_num_cap_tokens,
@@ -389,7 +390,7 @@ class Engine:
 
     def _abort(self, rid: str) -> None:
         req = self.reqs.get(rid)
-        if req is None or req.finished():
+        if req is None or is_finished(req):
             return
         if req in self.waiting:
             self.waiting.remove(req)
@@ -418,7 +419,7 @@ class Engine:
     def _build_and_launch(self, step: Step) -> _EngineLaunch | None:
         self.running.extend(self.last_prefill)
         self.last_prefill = []
-        self.running = [req for req in self.running if not req.finished()]
+        self.running = [req for req in self.running if not is_finished(req)]
         admitted = self._admissible()
         if admitted:
             return self._prefill(admitted)
@@ -554,7 +555,7 @@ class Engine:
             for req, before in zip(launch.batch.reqs, offered_before, strict=True)
         )
         self._apply_abort_requests()
-        stale = tuple(req.is_retracted or req.finished() for req in launch.batch.reqs)
+        stale = tuple(req.is_retracted or is_finished(req) for req in launch.batch.reqs)
         # The scheduler's per-row loop (docs/semantics.md §2.4 step 3) with the target's runs.
         for row, req in enumerate(launch.batch.reqs):
             if stale[row]:
@@ -564,7 +565,7 @@ class Engine:
             self._update_finish_state(req)
             self._release_if_finished(req)
             if req.grammar is not None:
-                req.grammar.finished = req.finished()
+                req.grammar.finished = is_finished(req)
         observed = ObservedDelivery(
             launch_number=launch.number,
             rids=tuple(req.rid for req in launch.batch.reqs),
@@ -592,7 +593,7 @@ class Engine:
                     self.waiting.remove(req)
                     req.finished_reason, req.finished_len = "abort", len(req.output_ids)
             for req in self.running + self.last_prefill:
-                if not req.finished() and req.rid.startswith(recv.rid):
+                if not is_finished(req) and req.rid.startswith(recv.rid):
                     req.to_finish = "abort"
 
     def _deliver_prefill(self, launch: _EngineLaunch) -> str | None:
@@ -602,7 +603,7 @@ class Engine:
         SGLang's scheduler does; its exception is the target's (`target-raised`)."""
         live = []
         for row, req in enumerate(launch.batch.reqs):
-            if req.is_retracted or req.finished():
+            if req.is_retracted or is_finished(req):
                 continue
             req.output_ids.append(token_id(launch.number, row, 0))
             self._update_finish_state(req)
@@ -617,9 +618,9 @@ class Engine:
                 try:
                     req.grammar.accept_token(token_id(launch.number, row, 0))
                 except ValueError:
-                    if not req.finished():
+                    if not is_finished(req):
                         req.to_finish = "abort"
-                req.grammar.finished = req.finished()
+                req.grammar.finished = is_finished(req)
         return None
 
     def _call_target(self, method: Callable[..., Any], launch: _EngineLaunch) -> str | None:
@@ -644,7 +645,7 @@ class Engine:
             return target_error
         for req in launch.batch.reqs:
             if req.grammar is not None:
-                req.grammar.finished = req.finished()
+                req.grammar.finished = is_finished(req)
         return None
 
     def _make_result(self, launch: _EngineLaunch) -> FakeResult:
@@ -654,15 +655,12 @@ class Engine:
 
         config = self.config
         rows, width = len(launch.batch.reqs), config.output_width(launch.stride)
-        next_token_ids = torch.tensor(
-            [token_id(launch.number, row, col) for row in range(rows) for col in range(width)],
-            dtype=torch.int64,
-        )
-        accept_lens = torch.tensor(launch.accepts, dtype=torch.int32)
+        next_token_ids = _token_ids(torch, launch.number, rows, width)
+        accept_lens = _int32_row(torch, launch.accepts)
         blocks = caps = None
         if launch.block_caps:
-            blocks = torch.tensor([b for b, _ in launch.block_caps], dtype=torch.int32)
-            caps = torch.tensor([c for _, c in launch.block_caps], dtype=torch.int32)
+            blocks = _int32_row(torch, tuple(b for b, _ in launch.block_caps))
+            caps = _int32_row(torch, tuple(c for _, c in launch.block_caps))
         return FakeResult(
             next_token_ids,
             accept_lens,
@@ -685,13 +683,13 @@ class Engine:
         Not when the resolver just wrote something other than an int into `kv_allocated_len`:
         SGLang's release would fail on it, and `alloc-untouched-by-resolver` reports the write
         at this event rather than kvcheck's allocator raising."""
-        if self.allocation is not None and req.finished():
+        if self.allocation is not None and is_finished(req):
             if type(req.kv_allocated_len) is not int:
                 return
             self.allocation.release(req)
 
     def _update_finish_state(self, req: FakeReq) -> None:
-        if req.finished():
+        if is_finished(req):
             return
         if req.to_finish is not None:
             # Any reason set (an abort, or a resolver's FINISH_ABORT) is an abort here.
@@ -710,6 +708,38 @@ class Engine:
             req.finished_reason, req.finished_len = "grammar", emitted
 
 
+# Templates of the result tensors, by shape (`next_token_ids`) and by values (per-row int32
+# lists). A result gets a new tensor made from one (`add`, `clone`): an ordinary CPU tensor of its
+# own, which the target may change at will, made in a third of `torch.tensor(list)`'s time.
+_TOKEN_TEMPLATES: dict[tuple[int, int], Any] = {}
+_INT32_TEMPLATES: dict[tuple[int, ...], Any] = {}
+_TEMPLATES_MAX: Final = 4096
+
+
+def _token_ids(torch: Any, launch_no: int, rows: int, width: int) -> Any:
+    """A new int64 tensor of `token_id(launch_no, row, col)` for `rows` rows of `width`, row by
+    row (`token_id` is `token_id(launch_no, 0, 0)` plus `token_id(0, row, col)`)."""
+    template = _TOKEN_TEMPLATES.get((rows, width))
+    if template is None:
+        if len(_TOKEN_TEMPLATES) >= _TEMPLATES_MAX:
+            _TOKEN_TEMPLATES.clear()
+        template = _TOKEN_TEMPLATES[(rows, width)] = torch.tensor(
+            [token_id(0, row, col) for row in range(rows) for col in range(width)],
+            dtype=torch.int64,
+        )
+    return template.add(token_id(launch_no, 0, 0))
+
+
+def _int32_row(torch: Any, values: tuple[int, ...]) -> Any:
+    """A new int32 tensor holding `values`."""
+    template = _INT32_TEMPLATES.get(values)
+    if template is None:
+        if len(_INT32_TEMPLATES) >= _TEMPLATES_MAX:
+            _INT32_TEMPLATES.clear()
+        template = _INT32_TEMPLATES[values] = torch.tensor(values, dtype=torch.int32)
+    return template.clone()
+
+
 def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
     """Call the target's code: (what it returned, None), or (None, its exception as text) when
     it raised. Raises `UnsupportedTargetError` when it reached what kvcheck does not model or
@@ -717,8 +747,11 @@ def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | No
     verdict on the target. What the target prints goes to stderr: kvcheck's stdout is its report
     (one JSON object under `--json`)."""
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        stdout, sys.stdout = sys.stdout, sys.stderr  # `contextlib.redirect_stdout`, inline
+        try:
             return function(*args), None
+        finally:
+            sys.stdout = stdout
     except (UnmodeledAttributeError, KvcheckUsageError) as exc:
         # Includes a name the source loader could not provide, reached at run time.
         raise UnsupportedTargetError(str(exc)) from None
