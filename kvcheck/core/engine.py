@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -60,6 +60,7 @@ from kvcheck.core.scenario import (
     block_cap_for_row,
     token_id,
 )
+from kvcheck.core.snapshots import refreshed
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 
 Resolver = Callable[[Any, Any, Any], Any]
@@ -109,7 +110,8 @@ class ObservedDelivery:
     rids: tuple[str, ...]
     stale: tuple[bool, ...]
     # The runs the target returned, as tuples of ints; None if not a list of lists of Python
-    # ints, and then `runs_problem` says what is wrong with it.
+    # ints, and then `runs_problem` says what is wrong with it and `runs_repr` shows what it
+    # returned (empty when the runs are ints: the repr is made only to report it).
     runs: tuple[tuple[int, ...], ...] | None
     runs_repr: str
     global_drafts: Any
@@ -209,9 +211,12 @@ class Engine:
         # The decode launch of the current event: (pages the memory check estimated, pages it
         # allocated), with an allocation rule.
         self.launch_pages: tuple[int, int] | None = None
-        # The requests of the last observation `apply` returned. The target runs only within a
-        # `Step`; any other event changes one request at most, so only that one is read anew.
+        # The requests of the last observation `apply` returned, handed on where the next
+        # event leaves them unchanged (`kvcheck.core.snapshots`); whether the target ran in
+        # this step, and the rows of the prefill it delivered.
         self._last_requests: tuple[ObservedRequest, ...] | None = None
+        self._target_ran = False
+        self._delivered_rids: tuple[str, ...] = ()
 
     def clone(self) -> Engine:
         """An independent copy for exhaustive search to branch from.
@@ -300,11 +305,11 @@ class Engine:
         target_error: str | None = None
         self.launch_pages = None
         exceeded: float | None = None
-        # The one request the event may change (None: any, after a `Step`).
-        changed: str | None = None
+        # The requests the event may change (None: any).
+        changed: Collection[str] | None = None
         match event:
             case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
-                changed = rid
+                changed = (rid,)
                 if rid not in self.reqs:
                     admitted = FakeReq(rid, p, m)
                     if g is not None:
@@ -313,10 +318,16 @@ class Engine:
                     self.eos_at[rid] = e
                     self.waiting.append(admitted)
             case Step():
+                # The target may change any request it ever saw; without it, a step changes the
+                # unfinished requests and the rows of the prefill it delivers.
+                live = [rid for rid, req in self.reqs.items() if not is_finished(req)]
+                self._target_ran = False
                 try:
                     delivery, target_error = self._step(event)
                 except TargetDeadlineExceeded as exc:
                     exceeded = exc.seconds
+                if not self._target_ran:
+                    changed = set(live).union(self._delivered_rids)
             case Retract(rid=rid):
                 req = self.reqs.get(rid)
                 if (
@@ -325,34 +336,21 @@ class Engine:
                     and (req in self.running or req in self.last_prefill)
                 ):
                     self.retract_requested.add(rid)
-                changed = rid
+                changed = (rid,)
             case Abort(rid=rid):
                 self._abort(rid)
-                changed = rid
+                changed = (rid,)
             case SwitchStride(stride=stride):
                 if self.config.adaptive:
                     self.scheduler.draft_worker.speculative_num_draft_tokens = stride
-                changed = ""  # no request
+                changed = ()
         pool = None
         if self.allocation is not None:
             self.allocation.pool.check()
             pool = self.allocation.pool.state()
-        last = getattr(self, "_last_requests", None)
-        if changed is None or last is None:
-            requests = self.observe_requests()
-        else:
-            requests = last
-            req = self.reqs.get(changed)
-            if req is not None:
-                made = self._observe(req)
-                requests = next(
-                    (
-                        (*last[:i], made, *last[i + 1 :])
-                        for i, old in enumerate(last)
-                        if old.rid == changed
-                    ),
-                    (*last, made),
-                )
+        requests = refreshed(
+            getattr(self, "_last_requests", None), self.reqs, changed, self._observe
+        )
         self._last_requests = requests
         return Observation(
             requests,
@@ -400,6 +398,7 @@ class Engine:
             req.to_finish = "abort"
 
     def _step(self, step: Step) -> tuple[ObservedDelivery | None, str | None]:
+        self._delivered_rids = ()
         previous = self.pending if self.config.overlap else None
         self.pending = None
         launched = self._build_and_launch(step)
@@ -528,8 +527,10 @@ class Engine:
     # -- delivery -----------------------------------------------------------------------------
 
     def _deliver(self, launch: _EngineLaunch) -> tuple[ObservedDelivery | None, str | None]:
+        self._delivered_rids = tuple(req.rid for req in launch.batch.reqs)
         if launch.kind == "prefill":
             return None, self._deliver_prefill(launch)
+        self._target_ran = True
 
         result = self._make_result(launch)
         feeds_before = len(self.scheduler.model_worker.verify_feeds)
@@ -571,7 +572,7 @@ class Engine:
             rids=tuple(req.rid for req in launch.batch.reqs),
             stale=stale,
             runs=runs,
-            runs_repr=_short_repr(returned),
+            runs_repr="" if runs is not None else _short_repr(returned),
             global_drafts=result._draft_total,
             per_row_drafts=result._draft_per_req,
             controller_feeds=tuple(self.scheduler.model_worker.verify_feeds[feeds_before:]),
@@ -636,6 +637,7 @@ class Engine:
             copy_done=self._copy_done(),
         )
         result.accept_lens = None  # a prefill result has none
+        self._target_ran = True
         UNMODELLED_ACCESSES.clear()
         _, target_error = _run_target(
             call_with_deadline, self.deadline, method, result, launch.batch

@@ -25,7 +25,7 @@ C = Al = 0 until re-admission.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Collection
 from typing import Literal, TypeAlias
 
 import attrs
@@ -44,6 +44,7 @@ from kvcheck.core.scenario import (
     block_cap_for_row,
     token_id,
 )
+from kvcheck.core.snapshots import refreshed
 
 Phase: TypeAlias = Literal["waiting", "running", "finished", "retracted"]
 LaunchKind: TypeAlias = Literal["prefill", "decode"]
@@ -175,21 +176,6 @@ class Expectation:
     in_flight: tuple[Launch, ...]
 
 
-def _replaced(
-    last: tuple[RequestExpectation, ...],
-    ledger: RequestLedger | None,
-    expect: Callable[[RequestLedger], RequestExpectation],
-) -> tuple[RequestExpectation, ...]:
-    """`last` with the request of `ledger` made anew (appended when new); as it is for None."""
-    if ledger is None:
-        return last
-    made = expect(ledger)
-    for i, old in enumerate(last):
-        if old.rid == made.rid:
-            return (*last[:i], made, *last[i + 1 :])
-    return (*last, made)
-
-
 class ReferenceModel:
     """Applies events one at a time; `apply` returns the expected state after the event."""
 
@@ -204,8 +190,8 @@ class ReferenceModel:
         self.launches = 0
         # Labels of situations reached, for coverage reporting (Hypothesis `event()`).
         self.reached: set[str] = set()
-        # The requests of the last expectation `apply` returned: an event other than a `Step`
-        # changes one request's ledger at most, so only that one is made anew.
+        # The requests of the last expectation `apply` returned, handed on where the next
+        # event leaves them unchanged (`kvcheck.core.snapshots`).
         self._last_requests: tuple[RequestExpectation, ...] | None = None
 
     # -- public -------------------------------------------------------------------------------
@@ -267,33 +253,35 @@ class ReferenceModel:
         error.
         """
         delivery: ExpectedDelivery | None = None
-        # The one request the event may change (None: any, after a `Step`).
-        changed: str | None = None
+        # The requests the event may change (None: any).
+        changed: Collection[str] | None = None
         match event:
             case Admit():
                 self._admit(event)
-                changed = event.rid
+                changed = (event.rid,)
             case Step():
+                # A step changes the unfinished requests, and finished ones only through the
+                # stale rows of the decode launch it delivers.
+                live = [rid for rid, r in self.requests.items() if r.phase != "finished"]
                 delivery = self._step(event)
+                changed = set(live).union(delivery.launch.rids) if delivery is not None else live
             case Retract(rid=rid):
                 req = self.requests.get(rid)
                 if req is not None and req.phase == "running":
                     req.retract_pending = True
-                changed = rid
+                changed = (rid,)
             case Abort(rid=rid):
                 self._abort(rid)
-                changed = rid
+                changed = (rid,)
             case SwitchStride(stride=stride):
                 if self.config.adaptive and stride != self.worker_stride:
                     self.worker_stride = stride
                     if self.in_flight:
                         self.reached.add("stride switch with a launch in flight")
-                changed = ""  # no request
-        last = getattr(self, "_last_requests", None)
-        if changed is None or last is None:
-            requests = tuple(map(self._expect_request, self.requests.values()))
-        else:
-            requests = _replaced(last, self.requests.get(changed), self._expect_request)
+                changed = ()
+        requests = refreshed(
+            getattr(self, "_last_requests", None), self.requests, changed, self._expect_request
+        )
         self._last_requests = requests
         return Expectation(requests, delivery, tuple(self.in_flight))
 
