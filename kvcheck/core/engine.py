@@ -538,7 +538,11 @@ class Engine:
             None if req.grammar is None else len(req.grammar._offered) for req in launch.batch.reqs
         ]
         UNMODELLED_ACCESSES.clear()
-        allocated_before = [(req, req.kv_allocated_len) for req in self.reqs.values()]
+        allocated_before = (
+            [(req, req.kv_allocated_len) for req in self.reqs.values()]
+            if self.allocation is not None
+            else []
+        )
         returned, target_error = _run_target(
             call_with_deadline, self.deadline, self.resolver, self.scheduler, result, launch.batch
         )

@@ -1029,14 +1029,37 @@ _TABLE: Final[tuple[Invariant, ...]] = (
 INVARIANTS: Final[dict[str, Invariant]] = {invariant.id: invariant for invariant in _TABLE}
 
 
+# The invariants about allocation and the pool: their quick tests hold on every event without a
+# pool (`Observation.pool` None) and on every request without an allocation rule
+# (`RequestExpectation.allocated` None), where they are not run.
+_ABOUT_ALLOCATION: Final = frozenset(
+    {
+        "alloc-estimate-matches",
+        "alloc-covers-reserve",
+        "alloc-page-aligned",
+        "alloc-never-shrinks",
+        "alloc-expected",
+        "kv-no-double-owner",
+        "kv-no-use-after-free",
+        "kv-released-once",
+        "kv-retracted-empty",
+        "kv-pool-conserved",
+    }
+)
 # The table split by scope, each invariant with its position in the table and its quick test.
 _EVENT_TESTS: Final = tuple((i, v.holds) for i, v in enumerate(_TABLE) if v.scope == "event")
+_EVENT_TESTS_NO_POOL: Final = tuple(
+    (i, holds) for i, holds in _EVENT_TESTS if _TABLE[i].id not in _ABOUT_ALLOCATION
+)
 _DELIVERY_TESTS: Final = tuple((i, v.holds) for i, v in enumerate(_TABLE) if v.scope == "delivery")
 # Tested on every request: request-scope invariants and the request part of event-scope ones.
 _PER_REQUEST_TESTS: Final = tuple(
     (i, v.holds if v.scope == "request" else v.each_request)
     for i, v in enumerate(_TABLE)
     if v.scope == "request" or v.each_request is not None
+)
+_PER_REQUEST_TESTS_NO_ALLOCATION: Final = tuple(
+    (i, holds) for i, holds in _PER_REQUEST_TESTS if _TABLE[i].id not in _ABOUT_ALLOCATION
 )
 # Per rid, the last (expectation, observation, aspects not judged) on which every per-request
 # test held. Both records are frozen, and what a passing test read from them is plain ints
@@ -1052,7 +1075,9 @@ def _suspects(expected: Expectation, observed: Observation) -> list[Invariant]:
     the others' checkers would find nothing judged, so only these run."""
     not_judged = observed.not_judged
     failing = [
-        i for i, holds in _EVENT_TESTS if holds is None or not holds(expected, observed, not_judged)
+        i
+        for i, holds in (_EVENT_TESTS if observed.pool is not None else _EVENT_TESTS_NO_POOL)
+        if holds is None or not holds(expected, observed, not_judged)
     ]
     exp_delivery, obs_delivery = expected.delivery, observed.delivery
     if exp_delivery is not None and obs_delivery is not None:
@@ -1071,7 +1096,12 @@ def _suspects(expected: Expectation, observed: Observation) -> list[Invariant]:
         if last is not None and last[0] is exp_req and last[1] is obs_req and last[2] is not_judged:
             continue
         before = len(failing)
-        for i, holds in _PER_REQUEST_TESTS:
+        tests = (
+            _PER_REQUEST_TESTS
+            if exp_req.allocated is not None
+            else _PER_REQUEST_TESTS_NO_ALLOCATION
+        )
+        for i, holds in tests:
             if holds is None or not holds(exp_req, obs_req, not_judged):
                 failing.append(i)
         if len(failing) == before:

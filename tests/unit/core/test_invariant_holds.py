@@ -20,9 +20,11 @@ from kvcheck.core.fakes import ControllerFeed
 from kvcheck.core.invariants import INVARIANTS, Violation, check_event
 from kvcheck.core.model import Expectation, ReferenceModel
 from kvcheck.core.pool import PoolFault
+from kvcheck.core.scenario import Admit, Step
 from kvcheck.core.target import ASPECTS, Target, allocation_path
 from kvcheck.mutants import ENTRIES
 from kvcheck.targets.loading import load_target
+from tests.helpers import scenario
 
 # A correct target and mutants of every kind: their own runs break invariants too.
 _SPECS = ("builtin:reference", "builtin:seed-prefix")
@@ -213,3 +215,29 @@ def test_a_request_that_passed_is_tested_again_once_its_records_change() -> None
     bad = attrs.evolve(observed.requests[0], verify_ct=observed.requests[0].verify_ct + 1)
     corrupted = attrs.evolve(observed, requests=(bad,))
     assert [v.invariant for v in check_event(2, expected, corrupted)] == ["stats-verify-count"]
+
+
+def test_allocation_tests_hold_without_allocation() -> None:
+    # `check_event` skips them there: each must hold on any such pair, whatever it holds.
+    from kvcheck.core.invariants import _ABOUT_ALLOCATION
+
+    target = load_target("builtin:reference")
+    run = scenario(Admit("r0", 4, 8), Admit("r1", 2, 1), Step(), Step(), Step(), Step())
+    assert run.config.allocation == "off"
+    model = ReferenceModel(run.config)
+    engine = Engine(run.config, target.resolver, not_judged=target.shape.not_judged)
+    assert set(INVARIANTS) >= _ABOUT_ALLOCATION
+    for event in run.events:
+        expected, observed = model.apply(event), engine.apply(event)
+        assert observed.pool is None
+        for variant in variants(observed):
+            for name in _ABOUT_ALLOCATION:
+                invariant = INVARIANTS[name]
+                assert invariant.holds is not None
+                if invariant.scope == "event":
+                    assert invariant.holds(expected, variant, frozenset())
+                for exp_req, obs_req in zip(expected.requests, variant.requests, strict=True):
+                    request_test = (
+                        invariant.holds if invariant.scope == "request" else invariant.each_request
+                    )
+                    assert request_test is None or request_test(exp_req, obs_req, frozenset())
