@@ -119,6 +119,12 @@ class StrictFake:
             if not name.startswith("_") and inspect.isfunction(value):
                 setattr(cls, name, sglang_method(value))
 
+    def _set_fields(self, **values: Any) -> None:
+        """Set the fake's own attributes at construction, in one step (a checked write each
+        costs more than the rest of a result's making): kvcheck's code, so every name is one of
+        its `_fields` or private (tests/unit/core/test_fakes.py checks each fake)."""
+        self.__dict__.update(values)
+
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup failed.
         if name.startswith("__"):
@@ -243,27 +249,50 @@ class FakeReq(StrictFake):
         }
     )
 
+    rid: str
+    origin_input_ids: list[int]
+    output_ids: list[int]
+    sampling_params: FakeSamplingParams
+    kv_committed_len: int
+    kv_allocated_len: int
+    is_retracted: bool
+    retraction_count: int
+    finished_reason: str | None
+    finished_len: int | None
+    to_finish: str | None
+    grammar: FakeGrammar | None
+    inflight_middle_chunks: int
+    spec_verify_ct: int
+    spec_num_block_accept_tokens: int
+    spec_num_cap_tokens: int
+    _spec_drafts: int
+    _histogram: dict[int, int]
+    _cap_histogram: dict[int, int]
+    kv: FakeKvInfo
+
     def __init__(self, rid: str, prompt_len: int, max_new_tokens: int) -> None:
-        self.rid = rid
-        self.origin_input_ids = list(range(1, prompt_len + 1))
-        self.output_ids: list[int] = []
-        self.sampling_params = FakeSamplingParams(max_new_tokens)
-        self.kv_committed_len = 0
-        self.kv_allocated_len = 0
-        self.is_retracted = False
-        self.retraction_count = 0
-        self.finished_reason: str | None = None
-        self.finished_len: int | None = None
-        self.to_finish: str | None = None
-        self.grammar: FakeGrammar | None = None
-        self.inflight_middle_chunks = 0  # no chunked prefill is modelled
-        self.spec_verify_ct = 0
-        self.spec_num_block_accept_tokens = 0
-        self.spec_num_cap_tokens = 0
-        self._spec_drafts = 0
-        self._histogram: dict[int, int] = {}
-        self._cap_histogram: dict[int, int] = {}
-        self.kv = FakeKvInfo(self)
+        self._set_fields(
+            rid=rid,
+            origin_input_ids=list(range(1, prompt_len + 1)),
+            output_ids=[],
+            sampling_params=FakeSamplingParams(max_new_tokens),
+            kv_committed_len=0,
+            kv_allocated_len=0,
+            is_retracted=False,
+            retraction_count=0,
+            finished_reason=None,
+            finished_len=None,
+            to_finish=None,
+            grammar=None,
+            inflight_middle_chunks=0,  # no chunked prefill is modelled
+            spec_verify_ct=0,
+            spec_num_block_accept_tokens=0,
+            spec_num_cap_tokens=0,
+            _spec_drafts=0,
+            _histogram={},
+            _cap_histogram={},
+            kv=FakeKvInfo(self),
+        )
 
     def finished(self) -> bool:
         """SGLang's `req.finished()`: a finish reason is set.
@@ -401,13 +430,21 @@ class FakeBatch(StrictFake):
     _owner = "batch"
     _fields = frozenset({"reqs", "spec_algorithm", "has_grammar", "enable_overlap", "forward_mode"})
 
+    reqs: list[FakeReq]
+    spec_algorithm: FakeSpecAlgorithm
+    has_grammar: bool
+    enable_overlap: bool
+    forward_mode: FakeForwardMode
+
     def __init__(self, reqs: list[FakeReq], forward_mode: str = "decode") -> None:
-        self.reqs = reqs
-        self.spec_algorithm = EAGLE
-        # As SGLang's batch constructor sets it, carried by `batch.copy()` (0.5.18+).
-        self.has_grammar = any(req.grammar is not None for req in reqs)
-        self.enable_overlap = True
-        self.forward_mode = FORWARD_MODES[forward_mode]
+        self._set_fields(
+            reqs=reqs,
+            spec_algorithm=EAGLE,
+            # As SGLang's batch constructor sets it, carried by `batch.copy()` (0.5.18+).
+            has_grammar=any(req.grammar is not None for req in reqs),
+            enable_overlap=True,
+            forward_mode=FORWARD_MODES[forward_mode],
+        )
 
     def batch_size(self) -> int:
         """SGLang's `batch.batch_size()`: every row of the snapshot, stale rows included."""
@@ -436,6 +473,20 @@ class FakeResult(StrictFake):
             "copy_done",
         }
     )
+    next_token_ids: torch.Tensor
+    accept_lens: torch.Tensor
+    speculative_num_draft_tokens: int
+    speculative_output_stride: int | None
+    num_non_draft_tokens_per_req: int
+    block_accept_lens: torch.Tensor | None
+    cap_lens: torch.Tensor | None
+    grammar_advanced: bool
+    grammar_retained_tokens: list[Any] | None
+    copy_done: FakeCopyDone | None
+    num_block_accept_tokens: Any
+    num_cap_tokens: Any
+    _draft_total: Any
+    _draft_per_req: Any
 
     def __init__(
         self,
@@ -449,23 +500,26 @@ class FakeResult(StrictFake):
         cap_lens: torch.Tensor | None = None,
         copy_done: FakeCopyDone | None = COPY_DONE,
     ) -> None:
-        self.next_token_ids = next_token_ids
-        self.accept_lens = accept_lens
-        # The draft-token count recorded at launch; EAGLE's rows are that wide, UNO's rows are
-        # `speculative_output_stride` = one more (its second non-draft token), else None.
-        self.speculative_num_draft_tokens = launch_stride
-        self.speculative_output_stride: int | None = output_stride
-        self.num_non_draft_tokens_per_req = non_draft_tokens
-        self.block_accept_lens = block_accept_lens
-        self.cap_lens = cap_lens
-        self.grammar_advanced = False
-        self.grammar_retained_tokens: list[Any] | None = None
-        # SGLang records the copy event only on the overlap path; a synchronous result has none.
-        self.copy_done = copy_done
-        self.num_block_accept_tokens: Any = None
-        self.num_cap_tokens: Any = None
-        self._draft_total: Any = None
-        self._draft_per_req: Any = None
+        self._set_fields(
+            next_token_ids=next_token_ids,
+            accept_lens=accept_lens,
+            # The draft-token count recorded at launch; EAGLE's rows are that wide, UNO's rows
+            # are `speculative_output_stride` = one more (its second non-draft token), else None.
+            speculative_num_draft_tokens=launch_stride,
+            speculative_output_stride=output_stride,
+            num_non_draft_tokens_per_req=non_draft_tokens,
+            block_accept_lens=block_accept_lens,
+            cap_lens=cap_lens,
+            grammar_advanced=False,
+            grammar_retained_tokens=None,
+            # SGLang records the copy event only on the overlap path; a synchronous result has
+            # none.
+            copy_done=copy_done,
+            num_block_accept_tokens=None,
+            num_cap_tokens=None,
+            _draft_total=None,
+            _draft_per_req=None,
+        )
 
 
 for _name in RESULT_DRAFT_TOTAL_NAMES:
