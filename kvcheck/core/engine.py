@@ -336,7 +336,7 @@ class Engine:
                     and (req in self.running or req in self.last_prefill)
                 ):
                     self.retract_requested.add(rid)
-                changed = (rid,)
+                changed = ()  # a retraction request is no part of the observation
             case Abort(rid=rid):
                 self._abort(rid)
                 changed = (rid,)

@@ -269,7 +269,7 @@ class ReferenceModel:
                 req = self.requests.get(rid)
                 if req is not None and req.phase == "running":
                     req.retract_pending = True
-                changed = (rid,)
+                changed = ()  # a pending retraction is no part of the expectation
             case Abort(rid=rid):
                 self._abort(rid)
                 changed = (rid,)
