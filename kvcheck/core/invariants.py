@@ -1084,11 +1084,15 @@ def _suspects(expected: Expectation, observed: Observation) -> list[Invariant]:
         for i, holds in _DELIVERY_TESTS:
             if holds is None or not holds(exp_delivery, obs_delivery, not_judged):
                 failing.append(i)
-    by_rid = _by_rid(observed)
+    # The model and the engine list requests in admission order: by position, else by rid.
+    obs_requests = observed.requests
+    aligned = len(obs_requests) == len(expected.requests)
     passed = _PASSED
-    for exp_req in expected.requests:
+    for k, exp_req in enumerate(expected.requests):
         rid = exp_req.rid
-        obs_req = by_rid.get(rid)
+        obs_req: ObservedRequest | None = obs_requests[k] if aligned else None
+        if obs_req is None or obs_req.rid != rid:
+            obs_req = _by_rid(observed).get(rid)
         if obs_req is None:  # the checkers raise for it
             failing.extend(i for i, _ in _PER_REQUEST_TESTS)
             break

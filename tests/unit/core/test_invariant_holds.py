@@ -147,6 +147,8 @@ def _event_variants(observed: Observation) -> Iterator[Observation]:
 def variants(observed: Observation) -> Iterator[Observation]:
     """`observed`, and every corruption of one of its fields a target could cause."""
     yield observed
+    yield attrs.evolve(observed, requests=tuple(reversed(observed.requests)))
+    yield attrs.evolve(observed, requests=observed.requests[:-1])  # one the engine lacks
     yield from _request_variants(observed)
     yield from _delivery_variants(observed)
     yield from _event_variants(observed)
