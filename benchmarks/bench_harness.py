@@ -3,6 +3,7 @@ around the target, time to kill the mutant corpus, and the exhaustive search's s
 
     .venv/bin/python benchmarks/bench_harness.py                 # everything (~10 minutes)
     .venv/bin/python benchmarks/bench_harness.py --quick         # a smoke run (~1 minute)
+    .venv/bin/python benchmarks/bench_harness.py --replay        # replay us/step only (~20 s)
 
 Writes `benchmarks/results.json`, the Markdown table `benchmarks/results.md` (pasted into the
 README's Performance section) and the chart `docs/time_to_kill.png` (needs matplotlib, in the
