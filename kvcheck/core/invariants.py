@@ -8,7 +8,10 @@ one that broke. Every request is checked after every event, not only the rows of
 batch: a resolver that corrupts a request outside the batch is caught too.
 
 Adding an invariant is one edit: write its checker and add its record to `INVARIANTS`
-(docs/architecture.md, "Where to add an invariant").
+(docs/architecture.md, "Where to add an invariant"). A record may also carry a quick test
+(`Invariant.holds`): true only where the checker finds nothing, it lets `check_event` pass an event
+without making generators, findings or messages; without one, the checker runs at every event.
+tests/unit/core/test_invariant_holds.py holds `check_event` to what every checker reports.
 """
 
 from __future__ import annotations
