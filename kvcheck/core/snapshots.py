@@ -6,6 +6,10 @@ request (`RequestExpectation`, `ObservedRequest`). Most events change one reques
 handed on as they were: the same objects, which the checkers then need not test again
 (`kvcheck.core.invariants`). tests/unit/core/test_snapshots.py checks, event by event, that the
 records handed on equal the ones made afresh.
+
+What this rests on: a target's code runs only within a `Step` (its calls), so between them a
+request's fake changes only by kvcheck's own hand. A value a target planted in a fake whose
+reading has side effects (a `__len__` that counts) is read again only when its request is.
 """
 
 from __future__ import annotations
