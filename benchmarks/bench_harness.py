@@ -3,6 +3,7 @@ around the target, time to kill the mutant corpus, and the exhaustive search's s
 
     .venv/bin/python benchmarks/bench_harness.py                 # everything (~10 minutes)
     .venv/bin/python benchmarks/bench_harness.py --quick         # a smoke run (~1 minute)
+    .venv/bin/python benchmarks/bench_harness.py --replay        # replay us/step only (~20 s)
 
 Writes `benchmarks/results.json`, the Markdown table `benchmarks/results.md` (pasted into the
 README's Performance section) and the chart `docs/time_to_kill.png` (needs matplotlib, in the
@@ -187,6 +188,85 @@ def bench_breakdown(count: int) -> dict[str, float]:
     shares["target"] = timed.seconds / total
     shares["other"] = 1 - sum(shares.values())
     return shares
+
+
+def bench_replay_steps(count: int = 300, repeats: int = 7, seed: int = 1234) -> dict[str, Any]:
+    """Replay cost per scenario step on builtin:reference (issue 11's "replay us/step"): `count`
+    scenarios drawn once as the search draws them, replayed `repeats` times with
+    `run_scenario`. Per step (events of every kind included, divided by the steps): the wall
+    time, the wall time outside the target (the resolver's own calls timed and taken off), the
+    process's CPU time (steadier on a shared machine) and the target's share; then where the
+    time outside the target goes, timed piecewise. Medians over the repeats.
+
+        .venv/bin/python benchmarks/bench_harness.py --replay
+    """
+    from kvcheck.core.engine import Engine
+    from kvcheck.core.invariants import check_event
+    from kvcheck.core.model import ReferenceModel
+    from kvcheck.core.target import allocation_path
+
+    timed = TimedTarget(load_target("builtin:reference"))
+    target = timed.target
+    corpus = draw_scenarios(count, seed=seed)
+    steps = sum(isinstance(e, Step) for s in corpus for e in s.events)
+    for scenario in corpus[:20]:  # warm up: torch, the fakes' caches
+        run_scenario(scenario, target)
+    wall, cpu, inside = [], [], []
+    for _ in range(repeats):
+        timed.reset()
+        started, started_cpu = time.perf_counter(), time.process_time()
+        for scenario in corpus:
+            run_scenario(scenario, target)
+        wall.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+        inside.append(timed.seconds)
+    parts: dict[str, list[float]] = {"model": [], "engine": [], "invariants": []}
+    clock = time.perf_counter
+    for _ in range(repeats):
+        timed.reset()
+        spent = dict.fromkeys(parts, 0.0)
+        for scenario in corpus:
+            model = ReferenceModel(scenario.config)
+            engine = Engine(
+                scenario.config,
+                target.resolver,
+                target.self_methods,
+                not_judged=target.shape.not_judged,
+                allocation=allocation_path(target, scenario.config),
+                deadline=target.deadline,
+            )
+            for index, event in enumerate(scenario.events):
+                t0 = clock()
+                expected = model.apply(event)
+                t1 = clock()
+                observed = engine.apply(event)
+                t2 = clock()
+                violations = check_event(index, expected, observed)
+                t3 = clock()
+                spent["model"] += t1 - t0
+                spent["engine"] += t2 - t1
+                spent["invariants"] += t3 - t2
+                if violations:
+                    break
+        spent["engine"] -= timed.seconds  # the engine's part leaves out the target it calls
+        for name, value in spent.items():
+            parts[name].append(value)
+
+    def per_step(values: Sequence[float]) -> float:
+        return statistics.median(values) / steps * 1e6
+
+    return {
+        "scenarios": len(corpus),
+        "steps": steps,
+        "events": sum(len(s.events) for s in corpus),
+        "repeats": repeats,
+        "scenarios_per_s": len(corpus) / statistics.median(wall),
+        "us_per_step": per_step(wall),
+        "us_per_step_outside_target": per_step([w - t for w, t in zip(wall, inside, strict=True)]),
+        "cpu_us_per_step": per_step(cpu),
+        "target_us_per_step": per_step(inside),
+        **{f"{name}_us_per_step": per_step(values) for name, values in parts.items()},
+    }
 
 
 def bench_time_to_kill(seeds: int, max_examples: int) -> dict[str, Any]:
@@ -435,6 +515,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--exhaust-limit", type=float, default=60.0, metavar="SECONDS")
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     parser.add_argument(
+        "--replay", action="store_true", help="only the replay cost per step (bench_replay_steps)"
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="measure nothing: redraw the table and chart from an existing --out file",
@@ -444,6 +527,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.seeds, args.examples, args.exhaust_limit = 2, 2, 100, 5.0
+    if args.replay:
+        print(f"machine: {machine()}")
+        for name, value in bench_replay_steps(repeats=args.repeats).items():
+            print(f"  {name}: {value:,.1f}" if isinstance(value, float) else f"  {name}: {value}")
+        return
     if args.report_only:
         report(json.loads(args.out.read_text()), args.out, args.chart)
         return

@@ -29,10 +29,10 @@ kvcheck's own code inside a call (coverage.py started and stopped around the tar
 `shielded`: no signal arrives meanwhile (a handler run under coverage.py's tracer while it holds
 its locks could deadlock), and its time is given back to the call.
 
-Cost: a call with a deadline pays two `setitimer` and a `getitimer` system call (main thread; the
-handler stays installed between calls), or a lock and a dictionary entry (elsewhere): about 4 us,
-against 15-50 us for a resolver call and far more for the engine step around it
-(`benchmarks/bench_deadline.py`: `exhaust` of `builtin:reference` 1.005x with it).
+Cost: a call with a deadline pays two `setitimer` system calls (main thread; the handler stays
+installed between calls, and arming the timer tells whether someone else's was running), or a
+lock and a dictionary entry (elsewhere): about 2 us, against 15-50 us for a resolver call and far
+more for the engine step around it (`benchmarks/bench_deadline.py`).
 """
 
 from __future__ import annotations
@@ -243,16 +243,27 @@ class _Watchdog:
 
 
 _watchdog = _Watchdog()
-_in_call = threading.local()
+
+
+class _InCall(threading.local):
+    """The guarded call running in this thread, if any (a class default: no lookup fails)."""
+
+    scope: _Scope | None = None
+
+
+_in_call = _InCall()
+# With our handler installed and at least this long to the call's end, the timer is armed first
+# and asked after (`setitimer` returns what it replaced): someone else's timer found then is put
+# back before ours could fire. Otherwise it is asked first (`getitimer`), one system call more.
+_ARM_FIRST_ABOVE: Final = 1e-3
 
 
 def _use_alarm() -> bool:
-    if threading.current_thread() is not threading.main_thread() or _alarm_scope is not None:
-        return False
-    if not hasattr(signal, "setitimer"):
-        return False
-    # Someone else's interval timer (pytest-timeout's signal method): leave it alone.
-    return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    return (
+        _alarm_scope is None
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
 
 
 def call_with_deadline(deadline: float | None, function: Callable[..., Any], *args: Any) -> Any:
@@ -262,7 +273,7 @@ def call_with_deadline(deadline: float | None, function: Callable[..., Any], *ar
     outer one."""
     deadline = deadline or None
     stop_at = _stop_at
-    if (deadline is None and stop_at is None) or getattr(_in_call, "scope", None) is not None:
+    if (deadline is None and stop_at is None) or _in_call.scope is not None:
         return function(*args)
     now = time.monotonic()
     due = min(
@@ -288,18 +299,31 @@ def call_with_deadline(deadline: float | None, function: Callable[..., Any], *ar
 
 
 def _call_with_alarm(scope: _Scope, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """The call under our SIGALRM timer; under the watchdog when someone else's interval timer
+    (pytest-timeout's signal method, say) is running: that one is left alone."""
     global _alarm_scope, _replaced, _disarmed_at
     # `signal.getsignal` turns the answer into an enum by way of a ValueError: microseconds.
-    if _getsignal(signal.SIGALRM) is not _on_alarm:
-        _replaced = signal.signal(signal.SIGALRM, _on_alarm)
+    ours = _getsignal(signal.SIGALRM) is _on_alarm
+    if not ours or scope.due - time.monotonic() < _ARM_FIRST_ABOVE:
+        if signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0):
+            return _call_with_watchdog(scope, function, args)
+        if not ours:
+            _replaced = signal.signal(signal.SIGALRM, _on_alarm)
     _alarm_scope = scope
+    theirs = None
     try:
-        signal.setitimer(signal.ITIMER_REAL, max(scope.due - time.monotonic(), 1e-6))
-        return _finish(scope, function, args)
+        replaced = signal.setitimer(signal.ITIMER_REAL, max(scope.due - time.monotonic(), 1e-6))
+        if replaced == (0.0, 0.0):
+            return _finish(scope, function, args)
+        theirs = replaced
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        _disarmed_at = time.monotonic()
+        if theirs is None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarmed_at = time.monotonic()
+        else:
+            signal.setitimer(signal.ITIMER_REAL, *theirs)  # theirs again, ours never fired
         _alarm_scope = None
+    return _call_with_watchdog(scope, function, args)
 
 
 def _call_with_watchdog(scope: _Scope, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -329,7 +353,7 @@ def shielded() -> Iterator[None]:
     it): never interrupted midway, and its time does not count against the call's deadline. An
     interruption due meanwhile is raised when the block ends, if the call is then still past its
     (extended) deadline or the run's time limit."""
-    scope: _Scope | None = getattr(_in_call, "scope", None)
+    scope: _Scope | None = _in_call.scope
     if scope is None or not scope.active:
         yield
         return

@@ -20,10 +20,9 @@ target mutated. Its state is plain objects, so `clone()` is a deep copy.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -44,6 +43,8 @@ from kvcheck.core.fakes import (
     FakeResult,
     FakeScheduler,
     UnmodeledAttributeError,
+    histogram_of,
+    is_finished,
 )
 from kvcheck.core.jsonable import type_name
 from kvcheck.core.pool import PoolState
@@ -59,6 +60,7 @@ from kvcheck.core.scenario import (
     block_cap_for_row,
     token_id,
 )
+from kvcheck.core.snapshots import refreshed
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 
 Resolver = Callable[[Any, Any, Any], Any]
@@ -108,7 +110,8 @@ class ObservedDelivery:
     rids: tuple[str, ...]
     stale: tuple[bool, ...]
     # The runs the target returned, as tuples of ints; None if not a list of lists of Python
-    # ints, and then `runs_problem` says what is wrong with it.
+    # ints, and then `runs_problem` says what is wrong with it and `runs_repr` shows what it
+    # returned (empty when the runs are ints: the repr is made only to report it).
     runs: tuple[tuple[int, ...], ...] | None
     runs_repr: str
     global_drafts: Any
@@ -208,6 +211,12 @@ class Engine:
         # The decode launch of the current event: (pages the memory check estimated, pages it
         # allocated), with an allocation rule.
         self.launch_pages: tuple[int, int] | None = None
+        # The requests of the last observation `apply` returned, handed on where the next
+        # event leaves them unchanged (`kvcheck.core.snapshots`); whether the target ran in
+        # this step, and the rows of the prefill it delivered.
+        self._last_requests: tuple[ObservedRequest, ...] | None = None
+        self._target_ran = False
+        self._delivered_rids: tuple[str, ...] = ()
 
     def clone(self) -> Engine:
         """An independent copy for exhaustive search to branch from.
@@ -296,8 +305,11 @@ class Engine:
         target_error: str | None = None
         self.launch_pages = None
         exceeded: float | None = None
+        # The requests the event may change (None: any).
+        changed: Collection[str] | None = None
         match event:
             case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
+                changed = (rid,)
                 if rid not in self.reqs:
                     admitted = FakeReq(rid, p, m)
                     if g is not None:
@@ -306,29 +318,42 @@ class Engine:
                     self.eos_at[rid] = e
                     self.waiting.append(admitted)
             case Step():
+                # The target may change any request it ever saw; without it, a step changes the
+                # unfinished requests and the rows of the prefill it delivers.
+                live = [rid for rid, req in self.reqs.items() if not is_finished(req)]
+                self._target_ran = False
                 try:
                     delivery, target_error = self._step(event)
                 except TargetDeadlineExceeded as exc:
                     exceeded = exc.seconds
+                if not self._target_ran:
+                    changed = set(live).union(self._delivered_rids)
             case Retract(rid=rid):
                 req = self.reqs.get(rid)
                 if (
                     req is not None
-                    and not req.finished()
+                    and not is_finished(req)
                     and (req in self.running or req in self.last_prefill)
                 ):
                     self.retract_requested.add(rid)
+                changed = ()  # a retraction request is no part of the observation
             case Abort(rid=rid):
                 self._abort(rid)
+                changed = (rid,)
             case SwitchStride(stride=stride):
                 if self.config.adaptive:
                     self.scheduler.draft_worker.speculative_num_draft_tokens = stride
+                changed = ()
         pool = None
         if self.allocation is not None:
             self.allocation.pool.check()
             pool = self.allocation.pool.state()
+        requests = refreshed(
+            getattr(self, "_last_requests", None), self.reqs, changed, self._observe
+        )
+        self._last_requests = requests
         return Observation(
-            self.observe_requests(),
+            requests,
             delivery,
             target_error,
             self.not_judged,
@@ -339,30 +364,31 @@ class Engine:
 
     def observe_requests(self) -> tuple[ObservedRequest, ...]:
         """Every request admitted so far as its fake now holds it, in admission order."""
+        return tuple(map(self._observe, self.reqs.values()))
+
+    def _observe(self, req: FakeReq) -> ObservedRequest:
+        """One request as its fake now holds it."""
         pool = None if self.allocation is None else self.allocation.pool
-        return tuple(
-            ObservedRequest(
-                rid=req.rid,
-                committed=req.kv_committed_len,
-                verify_ct=req.spec_verify_ct,
-                drafts=req._spec_drafts,
-                histogram=req.histogram(),
-                outputs=len(req.output_ids),
-                finished=req.finished(),
-                retracted=req.is_retracted,
-                block_tokens=req.spec_num_block_accept_tokens,
-                cap_tokens=req.spec_num_cap_tokens,
-                cap_histogram=tuple(sorted(req._cap_histogram.items())),
-                allocated=req.kv_allocated_len,
-                pages=0 if pool is None else pool.held(req.rid),
-                holds_row=pool is not None and pool.has_row(req.rid),
-            )
-            for req in self.reqs.values()
+        return ObservedRequest(
+            rid=req.rid,
+            committed=req.kv_committed_len,
+            verify_ct=req.spec_verify_ct,
+            drafts=req._spec_drafts,
+            histogram=histogram_of(req),
+            outputs=len(req.output_ids),
+            finished=is_finished(req),
+            retracted=req.is_retracted,
+            block_tokens=req.spec_num_block_accept_tokens,
+            cap_tokens=req.spec_num_cap_tokens,
+            cap_histogram=tuple(sorted(req._cap_histogram.items())),
+            allocated=req.kv_allocated_len,
+            pages=0 if pool is None else pool.held(req.rid),
+            holds_row=pool is not None and pool.has_row(req.rid),
         )
 
     def _abort(self, rid: str) -> None:
         req = self.reqs.get(rid)
-        if req is None or req.finished():
+        if req is None or is_finished(req):
             return
         if req in self.waiting:
             self.waiting.remove(req)
@@ -372,6 +398,7 @@ class Engine:
             req.to_finish = "abort"
 
     def _step(self, step: Step) -> tuple[ObservedDelivery | None, str | None]:
+        self._delivered_rids = ()
         previous = self.pending if self.config.overlap else None
         self.pending = None
         launched = self._build_and_launch(step)
@@ -391,7 +418,7 @@ class Engine:
     def _build_and_launch(self, step: Step) -> _EngineLaunch | None:
         self.running.extend(self.last_prefill)
         self.last_prefill = []
-        self.running = [req for req in self.running if not req.finished()]
+        self.running = [req for req in self.running if not is_finished(req)]
         admitted = self._admissible()
         if admitted:
             return self._prefill(admitted)
@@ -500,8 +527,10 @@ class Engine:
     # -- delivery -----------------------------------------------------------------------------
 
     def _deliver(self, launch: _EngineLaunch) -> tuple[ObservedDelivery | None, str | None]:
+        self._delivered_rids = tuple(req.rid for req in launch.batch.reqs)
         if launch.kind == "prefill":
             return None, self._deliver_prefill(launch)
+        self._target_ran = True
 
         result = self._make_result(launch)
         feeds_before = len(self.scheduler.model_worker.verify_feeds)
@@ -509,7 +538,11 @@ class Engine:
             None if req.grammar is None else len(req.grammar._offered) for req in launch.batch.reqs
         ]
         UNMODELLED_ACCESSES.clear()
-        allocated_before = [(req, req.kv_allocated_len) for req in self.reqs.values()]
+        allocated_before = (
+            [(req, req.kv_allocated_len) for req in self.reqs.values()]
+            if self.allocation is not None
+            else []
+        )
         returned, target_error = _run_target(
             call_with_deadline, self.deadline, self.resolver, self.scheduler, result, launch.batch
         )
@@ -527,7 +560,7 @@ class Engine:
             for req, before in zip(launch.batch.reqs, offered_before, strict=True)
         )
         self._apply_abort_requests()
-        stale = tuple(req.is_retracted or req.finished() for req in launch.batch.reqs)
+        stale = tuple(req.is_retracted or is_finished(req) for req in launch.batch.reqs)
         # The scheduler's per-row loop (docs/semantics.md §2.4 step 3) with the target's runs.
         for row, req in enumerate(launch.batch.reqs):
             if stale[row]:
@@ -537,13 +570,13 @@ class Engine:
             self._update_finish_state(req)
             self._release_if_finished(req)
             if req.grammar is not None:
-                req.grammar.finished = req.finished()
+                req.grammar.finished = is_finished(req)
         observed = ObservedDelivery(
             launch_number=launch.number,
             rids=tuple(req.rid for req in launch.batch.reqs),
             stale=stale,
             runs=runs,
-            runs_repr=_short_repr(returned),
+            runs_repr="" if runs is not None else _short_repr(returned),
             global_drafts=result._draft_total,
             per_row_drafts=result._draft_per_req,
             controller_feeds=tuple(self.scheduler.model_worker.verify_feeds[feeds_before:]),
@@ -565,7 +598,7 @@ class Engine:
                     self.waiting.remove(req)
                     req.finished_reason, req.finished_len = "abort", len(req.output_ids)
             for req in self.running + self.last_prefill:
-                if not req.finished() and req.rid.startswith(recv.rid):
+                if not is_finished(req) and req.rid.startswith(recv.rid):
                     req.to_finish = "abort"
 
     def _deliver_prefill(self, launch: _EngineLaunch) -> str | None:
@@ -575,7 +608,7 @@ class Engine:
         SGLang's scheduler does; its exception is the target's (`target-raised`)."""
         live = []
         for row, req in enumerate(launch.batch.reqs):
-            if req.is_retracted or req.finished():
+            if req.is_retracted or is_finished(req):
                 continue
             req.output_ids.append(token_id(launch.number, row, 0))
             self._update_finish_state(req)
@@ -590,9 +623,9 @@ class Engine:
                 try:
                     req.grammar.accept_token(token_id(launch.number, row, 0))
                 except ValueError:
-                    if not req.finished():
+                    if not is_finished(req):
                         req.to_finish = "abort"
-                req.grammar.finished = req.finished()
+                req.grammar.finished = is_finished(req)
         return None
 
     def _call_target(self, method: Callable[..., Any], launch: _EngineLaunch) -> str | None:
@@ -608,6 +641,7 @@ class Engine:
             copy_done=self._copy_done(),
         )
         result.accept_lens = None  # a prefill result has none
+        self._target_ran = True
         UNMODELLED_ACCESSES.clear()
         _, target_error = _run_target(
             call_with_deadline, self.deadline, method, result, launch.batch
@@ -617,7 +651,7 @@ class Engine:
             return target_error
         for req in launch.batch.reqs:
             if req.grammar is not None:
-                req.grammar.finished = req.finished()
+                req.grammar.finished = is_finished(req)
         return None
 
     def _make_result(self, launch: _EngineLaunch) -> FakeResult:
@@ -627,15 +661,12 @@ class Engine:
 
         config = self.config
         rows, width = len(launch.batch.reqs), config.output_width(launch.stride)
-        next_token_ids = torch.tensor(
-            [token_id(launch.number, row, col) for row in range(rows) for col in range(width)],
-            dtype=torch.int64,
-        )
-        accept_lens = torch.tensor(launch.accepts, dtype=torch.int32)
+        next_token_ids = _token_ids(torch, launch.number, rows, width)
+        accept_lens = _int32_row(torch, launch.accepts)
         blocks = caps = None
         if launch.block_caps:
-            blocks = torch.tensor([b for b, _ in launch.block_caps], dtype=torch.int32)
-            caps = torch.tensor([c for _, c in launch.block_caps], dtype=torch.int32)
+            blocks = _int32_row(torch, tuple(b for b, _ in launch.block_caps))
+            caps = _int32_row(torch, tuple(c for _, c in launch.block_caps))
         return FakeResult(
             next_token_ids,
             accept_lens,
@@ -658,13 +689,13 @@ class Engine:
         Not when the resolver just wrote something other than an int into `kv_allocated_len`:
         SGLang's release would fail on it, and `alloc-untouched-by-resolver` reports the write
         at this event rather than kvcheck's allocator raising."""
-        if self.allocation is not None and req.finished():
+        if self.allocation is not None and is_finished(req):
             if type(req.kv_allocated_len) is not int:
                 return
             self.allocation.release(req)
 
     def _update_finish_state(self, req: FakeReq) -> None:
-        if req.finished():
+        if is_finished(req):
             return
         if req.to_finish is not None:
             # Any reason set (an abort, or a resolver's FINISH_ABORT) is an abort here.
@@ -683,6 +714,38 @@ class Engine:
             req.finished_reason, req.finished_len = "grammar", emitted
 
 
+# Templates of the result tensors, by shape (`next_token_ids`) and by values (per-row int32
+# lists). A result gets a new tensor made from one (`add`, `clone`): an ordinary CPU tensor of its
+# own, which the target may change at will, made in a third of `torch.tensor(list)`'s time.
+_TOKEN_TEMPLATES: dict[tuple[int, int], Any] = {}
+_INT32_TEMPLATES: dict[tuple[int, ...], Any] = {}
+_TEMPLATES_MAX: Final = 4096
+
+
+def _token_ids(torch: Any, launch_no: int, rows: int, width: int) -> Any:
+    """A new int64 tensor of `token_id(launch_no, row, col)` for `rows` rows of `width`, row by
+    row (`token_id` is `token_id(launch_no, 0, 0)` plus `token_id(0, row, col)`)."""
+    template = _TOKEN_TEMPLATES.get((rows, width))
+    if template is None:
+        if len(_TOKEN_TEMPLATES) >= _TEMPLATES_MAX:
+            _TOKEN_TEMPLATES.clear()
+        template = _TOKEN_TEMPLATES[(rows, width)] = torch.tensor(
+            [token_id(0, row, col) for row in range(rows) for col in range(width)],
+            dtype=torch.int64,
+        )
+    return template.add(token_id(launch_no, 0, 0))
+
+
+def _int32_row(torch: Any, values: tuple[int, ...]) -> Any:
+    """A new int32 tensor holding `values`."""
+    template = _INT32_TEMPLATES.get(values)
+    if template is None:
+        if len(_INT32_TEMPLATES) >= _TEMPLATES_MAX:
+            _INT32_TEMPLATES.clear()
+        template = _INT32_TEMPLATES[values] = torch.tensor(values, dtype=torch.int32)
+    return template.clone()
+
+
 def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
     """Call the target's code: (what it returned, None), or (None, its exception as text) when
     it raised. Raises `UnsupportedTargetError` when it reached what kvcheck does not model or
@@ -690,8 +753,11 @@ def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | No
     verdict on the target. What the target prints goes to stderr: kvcheck's stdout is its report
     (one JSON object under `--json`)."""
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        stdout, sys.stdout = sys.stdout, sys.stderr  # `contextlib.redirect_stdout`, inline
+        try:
             return function(*args), None
+        finally:
+            sys.stdout = stdout
     except (UnmodeledAttributeError, KvcheckUsageError) as exc:
         # Includes a name the source loader could not provide, reached at run time.
         raise UnsupportedTargetError(str(exc)) from None

@@ -108,12 +108,22 @@ class StrictFake:
 
     _owner: ClassVar[str] = "object"
     _fields: ClassVar[frozenset[str]] = frozenset()
+    # The names `__setattr__` found writable on this very class, so it tests each name once (a
+    # class's fields and properties are never taken away).
+    _writable: ClassVar[set[str]] = set()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls._writable = set()
         for name, value in list(vars(cls).items()):
             if not name.startswith("_") and inspect.isfunction(value):
                 setattr(cls, name, sglang_method(value))
+
+    def _set_fields(self, **values: Any) -> None:
+        """Set the fake's own attributes at construction, in one step (a checked write each
+        costs more than the rest of a result's making): kvcheck's code, so every name is one of
+        its `_fields` or private (tests/unit/core/test_fakes.py checks each fake)."""
+        self.__dict__.update(values)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup failed.
@@ -122,12 +132,18 @@ class StrictFake:
         raise UnmodeledAttributeError(self._owner, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._writable:
+            object.__setattr__(self, name, value)
+            return
+        cls = type(self)
         if (
             name.startswith("_")
             or name in self._fields
-            or isinstance(getattr(type(self), name, None), property)
+            or isinstance(getattr(cls, name, None), property)
         ):
             object.__setattr__(self, name, value)
+            if "_writable" in vars(cls):
+                cls._writable.add(name)
             return
         raise UnmodeledAttributeError(self._owner, name, "writes")
 
@@ -233,34 +249,57 @@ class FakeReq(StrictFake):
         }
     )
 
+    rid: str
+    origin_input_ids: list[int]
+    output_ids: list[int]
+    sampling_params: FakeSamplingParams
+    kv_committed_len: int
+    kv_allocated_len: int
+    is_retracted: bool
+    retraction_count: int
+    finished_reason: str | None
+    finished_len: int | None
+    to_finish: str | None
+    grammar: FakeGrammar | None
+    inflight_middle_chunks: int
+    spec_verify_ct: int
+    spec_num_block_accept_tokens: int
+    spec_num_cap_tokens: int
+    _spec_drafts: int
+    _histogram: dict[int, int]
+    _cap_histogram: dict[int, int]
+    kv: FakeKvInfo
+
     def __init__(self, rid: str, prompt_len: int, max_new_tokens: int) -> None:
-        self.rid = rid
-        self.origin_input_ids = list(range(1, prompt_len + 1))
-        self.output_ids: list[int] = []
-        self.sampling_params = FakeSamplingParams(max_new_tokens)
-        self.kv_committed_len = 0
-        self.kv_allocated_len = 0
-        self.is_retracted = False
-        self.retraction_count = 0
-        self.finished_reason: str | None = None
-        self.finished_len: int | None = None
-        self.to_finish: str | None = None
-        self.grammar: FakeGrammar | None = None
-        self.inflight_middle_chunks = 0  # no chunked prefill is modelled
-        self.spec_verify_ct = 0
-        self.spec_num_block_accept_tokens = 0
-        self.spec_num_cap_tokens = 0
-        self._spec_drafts = 0
-        self._histogram: dict[int, int] = {}
-        self._cap_histogram: dict[int, int] = {}
-        self.kv = FakeKvInfo(self)
+        self._set_fields(
+            rid=rid,
+            origin_input_ids=list(range(1, prompt_len + 1)),
+            output_ids=[],
+            sampling_params=FakeSamplingParams(max_new_tokens),
+            kv_committed_len=0,
+            kv_allocated_len=0,
+            is_retracted=False,
+            retraction_count=0,
+            finished_reason=None,
+            finished_len=None,
+            to_finish=None,
+            grammar=None,
+            inflight_middle_chunks=0,  # no chunked prefill is modelled
+            spec_verify_ct=0,
+            spec_num_block_accept_tokens=0,
+            spec_num_cap_tokens=0,
+            _spec_drafts=0,
+            _histogram={},
+            _cap_histogram={},
+            kv=FakeKvInfo(self),
+        )
 
     def finished(self) -> bool:
         """SGLang's `req.finished()`: a finish reason is set.
 
         Read at delivery time, so the row of a request that finished after its launch is stale.
         """
-        return self.finished_reason is not None
+        return is_finished(self)
 
     def _record_histogram(self, drafts: int) -> None:
         # A dict, not SGLang's growing list: a negative or non-int bucket stays visible.
@@ -274,7 +313,19 @@ class FakeReq(StrictFake):
 
     def histogram(self) -> tuple[tuple[int, int], ...]:
         """The acceptance histogram as sorted (accepted drafts, count) pairs (engine helper)."""
-        return tuple(sorted(self._histogram.items()))
+        return histogram_of(self)
+
+
+def is_finished(req: FakeReq) -> bool:
+    """`req.finished()` for kvcheck's own code: the same test, without the guard that makes a
+    target's call its signature refuses a `FakeCallError` (`sglang_method`)."""
+    return req.finished_reason is not None
+
+
+def histogram_of(req: FakeReq) -> tuple[tuple[int, int], ...]:
+    """`req.histogram()` for kvcheck's own code (see `is_finished`)."""
+    histogram = req._histogram
+    return tuple(sorted(histogram.items())) if len(histogram) > 1 else tuple(histogram.items())
 
 
 for _name in REQ_DRAFT_COUNTER_NAMES:
@@ -379,13 +430,21 @@ class FakeBatch(StrictFake):
     _owner = "batch"
     _fields = frozenset({"reqs", "spec_algorithm", "has_grammar", "enable_overlap", "forward_mode"})
 
+    reqs: list[FakeReq]
+    spec_algorithm: FakeSpecAlgorithm
+    has_grammar: bool
+    enable_overlap: bool
+    forward_mode: FakeForwardMode
+
     def __init__(self, reqs: list[FakeReq], forward_mode: str = "decode") -> None:
-        self.reqs = reqs
-        self.spec_algorithm = EAGLE
-        # As SGLang's batch constructor sets it, carried by `batch.copy()` (0.5.18+).
-        self.has_grammar = any(req.grammar is not None for req in reqs)
-        self.enable_overlap = True
-        self.forward_mode = FORWARD_MODES[forward_mode]
+        self._set_fields(
+            reqs=reqs,
+            spec_algorithm=EAGLE,
+            # As SGLang's batch constructor sets it, carried by `batch.copy()` (0.5.18+).
+            has_grammar=any(req.grammar is not None for req in reqs),
+            enable_overlap=True,
+            forward_mode=FORWARD_MODES[forward_mode],
+        )
 
     def batch_size(self) -> int:
         """SGLang's `batch.batch_size()`: every row of the snapshot, stale rows included."""
@@ -414,6 +473,20 @@ class FakeResult(StrictFake):
             "copy_done",
         }
     )
+    next_token_ids: torch.Tensor
+    accept_lens: torch.Tensor
+    speculative_num_draft_tokens: int
+    speculative_output_stride: int | None
+    num_non_draft_tokens_per_req: int
+    block_accept_lens: torch.Tensor | None
+    cap_lens: torch.Tensor | None
+    grammar_advanced: bool
+    grammar_retained_tokens: list[Any] | None
+    copy_done: FakeCopyDone | None
+    num_block_accept_tokens: Any
+    num_cap_tokens: Any
+    _draft_total: Any
+    _draft_per_req: Any
 
     def __init__(
         self,
@@ -427,23 +500,26 @@ class FakeResult(StrictFake):
         cap_lens: torch.Tensor | None = None,
         copy_done: FakeCopyDone | None = COPY_DONE,
     ) -> None:
-        self.next_token_ids = next_token_ids
-        self.accept_lens = accept_lens
-        # The draft-token count recorded at launch; EAGLE's rows are that wide, UNO's rows are
-        # `speculative_output_stride` = one more (its second non-draft token), else None.
-        self.speculative_num_draft_tokens = launch_stride
-        self.speculative_output_stride: int | None = output_stride
-        self.num_non_draft_tokens_per_req = non_draft_tokens
-        self.block_accept_lens = block_accept_lens
-        self.cap_lens = cap_lens
-        self.grammar_advanced = False
-        self.grammar_retained_tokens: list[Any] | None = None
-        # SGLang records the copy event only on the overlap path; a synchronous result has none.
-        self.copy_done = copy_done
-        self.num_block_accept_tokens: Any = None
-        self.num_cap_tokens: Any = None
-        self._draft_total: Any = None
-        self._draft_per_req: Any = None
+        self._set_fields(
+            next_token_ids=next_token_ids,
+            accept_lens=accept_lens,
+            # The draft-token count recorded at launch; EAGLE's rows are that wide, UNO's rows
+            # are `speculative_output_stride` = one more (its second non-draft token), else None.
+            speculative_num_draft_tokens=launch_stride,
+            speculative_output_stride=output_stride,
+            num_non_draft_tokens_per_req=non_draft_tokens,
+            block_accept_lens=block_accept_lens,
+            cap_lens=cap_lens,
+            grammar_advanced=False,
+            grammar_retained_tokens=None,
+            # SGLang records the copy event only on the overlap path; a synchronous result has
+            # none.
+            copy_done=copy_done,
+            num_block_accept_tokens=None,
+            num_cap_tokens=None,
+            _draft_total=None,
+            _draft_per_req=None,
+        )
 
 
 for _name in RESULT_DRAFT_TOTAL_NAMES:

@@ -8,7 +8,10 @@ one that broke. Every request is checked after every event, not only the rows of
 batch: a resolver that corrupts a request outside the batch is caught too.
 
 Adding an invariant is one edit: write its checker and add its record to `INVARIANTS`
-(docs/architecture.md, "Where to add an invariant").
+(docs/architecture.md, "Where to add an invariant"). A record may also carry a quick test
+(`Invariant.holds`): true only where the checker finds nothing, it lets `check_event` pass an event
+without making generators, findings or messages; without one, the checker runs at every event.
+tests/unit/core/test_invariant_holds.py holds `check_event` to what every checker reports.
 """
 
 from __future__ import annotations
@@ -66,32 +69,55 @@ Scope: TypeAlias = Literal["event", "delivery", "request"]
 EventChecker: TypeAlias = Callable[[Expectation, Observation], Iterator[Finding]]
 DeliveryChecker: TypeAlias = Callable[[ExpectedDelivery, ObservedDelivery], Iterator[Finding]]
 RequestChecker: TypeAlias = Callable[[RequestExpectation, ObservedRequest], Iterator[Finding]]
+# An invariant's quick test on its scope's pair, given the aspects the target is not held to: True
+# only when its checker finds nothing there that is judged. Every event runs it for every
+# invariant (the passing case then costs no generator, finding or message); the checker runs
+# where it is False, and reports. tests/unit/core/test_invariant_holds.py checks each against
+# its checker on perturbed pairs.
+EventHolds: TypeAlias = Callable[[Expectation, Observation, frozenset[str]], bool]
+DeliveryHolds: TypeAlias = Callable[[ExpectedDelivery, ObservedDelivery, frozenset[str]], bool]
+RequestHolds: TypeAlias = Callable[[RequestExpectation, ObservedRequest, frozenset[str]], bool]
 
 
 @attrs.frozen
 class Invariant:
     """One invariant: its public id, what it means, what it looks at, and its check (a checker
-    lifted to the whole event by `on_event`, `on_delivery` or `on_request`)."""
+    lifted to the whole event by `on_event`, `on_delivery` or `on_request`).
+
+    `holds` is its quick test on the scope's own pair (`EventHolds`, `DeliveryHolds` or
+    `RequestHolds`); None: the checker runs at every event. An event-scope invariant that also
+    looks at every request has the request part of its test in `each_request`."""
 
     id: str
     meaning: str
     scope: Scope
     check: EventChecker
+    holds: Callable[..., bool] | None = None
+    each_request: RequestHolds | None = None
 
 
-def on_event(id: str, meaning: str, checker: EventChecker) -> Invariant:
-    """Checked once per event, on the expectation and the observation as a whole."""
-    return Invariant(id, meaning, "event", checker)
+def on_event(
+    id: str,
+    meaning: str,
+    checker: EventChecker,
+    holds: EventHolds | None = None,
+    each_request: RequestHolds | None = None,
+) -> Invariant:
+    """Checked once per event, on the expectation and the observation as a whole; its quick
+    test is `holds` on the event and `each_request` on every request."""
+    return Invariant(id, meaning, "event", checker, holds, each_request)
 
 
-def on_delivery(id: str, meaning: str, checker: DeliveryChecker) -> Invariant:
+def on_delivery(
+    id: str, meaning: str, checker: DeliveryChecker, holds: DeliveryHolds | None = None
+) -> Invariant:
     """Checked on the delivery of a launch, when the event delivered one."""
 
     def check(expected: Expectation, observed: Observation) -> Iterator[Finding]:
         if expected.delivery is not None and observed.delivery is not None:
             yield from checker(expected.delivery, observed.delivery)
 
-    return Invariant(id, meaning, "delivery", check)
+    return Invariant(id, meaning, "delivery", check, holds)
 
 
 # The last observation's requests by rid: every request-level invariant of an event looks them
@@ -106,7 +132,9 @@ def _by_rid(observed: Observation) -> dict[str, ObservedRequest]:
     return by_rid
 
 
-def on_request(id: str, meaning: str, checker: RequestChecker) -> Invariant:
+def on_request(
+    id: str, meaning: str, checker: RequestChecker, holds: RequestHolds | None = None
+) -> Invariant:
     """Checked on every request the model knows of, after every event."""
 
     def check(expected: Expectation, observed: Observation) -> Iterator[Finding]:
@@ -117,7 +145,7 @@ def on_request(id: str, meaning: str, checker: RequestChecker) -> Invariant:
                 raise AssertionError(f"engine has no request {exp_req.rid}")
             yield from checker(exp_req, obs_req)
 
-    return Invariant(id, meaning, "request", check)
+    return Invariant(id, meaning, "request", check, holds)
 
 
 def _values_equal(expected: Any, observed: Any) -> bool:
@@ -126,6 +154,11 @@ def _values_equal(expected: Any, observed: Any) -> bool:
 
 
 # --- the target's call and its runs -------------------------------------------------------------
+
+
+def target_deadline_holds(expected: Expectation, observed: Observation, _: frozenset[str]) -> bool:
+    """`target-deadline`'s quick test: no call ran past its deadline."""
+    return observed.deadline_exceeded is None
 
 
 def check_target_deadline(expected: Expectation, observed: Observation) -> Iterator[Finding]:
@@ -142,6 +175,11 @@ def check_target_deadline(expected: Expectation, observed: Observation) -> Itera
         )
 
 
+def target_raised_holds(expected: Expectation, observed: Observation, _: frozenset[str]) -> bool:
+    """`target-raised`'s quick test: the target did not raise."""
+    return observed.target_error is None
+
+
 def check_target_raised(expected: Expectation, observed: Observation) -> Iterator[Finding]:
     """`target-raised`: the resolver must return; what it raised is the finding (checked first)."""
     if observed.target_error is not None:
@@ -151,6 +189,15 @@ def check_target_raised(expected: Expectation, observed: Observation) -> Iterato
             observed.target_error,
             f"the resolver raised {observed.target_error}",
         )
+
+
+def runs_aligned_holds(expected: Expectation, observed: Observation, _: frozenset[str]) -> bool:
+    """`runs-aligned`'s quick test: no delivery, the target raised, or the scheduler launched
+    the model's rows and the runs are exactly the expected ones."""
+    exp, obs = expected.delivery, observed.delivery
+    if exp is None or obs is None or observed.target_error is not None:
+        return True
+    return obs.runs is not None and obs.rids == exp.launch.rids and obs.runs == exp.runs
 
 
 def check_runs_aligned(expected: Expectation, observed: Observation) -> Iterator[Finding]:
@@ -237,6 +284,20 @@ def _grammar_rows(
         yield row, exp.launch.rids[row], want, () if got is None else got
 
 
+def _no_grammar_rows(exp: ExpectedDelivery) -> bool:
+    offered = exp.grammar_offered
+    return offered.count(None) == len(offered)
+
+
+def grammar_advanced_once_holds(
+    exp: ExpectedDelivery, obs: ObservedDelivery, _: frozenset[str]
+) -> bool:
+    """`grammar-advanced-once`'s quick test: every live grammar row was offered its run."""
+    return _no_grammar_rows(exp) or all(
+        want == got for _, _, want, got in _grammar_rows(exp, obs, stale=False)
+    )
+
+
 def check_grammar_advanced_once(exp: ExpectedDelivery, obs: ObservedDelivery) -> Iterator[Finding]:
     """`grammar-advanced-once` (§1.4): a live grammar row's grammar is offered its run exactly
     once, token by token, up to the token that terminates it or the one it refuses."""
@@ -250,6 +311,15 @@ def check_grammar_advanced_once(exp: ExpectedDelivery, obs: ObservedDelivery) ->
                 f"offered {list(want)} once, it was offered {list(got)}",
             )
             return
+
+
+def grammar_stale_untouched_holds(
+    exp: ExpectedDelivery, obs: ObservedDelivery, _: frozenset[str]
+) -> bool:
+    """`grammar-stale-untouched`'s quick test: no stale grammar row was offered a token."""
+    return _no_grammar_rows(exp) or not any(
+        got for _, _, _, got in _grammar_rows(exp, obs, stale=True)
+    )
 
 
 def check_grammar_stale_untouched(
@@ -269,6 +339,14 @@ def check_grammar_stale_untouched(
 
 
 # --- every request ------------------------------------------------------------------------------
+
+
+def no_negative_holds(exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]) -> bool:
+    """`no-negative`'s quick test: no int counter and no histogram bucket below zero."""
+    for value in (obs.committed, obs.verify_ct, obs.drafts):
+        if isinstance(value, int) and value < 0:
+            return False
+    return all(bucket >= 0 for bucket, _ in obs.histogram)
 
 
 def check_no_negative(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
@@ -293,12 +371,22 @@ def check_no_negative(exp: RequestExpectation, obs: ObservedRequest) -> Iterator
             )
 
 
+def _committed_holds(phases: tuple[str, ...]) -> RequestHolds:
+    """The committed-length quick test for requests in `phases`: C is as expected."""
+
+    def holds(exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]) -> bool:
+        return exp.phase not in phases or _values_equal(exp.committed, obs.committed)
+
+    return holds
+
+
 def _committed_in(phases: tuple[str, ...], state: str) -> RequestChecker:
     """The committed-length checker for requests in `phases` (one invariant id per phase group:
     live and waiting requests, finished ones, retracted ones)."""
+    holds = _committed_holds(phases)
 
     def check(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
-        if exp.phase not in phases or _values_equal(exp.committed, obs.committed):
+        if holds(exp, obs, frozenset()):
             return
         shown = state if exp.phase != "waiting" else "is waiting"
         yield Finding(
@@ -312,9 +400,14 @@ def _committed_in(phases: tuple[str, ...], state: str) -> RequestChecker:
     return check
 
 
+def verify_count_holds(exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]) -> bool:
+    """`stats-verify-count`'s quick test."""
+    return _values_equal(exp.verify_ct, obs.verify_ct)
+
+
 def check_verify_count(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`stats-verify-count`: `spec_verify_ct` is a plain int equal to the request's applied rows."""
-    if not _values_equal(exp.verify_ct, obs.verify_ct):
+    if not verify_count_holds(exp, obs, frozenset()):
         yield Finding(
             exp.rid,
             exp.verify_ct,
@@ -324,11 +417,16 @@ def check_verify_count(exp: RequestExpectation, obs: ObservedRequest) -> Iterato
         )
 
 
+def accepted_drafts_holds(exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]) -> bool:
+    """`stats-accepted-drafts`'s quick test."""
+    return _values_equal(exp.drafts, obs.drafts)
+
+
 def check_accepted_drafts(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`stats-accepted-drafts`: the per-request draft counter, under any generation's name, is a
     plain int equal to the sum of a - 1 over applied rows.
     """
-    if not _values_equal(exp.drafts, obs.drafts):
+    if not accepted_drafts_holds(exp, obs, frozenset()):
         yield Finding(
             exp.rid,
             exp.drafts,
@@ -336,6 +434,16 @@ def check_accepted_drafts(exp: RequestExpectation, obs: ObservedRequest) -> Iter
             f"{exp.rid} ({exp.phase}) accepted {show(exp.drafts, obs.drafts)} drafts on "
             f"applied rows, the counter says {show(obs.drafts, exp.drafts)}",
         )
+
+
+def histogram_holds(
+    exp: RequestExpectation, obs: ObservedRequest, not_judged: frozenset[str]
+) -> bool:
+    """`stats-histogram`'s quick test (nothing to judge when the aspect is not)."""
+    return "histogram" in not_judged or (
+        obs.histogram == exp.histogram
+        and sum([count for _, count in obs.histogram]) == exp.verify_ct
+    )
 
 
 def check_histogram(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
@@ -355,16 +463,21 @@ def check_histogram(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[F
         )
 
 
+def block_cap_holds(exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]) -> bool:
+    """`stats-block-cap`'s quick test."""
+    return (
+        _values_equal(exp.block_tokens, obs.block_tokens)
+        and _values_equal(exp.cap_tokens, obs.cap_tokens)
+        and obs.cap_histogram == exp.cap_histogram
+    )
+
+
 def check_block_cap(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """Block-accept and cap statistics (0.5.16+): summed over applied rows, the cap lengths
     logged in a histogram; a stale row adds nothing."""
-    observed = (obs.block_tokens, obs.cap_tokens, dict(obs.cap_histogram))
-    expected = (exp.block_tokens, exp.cap_tokens, dict(exp.cap_histogram))
-    if (
-        not _values_equal(exp.block_tokens, obs.block_tokens)
-        or not _values_equal(exp.cap_tokens, obs.cap_tokens)
-        or obs.cap_histogram != exp.cap_histogram
-    ):
+    if not block_cap_holds(exp, obs, frozenset()):
+        observed = (obs.block_tokens, obs.cap_tokens, dict(obs.cap_histogram))
+        expected = (exp.block_tokens, exp.cap_tokens, dict(exp.cap_histogram))
         yield Finding(
             exp.rid,
             expected,
@@ -377,6 +490,11 @@ def check_block_cap(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[F
 
 
 # --- allocation and release (with an allocation rule) -------------------------------------------
+
+
+def alloc_untouched_holds(exp: ExpectedDelivery, obs: ObservedDelivery, _: frozenset[str]) -> bool:
+    """`alloc-untouched-by-resolver`'s quick test: the call changed no `kv_allocated_len`."""
+    return not obs.allocated_changed
 
 
 def check_alloc_untouched(exp: ExpectedDelivery, obs: ObservedDelivery) -> Iterator[Finding]:
@@ -408,13 +526,20 @@ def _judged(exp: RequestExpectation, obs: ObservedRequest) -> bool:
     )
 
 
+def alloc_covers_reserve_holds(
+    exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]
+) -> bool:
+    """`alloc-covers-reserve`'s quick test."""
+    if exp.allocated is None or exp.phase != "running" or not _judged(exp, obs):
+        return True
+    allocated = _allocated(obs)
+    return allocated is not None and allocated >= exp.alloc_floor
+
+
 def check_alloc_covers_reserve(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`alloc-covers-reserve` (§2.9 invariant 3): after a decode launch a live request's Al
     covers its committed length at sizing plus the reserve R = 2A."""
-    if not _judged(exp, obs) or exp.phase != "running":
-        return
-    allocated = _allocated(obs)
-    if allocated is None or allocated < exp.alloc_floor:
+    if not alloc_covers_reserve_holds(exp, obs, frozenset()):
         yield Finding(
             exp.rid,
             f">= {exp.alloc_floor}",
@@ -424,13 +549,21 @@ def check_alloc_covers_reserve(exp: RequestExpectation, obs: ObservedRequest) ->
         )
 
 
+def alloc_never_shrinks_holds(
+    exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]
+) -> bool:
+    """`alloc-never-shrinks`'s quick test."""
+    if exp.allocated is None or exp.phase != "running" or not _judged(exp, obs):
+        return True
+    allocated = _allocated(obs)
+    return allocated is None or allocated >= exp.alloc_peak
+
+
 def check_alloc_never_shrinks(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`alloc-never-shrinks` (§2.9 invariant 3, the clamp): a live request's Al never goes
     below the highest value it had in this residency."""
-    if not _judged(exp, obs) or exp.phase != "running":
-        return
-    allocated = _allocated(obs)
-    if allocated is not None and allocated < exp.alloc_peak:
+    if not alloc_never_shrinks_holds(exp, obs, frozenset()):
+        allocated = _allocated(obs)
         yield Finding(
             exp.rid,
             f">= {exp.alloc_peak}",
@@ -440,17 +573,21 @@ def check_alloc_never_shrinks(exp: RequestExpectation, obs: ObservedRequest) -> 
         )
 
 
+def alloc_page_aligned_holds(
+    exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]
+) -> bool:
+    """`alloc-page-aligned`'s quick test."""
+    if not exp.alloc_aligned or exp.phase != "running" or not _judged(exp, obs):
+        return True
+    allocated = _allocated(obs)
+    return allocated is None or not allocated % exp.page_size
+
+
 def check_alloc_page_aligned(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`alloc-page-aligned` (0.5.16+): once a decode launch sized it, a live request's Al is a
     multiple of the page size."""
-    allocated = _allocated(obs)
-    if (
-        exp.alloc_aligned
-        and exp.phase == "running"
-        and _judged(exp, obs)
-        and allocated is not None
-        and allocated % exp.page_size
-    ):
+    if not alloc_page_aligned_holds(exp, obs, frozenset()):
+        allocated = _allocated(obs)
         yield Finding(
             exp.rid,
             f"a multiple of {exp.page_size}",
@@ -460,10 +597,19 @@ def check_alloc_page_aligned(exp: RequestExpectation, obs: ObservedRequest) -> I
         )
 
 
+def alloc_expected_holds(exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]) -> bool:
+    """`alloc-expected`'s quick test."""
+    return (
+        exp.allocated is None
+        or not _judged(exp, obs)
+        or _values_equal(exp.allocated, obs.allocated)
+    )
+
+
 def check_alloc_expected(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`alloc-expected`: Al is exactly what the generation's rule gives (no over-allocation,
     what release leaves behind, zero after retraction)."""
-    if _judged(exp, obs) and not _values_equal(exp.allocated, obs.allocated):
+    if not alloc_expected_holds(exp, obs, frozenset()):
         yield Finding(
             exp.rid,
             exp.allocated,
@@ -488,6 +634,11 @@ def _faults(*kinds: str) -> EventChecker:
     return check
 
 
+def _no_faults(expected: Expectation, observed: Observation, _: frozenset[str]) -> bool:
+    """The quick test of every fault-reporting invariant: the pool (if any) saw no fault."""
+    return observed.pool is None or not observed.pool.faults
+
+
 def _and(*checkers: EventChecker) -> EventChecker:
     def check(expected: Expectation, observed: Observation) -> Iterator[Finding]:
         for checker in checkers:
@@ -498,6 +649,12 @@ def _and(*checkers: EventChecker) -> EventChecker:
 
 def _requests(checker: RequestChecker) -> EventChecker:
     return on_request("", "", checker).check
+
+
+def estimate_matches_holds(expected: Expectation, observed: Observation, _: frozenset[str]) -> bool:
+    """`alloc-estimate-matches`'s quick test."""
+    pages, pool = observed.launch_pages, observed.pool
+    return pages is None or pool is None or bool(pool.faults) or pages[0] == pages[1]
 
 
 def check_estimate_matches(expected: Expectation, observed: Observation) -> Iterator[Finding]:
@@ -518,9 +675,19 @@ def check_estimate_matches(expected: Expectation, observed: Observation) -> Iter
             )
 
 
+def released_holds(exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]) -> bool:
+    """`check_released`'s quick test."""
+    return (
+        exp.allocated is None
+        or exp.phase != "finished"
+        or not (obs.holds_row or obs.pages)
+        or not _judged(exp, obs)
+    )
+
+
 def check_released(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """A finished request holds no row and no page (it was released)."""
-    if _judged(exp, obs) and exp.phase == "finished" and (obs.holds_row or obs.pages):
+    if not released_holds(exp, obs, frozenset()):
         yield Finding(
             exp.rid,
             "released",
@@ -529,9 +696,19 @@ def check_released(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Fi
         )
 
 
+def pages_held_holds(exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]) -> bool:
+    """`check_pages_held`'s quick test."""
+    return (
+        exp.allocated is None
+        or exp.phase not in ("running", "waiting")
+        or obs.pages == exp.pages
+        or not _judged(exp, obs)
+    )
+
+
 def check_pages_held(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """A live request holds exactly the pages covering its Al."""
-    if _judged(exp, obs) and exp.phase in ("running", "waiting") and obs.pages != exp.pages:
+    if not pages_held_holds(exp, obs, frozenset()):
         yield Finding(
             exp.rid,
             exp.pages,
@@ -540,11 +717,19 @@ def check_pages_held(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[
         )
 
 
+def retracted_empty_holds(exp: RequestExpectation, obs: ObservedRequest, _: frozenset[str]) -> bool:
+    """`kv-retracted-empty`'s quick test."""
+    return (
+        exp.allocated is None
+        or exp.phase != "retracted"
+        or not _judged(exp, obs)
+        or not (obs.holds_row or obs.pages or not _values_equal(0, obs.allocated))
+    )
+
+
 def check_retracted_empty(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Finding]:
     """`kv-retracted-empty`: until re-admission a retracted request has Al = 0 and no row."""
-    if not _judged(exp, obs) or exp.phase != "retracted":
-        return
-    if obs.holds_row or obs.pages or not _values_equal(0, obs.allocated):
+    if not retracted_empty_holds(exp, obs, frozenset()):
         yield Finding(
             exp.rid,
             "Al 0, no row",
@@ -566,6 +751,32 @@ def _int_list(value: Any) -> Any:
     except (TypeError, ValueError):
         pass
     return value
+
+
+def global_counters_hold(
+    exp: ExpectedDelivery, obs: ObservedDelivery, not_judged: frozenset[str]
+) -> bool:
+    """`global-counters`' quick test: every batch-level value the target is held to is right."""
+    if exp.global_drafts is None:
+        return True
+    if "result-drafts-total" not in not_judged and not _values_equal(
+        exp.global_drafts, obs.global_drafts
+    ):
+        return False
+    if "result-drafts-per-row" not in not_judged and _int_list(obs.per_row_drafts) != list(
+        exp.per_row_drafts
+    ):
+        return False
+    if exp.controller_feed is not None and "controller-feed" not in not_judged:
+        feeds, want = obs.controller_feeds, list(exp.controller_feed)
+        if len(feeds) != 1 or _int_list(feeds[0].per_req) != want:
+            return False
+        if feeds[0].batch_size is not None and not _values_equal(len(want), feeds[0].batch_size):
+            return False
+    if exp.block_cap_totals is None or "result-block-cap" in not_judged:
+        return True
+    (want_blocks, want_caps), (blocks, caps) = exp.block_cap_totals, obs.block_cap_totals
+    return _values_equal(want_blocks, blocks) and _values_equal(want_caps, caps)
 
 
 def check_global_counters(exp: ExpectedDelivery, obs: ObservedDelivery) -> Iterator[Finding]:
@@ -653,23 +864,32 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         "target-deadline",
         "every call of the resolver returns within its deadline (--deadline)",
         check_target_deadline,
+        target_deadline_holds,
     ),
-    on_event("target-raised", "the resolver returns without raising", check_target_raised),
+    on_event(
+        "target-raised",
+        "the resolver returns without raising",
+        check_target_raised,
+        target_raised_holds,
+    ),
     on_event(
         "alloc-estimate-matches",
         "the pages the memory check estimates for a decode launch are the pages it allocates",
         check_estimate_matches,
+        estimate_matches_holds,
     ),
     on_delivery(
         "grammar-stale-untouched",
         "a stale row never advances its request's grammar",
         check_grammar_stale_untouched,
+        grammar_stale_untouched_holds,
     ),
     on_delivery(
         "grammar-advanced-once",
         "a live grammar row's grammar is offered its run once, up to the token that terminates "
         "it or the one it refuses",
         check_grammar_advanced_once,
+        grammar_advanced_once_holds,
     ),
     on_event(
         "runs-aligned",
@@ -677,105 +897,126 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         "tokens under the stride recorded at launch (a live grammar row: the tokens its "
         "grammar retained)",
         check_runs_aligned,
+        runs_aligned_holds,
     ),
     on_request(
         "no-negative",
         "committed length and statistics never go below zero",
         check_no_negative,
+        no_negative_holds,
     ),
     on_request(
         "committed-live",
         "a live request's committed length is prompt + outputs - 1, plus 1 for a prefill in "
         "flight and (pre-claim) 1 for a decode launch in flight",
         _committed_in(("running", "waiting"), "is live"),
+        _committed_holds(("running", "waiting")),
     ),
     on_request(
         "committed-finished-frozen",
         "a finished request's committed length is final (pre-claim: one -1 at its stale row)",
         _committed_in(("finished",), "finished"),
+        _committed_holds(("finished",)),
     ),
     on_request(
         "committed-retracted-zero",
         "a retracted request holds committed length 0 until re-admission",
         _committed_in(("retracted",), "is retracted"),
+        _committed_holds(("retracted",)),
     ),
     on_delivery(
         "alloc-untouched-by-resolver",
         "the resolver leaves every request's kv_allocated_len as it found it",
         check_alloc_untouched,
+        alloc_untouched_holds,
     ),
     on_request(
         "alloc-covers-reserve",
         "after a decode launch a live request's kv_allocated_len covers its committed length "
         "at sizing plus the reserve 2A",
         check_alloc_covers_reserve,
+        alloc_covers_reserve_holds,
     ),
     on_request(
         "alloc-page-aligned",
         "from 0.5.16, a live request's kv_allocated_len is page-aligned once a decode launch "
         "sized it",
         check_alloc_page_aligned,
+        alloc_page_aligned_holds,
     ),
     on_request(
         "alloc-never-shrinks",
         "a live request's kv_allocated_len never drops below its highest value this residency",
         check_alloc_never_shrinks,
+        alloc_never_shrinks_holds,
     ),
     on_request(
         "alloc-expected",
         "kv_allocated_len is exactly what the allocation rule gives, after release and "
         "retraction too",
         check_alloc_expected,
+        alloc_expected_holds,
     ),
     on_event(
         "kv-no-double-owner",
         "no page has two owners and no row points at a page its request does not own",
         _faults("double-owner"),
+        _no_faults,
     ),
     on_event(
         "kv-no-use-after-free",
         "no page is freed while another request owns it or a launch in flight reads it for a "
         "live row, and no launch reads a released row",
         _faults("use-after-free"),
+        _no_faults,
     ),
     on_event(
         "kv-released-once",
         "a request's KV is released exactly once per residency: nothing freed twice, nothing "
         "left in its row, nothing held after it finished",
         _and(_faults("double-free", "leak"), _requests(check_released)),
+        _no_faults,
+        released_holds,
     ),
     on_request(
         "kv-retracted-empty",
         "a retracted request has kv_allocated_len 0 and holds no row until re-admission",
         check_retracted_empty,
+        retracted_empty_holds,
     ),
     on_event(
         "kv-pool-conserved",
         "available + held == total pages after every event, and a live request holds exactly "
         "the pages covering its kv_allocated_len",
         _and(_faults("pool", "out-of-memory"), _requests(check_pages_held)),
+        _no_faults,
+        pages_held_holds,
     ),
     on_request(
         "stats-verify-count",
         "spec_verify_ct counts the applied (non-stale) rows of the request",
         check_verify_count,
+        verify_count_holds,
     ),
     on_request(
         "stats-accepted-drafts",
         "the accepted-draft counter sums accept_len - k over applied rows (k = 1; UNO 2)",
         check_accepted_drafts,
+        accepted_drafts_holds,
     ),
     on_request(
         "stats-histogram",
         "the acceptance histogram counts applied rows by accept_len - k and sums to the verify "
         "count",
         check_histogram,
+        histogram_holds,
     ),
     on_request(
         "stats-block-cap",
         "the block-accept and cap token counters and the cap-length histogram (0.5.16+) sum "
         "the block/cap lengths of applied rows only",
         check_block_cap,
+        block_cap_holds,
     ),
     on_delivery(
         "global-counters",
@@ -783,6 +1024,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         "it gives the adaptive controller match the configured mode (ideal: stale rows "
         "excluded; sglang: all rows); the per-row draft list has one entry per row",
         check_global_counters,
+        global_counters_hold,
     ),
 )
 
@@ -790,12 +1032,107 @@ _TABLE: Final[tuple[Invariant, ...]] = (
 INVARIANTS: Final[dict[str, Invariant]] = {invariant.id: invariant for invariant in _TABLE}
 
 
+# The invariants about allocation and the pool: their quick tests hold on every event without a
+# pool (`Observation.pool` None) and on every request without an allocation rule
+# (`RequestExpectation.allocated` None), where they are not run.
+_ABOUT_ALLOCATION: Final = frozenset(
+    {
+        "alloc-estimate-matches",
+        "alloc-covers-reserve",
+        "alloc-page-aligned",
+        "alloc-never-shrinks",
+        "alloc-expected",
+        "kv-no-double-owner",
+        "kv-no-use-after-free",
+        "kv-released-once",
+        "kv-retracted-empty",
+        "kv-pool-conserved",
+    }
+)
+# The table split by scope, each invariant with its position in the table and its quick test.
+_EVENT_TESTS: Final = tuple((i, v.holds) for i, v in enumerate(_TABLE) if v.scope == "event")
+_EVENT_TESTS_NO_POOL: Final = tuple(
+    (i, holds) for i, holds in _EVENT_TESTS if _TABLE[i].id not in _ABOUT_ALLOCATION
+)
+_DELIVERY_TESTS: Final = tuple((i, v.holds) for i, v in enumerate(_TABLE) if v.scope == "delivery")
+# Tested on every request: request-scope invariants and the request part of event-scope ones.
+_PER_REQUEST_TESTS: Final = tuple(
+    (i, v.holds if v.scope == "request" else v.each_request)
+    for i, v in enumerate(_TABLE)
+    if v.scope == "request" or v.each_request is not None
+)
+_PER_REQUEST_TESTS_NO_ALLOCATION: Final = tuple(
+    (i, holds) for i, holds in _PER_REQUEST_TESTS if _TABLE[i].id not in _ABOUT_ALLOCATION
+)
+# Per rid, the last (expectation, observation, aspects not judged) on which every per-request
+# test held. Both records are frozen, and what a passing test read from them is plain ints
+# (`_values_equal`), bools and tuples the engine built, so the same two objects (the model and
+# the engine hand an untouched request's records on from event to event) pass again without
+# being tested twice. Bounded; any entry is a pair that passed, whichever run or thread stored it.
+_PASSED: dict[str, tuple[RequestExpectation, ObservedRequest, frozenset[str]]] = {}
+_PASSED_MAX: Final = 1024
+
+
+def _suspects(expected: Expectation, observed: Observation) -> list[Invariant]:
+    """The invariants whose quick test fails at this event (or that have none), in table order:
+    the others' checkers would find nothing judged, so only these run."""
+    not_judged = observed.not_judged
+    failing = [
+        i
+        for i, holds in (_EVENT_TESTS if observed.pool is not None else _EVENT_TESTS_NO_POOL)
+        if holds is None or not holds(expected, observed, not_judged)
+    ]
+    exp_delivery, obs_delivery = expected.delivery, observed.delivery
+    if exp_delivery is not None and obs_delivery is not None:
+        for i, holds in _DELIVERY_TESTS:
+            if holds is None or not holds(exp_delivery, obs_delivery, not_judged):
+                failing.append(i)
+    # The model and the engine list requests in admission order: by position, else by rid.
+    obs_requests = observed.requests
+    aligned = len(obs_requests) == len(expected.requests)
+    passed = _PASSED
+    for k, exp_req in enumerate(expected.requests):
+        rid = exp_req.rid
+        obs_req: ObservedRequest | None = obs_requests[k] if aligned else None
+        if obs_req is None or obs_req.rid != rid:
+            obs_req = _by_rid(observed).get(rid)
+        if obs_req is None:  # the checkers raise for it
+            failing.extend(i for i, _ in _PER_REQUEST_TESTS)
+            break
+        last = passed.get(rid)
+        if last is not None and last[0] is exp_req and last[1] is obs_req and last[2] is not_judged:
+            continue
+        before = len(failing)
+        tests = (
+            _PER_REQUEST_TESTS
+            if exp_req.allocated is not None
+            else _PER_REQUEST_TESTS_NO_ALLOCATION
+        )
+        for i, holds in tests:
+            if holds is None or not holds(exp_req, obs_req, not_judged):
+                failing.append(i)
+        if len(failing) == before:
+            if len(passed) >= _PASSED_MAX:
+                passed.clear()
+            passed[rid] = (exp_req, obs_req, not_judged)
+    if not failing:
+        return []
+    return [_TABLE[i] for i in sorted(set(failing))]
+
+
 def check_event(index: int, expected: Expectation, observed: Observation) -> list[Violation]:
     """Every violation at one event, in `INVARIANTS` order; findings on aspects the target is
-    not held to (`Observation.not_judged`) are dropped."""
+    not held to (`Observation.not_judged`) are dropped.
+
+    Every invariant is tested at every event: its quick test (`Invariant.holds`) first, and its
+    checker where that fails, so messages are only made for what is reported."""
+    suspects = _suspects(expected, observed)
+    if not suspects:
+        return []
+    not_judged = observed.not_judged
     return [
         Violation(invariant.id, index, f.rid, f.expected, f.observed, f.message)
-        for invariant in _TABLE
+        for invariant in suspects
         for f in invariant.check(expected, observed)
-        if f.aspect is None or f.aspect not in observed.not_judged
+        if f.aspect is None or f.aspect not in not_judged
     ]

@@ -25,6 +25,7 @@ C = Al = 0 until re-admission.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Literal, TypeAlias
 
 import attrs
@@ -43,6 +44,7 @@ from kvcheck.core.scenario import (
     block_cap_for_row,
     token_id,
 )
+from kvcheck.core.snapshots import refreshed
 
 Phase: TypeAlias = Literal["waiting", "running", "finished", "retracted"]
 LaunchKind: TypeAlias = Literal["prefill", "decode"]
@@ -188,6 +190,9 @@ class ReferenceModel:
         self.launches = 0
         # Labels of situations reached, for coverage reporting (Hypothesis `event()`).
         self.reached: set[str] = set()
+        # The requests of the last expectation `apply` returned, handed on where the next
+        # event leaves them unchanged (`kvcheck.core.snapshots`).
+        self._last_requests: tuple[RequestExpectation, ...] | None = None
 
     # -- public -------------------------------------------------------------------------------
 
@@ -248,53 +253,73 @@ class ReferenceModel:
         error.
         """
         delivery: ExpectedDelivery | None = None
+        # The requests the event may change (None: any).
+        changed: Collection[str] | None = None
         match event:
             case Admit():
                 self._admit(event)
+                changed = (event.rid,)
             case Step():
+                # A step changes the unfinished requests, and finished ones only through the
+                # stale rows of the decode launch it delivers.
+                live = [rid for rid, r in self.requests.items() if r.phase != "finished"]
                 delivery = self._step(event)
+                changed = set(live).union(delivery.launch.rids) if delivery is not None else live
             case Retract(rid=rid):
                 req = self.requests.get(rid)
                 if req is not None and req.phase == "running":
                     req.retract_pending = True
+                changed = ()  # a pending retraction is no part of the expectation
             case Abort(rid=rid):
                 self._abort(rid)
+                changed = (rid,)
             case SwitchStride(stride=stride):
                 if self.config.adaptive and stride != self.worker_stride:
                     self.worker_stride = stride
                     if self.in_flight:
                         self.reached.add("stride switch with a launch in flight")
-        return self.expectation(delivery)
+                changed = ()
+        requests = refreshed(
+            getattr(self, "_last_requests", None), self.requests, changed, self._expect_request
+        )
+        self._last_requests = requests
+        return Expectation(requests, delivery, tuple(self.in_flight))
 
     def expectation(self, delivery: ExpectedDelivery | None = None) -> Expectation:
         """The ledger as it stands, with `delivery` when the event just applied delivered one."""
-        allocating = self.config.allocation != "off"
-        page = self.config.page_size
         return Expectation(
-            requests=tuple(
-                RequestExpectation(
-                    rid=r.rid,
-                    phase=r.phase,
-                    committed=r.committed,
-                    verify_ct=r.verify_ct,
-                    drafts=r.drafts,
-                    histogram=tuple(sorted(r.histogram.items())),
-                    outputs=r.outputs,
-                    decode_in_flight=r.decode_in_flight,
-                    block_tokens=r.block_tokens,
-                    cap_tokens=r.cap_tokens,
-                    cap_histogram=tuple(sorted(r.cap_histogram.items())),
-                    allocated=r.allocated if allocating else None,
-                    alloc_floor=r.alloc_floor,
-                    alloc_peak=r.alloc_peak,
-                    alloc_aligned=r.decoded and self.config.allocation == "0.5.16",
-                    page_size=page,
-                    pages=-(-r.allocated // page) if r.holds_kv and allocating else 0,
-                )
-                for r in self.requests.values()
-            ),
+            requests=tuple(map(self._expect_request, self.requests.values())),
             delivery=delivery,
             in_flight=tuple(self.in_flight),
+        )
+
+    def _expect_request(self, r: RequestLedger) -> RequestExpectation:
+        """What must hold for one request now."""
+        config = self.config
+        allocating = config.allocation != "off"
+        page = config.page_size
+        histogram = r.histogram
+        cap_histogram = r.cap_histogram
+        return RequestExpectation(
+            r.rid,
+            r.phase,
+            r.committed,
+            r.verify_ct,
+            r.drafts,
+            tuple(sorted(histogram.items())) if len(histogram) > 1 else tuple(histogram.items()),
+            r.outputs,
+            r.decode_in_flight,
+            r.block_tokens,
+            r.cap_tokens,
+            tuple(sorted(cap_histogram.items()))
+            if len(cap_histogram) > 1
+            else tuple(cap_histogram.items()),
+            r.allocated if allocating else None,
+            r.alloc_floor,
+            r.alloc_peak,
+            r.decoded and config.allocation == "0.5.16",
+            page,
+            -(-r.allocated // page) if r.holds_kv and allocating else 0,
         )
 
     # -- events -------------------------------------------------------------------------------

@@ -98,6 +98,20 @@ def test_someone_elses_interval_timer_is_left_alone() -> None:
     assert not fired
 
 
+def test_a_timer_armed_under_our_handler_is_put_back() -> None:
+    # Our handler stays installed between calls; a timer someone arms meanwhile without a
+    # handler of their own is found when ours is armed, put back, and the call is watched.
+    assert call_with_deadline(0.5, lambda: 1) == 1
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 5.0)
+        error, elapsed = _timed(loop_forever)
+        assert isinstance(error, TargetDeadlineExceeded)
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 5.0 - elapsed - 0.5 < remaining <= 5.0 - elapsed
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
 def test_the_time_limit_interrupts_a_call_without_deadline() -> None:
     with time_limit(0.2):
         left = time_left()

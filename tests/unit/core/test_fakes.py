@@ -79,3 +79,22 @@ def test_batch_has_grammar_when_any_request_has_one() -> None:
     batch = FakeBatch([plain, constrained])
     assert batch.has_grammar and batch.forward_mode.is_decode()
     assert FakeBatch([plain], "extend").forward_mode.is_extend()
+
+
+def test_a_fake_is_made_with_modelled_names_only() -> None:
+    # The constructors set their attributes unchecked (`StrictFake._set_fields`).
+    for fake in _fakes().values():
+        names = set(vars(fake)) - set(type(fake).__dict__)
+        unmodelled = {n for n in names if not n.startswith("_") and n not in fake._fields}
+        assert not unmodelled, (type(fake).__name__, unmodelled)
+
+
+def test_writes_stay_checked_after_a_name_was_found_writable() -> None:
+    req = FakeReq("r0", 4, 8)
+    req.kv_committed_len = 3  # cached as writable for FakeReq
+    req.kv_committed_len = 4
+    with pytest.raises(UnmodeledAttributeError):
+        req.not_a_field = 1
+    result = _fakes()["result"]
+    with pytest.raises(UnmodeledAttributeError):
+        result.kv_committed_len = 1  # writable on a request, not on a result
