@@ -40,6 +40,7 @@ from __future__ import annotations
 import ctypes
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -245,6 +246,19 @@ class _Watchdog:
 _watchdog = _Watchdog()
 
 
+def _quiet_unraisable(unraisable: Any) -> None:
+    """Drop an interruption of ours that landed where Python cannot raise it (a garbage
+    collector callback, a `__del__`): the call's scope has recorded it, and the call ends with
+    it once it returns or when the timer fires again. Anything else goes to the hook we
+    replaced."""
+    if isinstance(unraisable.exc_value, _OURS):
+        return
+    _unraisable_before(unraisable)
+
+
+_unraisable_before: Callable[[Any], None] = sys.unraisablehook
+
+
 class _InCall(threading.local):
     """The guarded call running in this thread, if any (a class default: no lookup fails)."""
 
@@ -283,6 +297,9 @@ def call_with_deadline(deadline: float | None, function: Callable[..., Any], *ar
     if stop_at is not None and now >= stop_at:
         raise TimeLimitReached
     scope = _Scope(deadline, stop_at, due)
+    if sys.unraisablehook is not _quiet_unraisable:
+        global _unraisable_before
+        _unraisable_before, sys.unraisablehook = sys.unraisablehook, _quiet_unraisable
     _in_call.scope = scope
     try:
         if _use_alarm():

@@ -42,6 +42,7 @@ from kvcheck.core.fakes import (
     FakeReq,
     FakeResult,
     FakeScheduler,
+    GrammarRefusal,
     UnmodeledAttributeError,
     histogram_of,
     is_finished,
@@ -827,6 +828,8 @@ _KVCHECK_CORE: Final = str(Path(__file__).resolve().parent) + os.sep
 def _kvcheck_fault(exc: BaseException) -> str | None:
     """`file:line` of the kvcheck frame `exc` was raised in, when it was raised in kvcheck's
     core (a fake's method, the engine); None when the target (or a library it called) raised."""
+    if isinstance(exc, GrammarRefusal):  # the fake behaving as the real grammar does
+        return None
     tb = exc.__traceback__
     if tb is None:
         return None

@@ -55,6 +55,13 @@ class UnmodeledAttributeError(AttributeError):
         )
 
 
+class GrammarRefusal(ValueError):
+    """A grammar matcher refusing a token, as SGLang's grammar backends do (a `ValueError`).
+
+    Raised by a fake on purpose, modelling the real object: when it escapes the target it is the
+    target's doing (`target-raised`), never a fault in kvcheck's own code."""
+
+
 class FakeCallError(KvcheckUsageError):
     """A call into one of kvcheck's fakes that its model of SGLang's method does not accept.
 
@@ -212,9 +219,9 @@ class FakeGrammar(StrictFake):
         self._offered.append(int(token_id))
         position = len(self._offered)
         if self._terminated:
-            raise ValueError(f"grammar already terminated; token {token_id} refused")
+            raise GrammarRefusal(f"grammar already terminated; token {token_id} refused")
         if self._kind == "reject" and position == self._at:
-            raise ValueError(f"token {token_id} refused at output position {position}")
+            raise GrammarRefusal(f"token {token_id} refused at output position {position}")
         if self._kind == "terminate" and position == self._at:
             self._terminated = True
 

@@ -5,6 +5,7 @@ swallows the interruption, and leaves nothing armed behind; and a run's time lim
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -166,3 +167,28 @@ def test_through_the_engine_a_time_limit_stops_the_run_and_a_deadline_is_its_vio
         run_scenario(events, hanging)
     found = run_scenario(events, attrs.evolve(hanging, deadline=0.1)).violation
     assert found is not None and found.invariant == "target-deadline"
+
+
+def test_an_interruption_python_cannot_raise_is_dropped_quietly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An interruption landing in a garbage-collector callback or a `__del__` cannot propagate;
+    # Python would print "Exception ignored in ...". The call's scope has recorded it, so it is
+    # dropped; anything else raised there still reaches the hook it replaced.
+    reported: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+
+    class RaisesWhenCollected:
+        def __init__(self, exc: BaseException) -> None:
+            self.exc = exc
+
+        def __del__(self) -> None:
+            raise self.exc
+
+    def target() -> int:
+        RaisesWhenCollected(TargetDeadlineExceeded(0.1))
+        RaisesWhenCollected(ValueError("someone else's"))
+        return 1
+
+    assert call_with_deadline(5.0, target) == 1
+    assert [type(exc) for exc in reported] == [ValueError]
