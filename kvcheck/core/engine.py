@@ -218,16 +218,20 @@ class Engine:
         copied: Engine = deep_copy(self, share=(self.resolver,))
         return copied
 
-    def state_key(self) -> tuple[Any, ...]:
+    def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[Any, ...]:
         """A hashable summary of everything later events and checks depend on (exhaustive mode).
 
         Two engines with equal keys behave alike on every continuation, up to token ids: those
         encode launch numbers, so they are abstracted to output lengths, and launch numbers,
         retraction counts and the controller's feed log are left out. Values the target stored
         with a non-int type are kept by type and repr, so they never merge with a correct state.
+        Requests in `inert` (finished, in no queue or launch: `kvcheck.search.exhaust` says why
+        that is sound) are keyed by their id alone.
         """
         reqs = tuple(
-            (
+            (rid, "inert")
+            if rid in inert
+            else (
                 rid,
                 len(req.origin_input_ids),
                 req.sampling_params.max_new_tokens,

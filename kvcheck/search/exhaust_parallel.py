@@ -1,0 +1,465 @@
+"""`exhaust --workers N`: the breadth-first search sharded over N processes, TLC's way.
+
+Each worker owns the states whose merge key hashes to its index (`owner_of`: the key's first 8
+bytes mod N), keeps their `seen` set and expands them. One level is two barriers:
+
+1. `expand`: every worker expands its frontier; a child it owns joins its own candidates, a
+   child another worker owns is sent to that worker at the end of the level (one message per
+   pair of workers), with its steps, start config, events and its state as pickled bytes (the
+   target's functions are pickled as references to the receiving worker's own copy of the
+   target, so this works for targets read from source too; a state that does not pickle is
+   sent without one and rebuilt by replaying its events). The parent gathers the violations.
+2. `merge` (only when no worker found a violation): every worker reads the others' candidates,
+   merges them with its own (fewest steps, then the first by a stable order, `better`) and
+   makes the new ones its next frontier.
+
+The level barrier keeps the search breadth-first, so the first level with a violation holds the
+shortest counterexamples; the parent reports the first of them by a stable order
+(`first_found`), and the states counted are those of the levels before it, so the verdict, the
+counts and the counterexample do not depend on the number of workers or on their timing.
+
+Workers are spawned (torch and fork do not mix), load the target themselves (a pickled copy
+when it pickles, else from its spec), ignore SIGINT (the parent handles Ctrl-C and tells them to
+stop) and die with the parent. Limits (time, states, memory summed over the workers) are
+watched by the parent, which sets a shared stop flag that workers look at every few hundred
+transitions. A worker that dies or raises is kvcheck's own fault: `KvcheckInternalError`, no
+verdict (a `KvcheckUsageError` it raises, such as a target kvcheck cannot judge, is re-raised as
+such). Across machines the same scheme holds with the processes of every machine numbered
+0..N-1 and the per-level exchange going through a shared store (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import multiprocessing
+import os
+import pickle
+import queue as queue_module
+import signal
+import time
+import types
+from collections.abc import Callable
+from typing import Any, Final
+
+import attrs
+
+from kvcheck.core.deadline import TimeLimitReached
+from kvcheck.core.deadline import time_limit as _time_limit
+from kvcheck.core.target import Target
+from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
+from kvcheck.search.campaign import _die_with_parent
+from kvcheck.search.exhaust import (
+    _COLLECT_EVERY,
+    _LOOK_EVERY,
+    Candidate,
+    Outcome,
+    Plan,
+    Shard,
+    _Node,
+    _Stop,
+    peak_memory_mb,
+)
+from kvcheck.search.target_coverage import TargetCoverage, meter_for
+from kvcheck.targets.loading import load_target
+
+__all__ = ["search_sharded"]
+
+# How often the parent looks at its messages, the workers and the limits (seconds).
+_POLL: Final = 0.2
+# How often a worker reports its counts (seconds, at most once per `_LOOK_EVERY` transitions).
+_PROGRESS_EVERY: Final = 0.5
+# How long the parent waits for workers to start (loading the target, importing torch) and to
+# end after being told to.
+_START_TIMEOUT: Final = 300.0
+_END_GRACE: Final = 20.0
+
+
+@attrs.frozen
+class _Setup:
+    """What each worker is sent at its start."""
+
+    index: int
+    workers: int
+    plan: Plan
+    # The target pickled, or None: load it from `spec`.
+    target_bytes: bytes | None
+    spec: str
+    deadline: float | None
+    allow_unavailable_imports: bool
+    measure_coverage: bool
+    # time.time() when the run's time limit passes (None: no limit).
+    stop_at: float | None
+    parent: int
+
+
+def search_sharded(
+    target: Target,
+    plan: Plan,
+    workers: int,
+    *,
+    max_states: int | None = None,
+    time_limit: float | None = None,
+    measure_coverage: bool = True,
+    max_memory_mb: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    allow_unavailable_imports: bool = False,
+) -> Outcome:
+    """Run the search on `workers` processes and return what they established together
+    (module docstring). Ctrl-C ends it with `stopped == "interrupted"`."""
+    try:
+        target_bytes: bytes | None = pickle.dumps(target)
+    except Exception:
+        target_bytes = None  # read from source: each worker loads it from its spec
+    started = time.monotonic()
+    stop_at = None if time_limit is None else time.time() + time_limit
+    context = multiprocessing.get_context("spawn")
+    messages: Any = context.Queue()
+    controls = [context.Queue() for _ in range(workers)]
+    inboxes = [context.Queue() for _ in range(workers)]
+    stop = context.Event()
+    processes = [
+        context.Process(
+            target=_worker_main,
+            args=(
+                _Setup(
+                    i,
+                    workers,
+                    plan,
+                    target_bytes,
+                    target.spec,
+                    target.deadline,
+                    allow_unavailable_imports,
+                    measure_coverage,
+                    stop_at,
+                    os.getpid(),
+                ),
+                messages,
+                controls[i],
+                inboxes,
+                stop,
+            ),
+            name=f"kvcheck-exhaust-{i}",
+            daemon=True,
+        )
+        for i in range(workers)
+    ]
+    counts = [(0, 0)] * workers  # (scenarios, states) each worker last reported
+    memory = [0.0] * workers
+    done: dict[int, tuple[TargetCoverage | None, float]] = {}
+    depth = 0
+    found: list[Any] = []
+    stopped: str | None = None
+    state = {"last": 0.0, "why": ""}
+
+    def on_message(message: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        kind, index = message[0], message[1]
+        if kind == "progress":
+            counts[index] = message[2]
+            memory[index] = message[3]
+            return None
+        if kind == "crash":
+            raise KvcheckInternalError(
+                f"exhaust worker {index} crashed (kvcheck's own fault, no verdict): {message[2]}"
+            )
+        if kind == "error":
+            raise KvcheckUsageError(message[2])
+        if kind == "done":
+            done[index] = (message[2], message[3])
+        return message
+
+    def watch() -> None:
+        """Dead workers, limits and progress, every `_POLL` seconds while waiting."""
+        for i, process in enumerate(processes):
+            if process.exitcode is not None and i not in done:
+                with contextlib.suppress(queue_module.Empty):
+                    while True:  # what it said before it ended (a crash report)
+                        on_message(messages.get(timeout=0.1))
+                if i not in done:
+                    code = process.exitcode
+                    how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                    raise KvcheckInternalError(
+                        f"exhaust worker {i} ended unexpectedly ({how}): kvcheck's own fault, "
+                        "no verdict; try fewer --workers or a lower --max-memory"
+                    )
+        if stop.is_set():
+            return
+        states = sum(c[1] for c in counts)
+        if stop_at is not None and time.time() >= stop_at:
+            state["why"] = "time limit"
+        elif max_states is not None and states >= max_states:
+            state["why"] = "state limit"
+        elif max_memory_mb and sum(memory) + peak_memory_mb() > max_memory_mb:
+            state["why"] = "memory limit"
+        if state["why"]:
+            stop.set()
+        now = time.monotonic()
+        if progress is not None and now - state["last"] >= _PROGRESS_EVERY:
+            state["last"] = now
+            progress(
+                f"level {depth + 1}: {sum(c[0] for c in counts)} scenarios, {states} states, "
+                f"{now - started:.0f} s, {sum(memory) + peak_memory_mb():.0f} MB, "
+                f"{workers} workers"
+            )
+
+    def gather(kind: str) -> list[tuple[Any, ...]]:
+        """One `kind` reply from every worker (handling everything else meanwhile)."""
+        replies: dict[int, tuple[Any, ...]] = {}
+        limit = time.monotonic() + _START_TIMEOUT if kind == "ready" else None
+        while len(replies) < workers:
+            try:
+                message = on_message(messages.get(timeout=_POLL))
+            except queue_module.Empty:
+                message = None
+            if message is not None and message[0] == kind:
+                replies[message[1]] = message
+            watch()
+            if limit is not None and time.monotonic() > limit:
+                raise KvcheckInternalError(
+                    f"exhaust workers did not start within {_START_TIMEOUT:.0f} s"
+                )
+        return [replies[i] for i in sorted(replies)]
+
+    frontier = 0
+    states = 0
+    complete = True
+    try:
+        for process in processes:
+            process.start()
+        ready = gather("ready")
+        frontier = sum(r[2] for r in ready)
+        states = sum(r[3] for r in ready)
+        while frontier and (plan.bounds.events is None or depth < plan.bounds.events):
+            for control in controls:
+                control.put(("expand",))
+            expanded = gather("expanded")
+            if any(r[2] for r in expanded):  # stopped within the level
+                complete = False
+                stopped = state["why"] or next(r[2] for r in expanded if r[2])
+                states = sum(counts[i][1] for i in range(workers))
+                break
+            depth += 1
+            found = [f for r in expanded for f in r[3]]
+            if found:
+                break
+            for control in controls:
+                control.put(("merge",))
+            merged = gather("merged")
+            if any(r[2] for r in merged):
+                complete = False
+                stopped = state["why"] or next(r[2] for r in merged if r[2])
+                states = sum(counts[i][1] for i in range(workers))
+                break
+            frontier = sum(r[3] for r in merged)
+            states = sum(r[4] for r in merged)
+            counts = [(r[5], r[4]) for r in merged]
+            if max_states is not None and states >= max_states:
+                complete, stopped = False, "state limit"
+                break
+    except KeyboardInterrupt:
+        complete, stopped = False, "interrupted"
+        states = sum(c[1] for c in counts)
+        stop.set()
+    finally:
+        stop.set()
+        for control in controls:
+            with contextlib.suppress(Exception):
+                control.put(("finish",))
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            _finish(processes, messages, on_message, done)
+        started_processes = [p for p in processes if p.pid is not None]
+        for process in started_processes:
+            if process.is_alive():
+                process.terminate()
+        for process in started_processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+        for channel in (messages, *controls, *inboxes):
+            channel.close()
+            channel.cancel_join_thread()
+    coverage: TargetCoverage | None = None
+    for cover, _ in done.values():
+        if cover is not None:
+            coverage = cover if coverage is None else coverage.union(cover)
+    scenarios = sum(c[0] for c in counts)
+    return Outcome(
+        scenarios=scenarios,
+        states=states,
+        depth=depth,
+        found=tuple(found),
+        complete=complete,
+        stopped=stopped,
+        coverage=coverage,
+        peak_memory_mb=peak_memory_mb() + sum(m for _, m in done.values()),
+    )
+
+
+def _finish(
+    processes: list[Any],
+    messages: Any,
+    on_message: Callable[[tuple[Any, ...]], Any],
+    done: dict[int, Any],
+) -> None:
+    """Wait (up to `_END_GRACE` s) for every live worker's `done` (coverage, peak memory)."""
+    until = time.monotonic() + _END_GRACE
+    while time.monotonic() < until:
+        if all(i in done or p.pid is None or p.exitcode is not None for i, p in enumerate(processes)):
+            # a worker that ended said `done` first; drain what is left
+            with contextlib.suppress(queue_module.Empty):
+                while True:
+                    on_message(messages.get(timeout=0.05))
+            return
+        with contextlib.suppress(queue_module.Empty):
+            on_message(messages.get(timeout=_POLL))
+
+
+# --- a worker -----------------------------------------------------------------------------------
+
+
+class _StatePickler(pickle.Pickler):
+    """Pickles a node's engine and model with the target's functions (and the scheduler's
+    methods bound from them) as references into the receiving worker's own target."""
+
+    def __init__(self, file: Any, shared: dict[int, int]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.shared = shared
+
+    def persistent_id(self, obj: Any) -> Any:
+        index = self.shared.get(id(obj))
+        if index is not None:
+            return ("f", index)
+        if type(obj) is types.MethodType:
+            index = self.shared.get(id(obj.__func__))
+            if index is not None:
+                return ("m", index, obj.__self__)
+        return None
+
+
+class _StateUnpickler(pickle.Unpickler):
+    def __init__(self, file: Any, objects: list[Any]) -> None:
+        super().__init__(file)
+        self.objects = objects
+
+    def persistent_load(self, pid: Any) -> Any:
+        if pid[0] == "f":
+            return self.objects[pid[1]]
+        owner = pid[2]
+        return self.objects[pid[1]].__get__(owner, type(owner))
+
+
+def _target_objects(target: Target) -> list[Any]:
+    """The target's functions a state refers to, in the same order in every worker."""
+    return [target.resolver, *(target.self_methods[name] for name in sorted(target.self_methods))]
+
+
+def _worker_main(
+    setup: _Setup, messages: Any, control: Any, inboxes: list[Any], stop: Any
+) -> None:  # pragma: no cover - runs in a worker process (tests/unit/search/test_exhaust_parallel)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and says stop
+    _die_with_parent(setup.parent)
+    try:
+        _work(setup, messages, control, inboxes, stop)
+    except KvcheckUsageError as exc:
+        messages.put(("error", setup.index, str(exc)))
+    except Exception as exc:
+        messages.put(("crash", setup.index, f"{type(exc).__name__}: {exc}"))
+
+
+def _work(
+    setup: _Setup, messages: Any, control: Any, inboxes: list[Any], stop: Any
+) -> None:  # pragma: no cover - runs in a worker process
+    index, workers = setup.index, setup.workers
+    if setup.target_bytes is not None:
+        target: Target = pickle.loads(setup.target_bytes)
+    else:
+        target = load_target(
+            setup.spec,
+            allow_unavailable=setup.allow_unavailable_imports,
+            deadline=setup.deadline,
+        )
+        target = attrs.evolve(target, deadline=setup.deadline)
+    meter = meter_for(target, enabled=setup.measure_coverage)
+    if meter is not None:
+        target = meter.instrument(target)
+    objects = _target_objects(target)
+    shared = {id(obj): i for i, obj in enumerate(objects)}
+    shard = Shard(target, setup.plan, index, workers)
+    messages.put(("ready", index, len(shard.frontier), len(shard.seen)))
+    last = {"progress": 0.0}
+
+    def report() -> None:
+        last["progress"] = time.monotonic()
+        messages.put(("progress", index, (shard.scenarios, shard.states), peak_memory_mb()))
+
+    def look() -> None:
+        if stop.is_set():
+            raise _Stop("stopped")
+        if time.monotonic() - last["progress"] >= _PROGRESS_EVERY:
+            report()
+
+    def encode(node: _Node) -> bytes | None:
+        buffer = io.BytesIO()
+        try:
+            _StatePickler(buffer, shared).dump((node.engine, node.model))
+        except Exception:
+            return None  # the owner replays the events
+        return buffer.getvalue()
+
+    def decode(candidate: Candidate) -> _Node:
+        steps, origin, events, data = candidate
+        if data is not None:
+            with contextlib.suppress(Exception):
+                engine, model = _StateUnpickler(io.BytesIO(data), objects).load()
+                return _Node(shard.configs[origin], engine, model, events, steps, origin)
+        return shard.replay(origin, events)
+
+    remaining = None if setup.stop_at is None else max(0.0, setup.stop_at - time.time())
+    gc.disable()  # as in the single-process search: collected per level and every so often
+    level = 0
+    with _time_limit(remaining):
+        while True:
+            command = control.get()
+            if command[0] == "finish":
+                break
+            why = ""
+            try:
+                if command[0] == "expand":
+                    shard.expand(look, encode)
+                    outgoing = shard.take_outgoing()
+                    for other in range(workers):
+                        if other != index:
+                            inboxes[other].put((level, outgoing[other]))
+                    del outgoing
+                    report()
+                    messages.put(("expanded", index, "", list(shard.found)))
+                    continue
+                incoming = []
+                while len(incoming) < workers - 1:
+                    if stop.is_set():
+                        raise _Stop("stopped")
+                    with contextlib.suppress(queue_module.Empty):
+                        sent_level, batch = inboxes[index].get(timeout=_POLL)
+                        if sent_level == level:
+                            incoming.append(batch)
+                shard.merge(incoming, decode)
+                del incoming
+                level += 1
+                gc.collect()
+            except _Stop:
+                why = "stopped"
+            except TimeLimitReached:
+                why = "time limit"
+            if shard.scenarios % _COLLECT_EVERY == 0:
+                gc.collect()
+            report()
+            if command[0] == "expand":
+                messages.put(("expanded", index, why, []))
+            else:
+                messages.put(
+                    ("merged", index, why, len(shard.frontier), len(shard.seen), shard.scenarios)
+                )
+    report()
+    messages.put(("done", index, meter.result() if meter is not None else None, peak_memory_mb()))
