@@ -245,8 +245,10 @@ class ExhaustResult:
     # What stopped an incomplete search: `time limit`, `state limit`, `memory limit` or
     # `interrupted` (Ctrl-C); None when it ran to its end.
     stopped: str | None = None
-    # The peak resident memory of the process at the end, in MB.
+    # The peak resident memory of the process at the end, in MB (with workers: summed).
     peak_memory_mb: float = 0.0
+    # The processes that shared the search (`exhaust(workers=...)`).
+    workers: int = 1
 
     @property
     def verdict(self) -> str:
@@ -580,7 +582,7 @@ def exhaust(
         )
         if outcome.stopped == "interrupted" and not report_interrupt:
             raise KeyboardInterrupt
-        return _result(target, plan, outcome, time.perf_counter() - started)
+        return _result(target, plan, outcome, time.perf_counter() - started, workers)
     meter = meter_for(target, enabled=measure_coverage)
     if meter is not None:
         target = meter.instrument(target)
@@ -656,7 +658,9 @@ class Outcome:
     peak_memory_mb: float
 
 
-def _result(target: Target, plan: Plan, outcome: Outcome, elapsed: float) -> ExhaustResult:
+def _result(
+    target: Target, plan: Plan, outcome: Outcome, elapsed: float, workers: int = 1
+) -> ExhaustResult:
     """The result: the counterexample (if any) replayed and recorded."""
     found = outcome.found
     failure: RunResult | None = None
@@ -694,6 +698,7 @@ def _result(target: Target, plan: Plan, outcome: Outcome, elapsed: float) -> Exh
         coverage=outcome.coverage,
         stopped=None if found else outcome.stopped,
         peak_memory_mb=outcome.peak_memory_mb,
+        workers=workers,
     )
 
 
@@ -780,7 +785,7 @@ def _child(
     observed = engine.apply(event)
     violations = check_event(len(node.events), expected, observed)
     steps = node.steps + (1 if isinstance(event, Step) else 0)
-    child = _Node(node.config, engine, model, (*node.events, event), steps)
+    child = _Node(node.config, engine, model, (*node.events, event), steps, node.origin)
     return child, expected, violations[0].invariant if violations else None
 
 
