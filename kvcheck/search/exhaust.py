@@ -46,8 +46,6 @@ import gc
 import hashlib
 import itertools
 import marshal
-import resource
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
@@ -87,6 +85,7 @@ from kvcheck.core.scenario import (
 )
 from kvcheck.core.target import Target, allocation_path
 from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
+from kvcheck.search.exhaust_parallel import Outcome, peak_memory_mb, search_sharded
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 
 _COLLECT_EVERY: Final = 20_000
@@ -302,13 +301,6 @@ class _Stop(Exception):
     """A state, time or memory limit was reached; the argument names it."""
 
 
-def peak_memory_mb() -> float:
-    """The process's peak resident memory so far, in MB (`ru_maxrss`: KiB on Linux, bytes on
-    macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
-
-
 def default_adaptive(bounds: Bounds) -> bool:
     """Stride switching is on when switch events are enumerated between two or more strides."""
     return "switch_stride" in bounds.kinds and len(set(bounds.strides)) > 1
@@ -504,17 +496,17 @@ class Shard:
         self.pending = {}
         self.frontier = frontier
 
-    def replay(self, origin: int, events: tuple[Event, ...]) -> _Node:
-        """The node reached by `events` from start config `origin`, rebuilt by replaying them
-        (for a state that could not be sent as bytes)."""
+    def restore(self, candidate: Candidate, state: tuple[Engine, ReferenceModel] | None) -> _Node:
+        """Another shard's candidate as a node: with the engine and model sent, or (None) rebuilt
+        by replaying its events from its start config (a state that could not be sent)."""
+        steps, origin, events, _ = candidate
         config = self.configs[origin]
-        engine, model = fresh_state(self.target, config)
-        steps = 0
-        for event in events:
-            model.apply(event)
-            engine.apply(event)
-            steps += isinstance(event, Step)
-        return _Node(config, engine, model, events, steps, origin)
+        if state is None:
+            state = fresh_state(self.target, config)
+            for event in events:
+                state[1].apply(event)
+                state[0].apply(event)
+        return _Node(config, state[0], state[1], events, steps, origin)
 
 
 def exhaust(
@@ -566,13 +558,12 @@ def exhaust(
     adaptive = default_adaptive(bounds) if adaptive is None else adaptive
     plan = Plan(bounds, convention, global_counters, adaptive, merge, reduce)
     if workers > 1:
-        from kvcheck.search.exhaust_parallel import search_sharded
-
         started = time.perf_counter()
         outcome = search_sharded(
             target,
             plan,
             workers,
+            Shard,
             max_states=max_states,
             time_limit=time_limit,
             measure_coverage=measure_coverage,
@@ -640,22 +631,6 @@ def exhaust(
         peak_memory_mb=peak_memory_mb(),
     )
     return _result(target, plan, outcome, time.perf_counter() - started)
-
-
-@attrs.frozen
-class Outcome:
-    """What a search established before its counterexample is replayed: transitions tried,
-    distinct states kept (at a level with violations: those of the levels before it), levels
-    searched, the violations of the last level, and how it ended."""
-
-    scenarios: int
-    states: int
-    depth: int
-    found: tuple[Found, ...]
-    complete: bool
-    stopped: str | None
-    coverage: TargetCoverage | None
-    peak_memory_mb: float
 
 
 def _result(
@@ -827,7 +802,7 @@ def state_key(engine: Engine, model: ReferenceModel, *, reduce: bool = True) -> 
     inert = inert_requests(engine, model) if reduce else frozenset()
     key = (engine.state_key(inert), model.state_key(inert))
     try:
-        data = marshal.dumps(key, 2)
+        data = marshal.dumps(key, 2)  # type: ignore[arg-type]
     except ValueError:
         data = repr(key).encode()
     return hashlib.blake2b(data, digest_size=16).digest()

@@ -37,11 +37,13 @@ import multiprocessing
 import os
 import pickle
 import queue as queue_module
+import resource
 import signal
+import sys
 import time
 import types
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
@@ -50,21 +52,13 @@ from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 from kvcheck.search.campaign import _die_with_parent
-from kvcheck.search.exhaust import (
-    _COLLECT_EVERY,
-    _LOOK_EVERY,
-    Candidate,
-    Outcome,
-    Plan,
-    Shard,
-    _Node,
-    _Stop,
-    peak_memory_mb,
-)
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.targets.loading import load_target
 
-__all__ = ["search_sharded"]
+if TYPE_CHECKING:  # `kvcheck.search.exhaust` imports this module: its classes come as arguments
+    from kvcheck.search.exhaust import Candidate, Found, Plan, Shard, _Node
+
+__all__ = ["Outcome", "peak_memory_mb", "search_sharded"]
 
 # How often the parent looks at its messages, the workers and the limits (seconds).
 _POLL: Final = 0.2
@@ -76,6 +70,33 @@ _START_TIMEOUT: Final = 300.0
 _END_GRACE: Final = 20.0
 
 
+class _Stopped(Exception):
+    """The parent said stop (a limit, Ctrl-C): the worker leaves the level."""
+
+
+def peak_memory_mb() -> float:
+    """The process's peak resident memory so far, in MB (`ru_maxrss`: KiB on Linux, bytes on
+    macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+@attrs.frozen
+class Outcome:
+    """What a search established before its counterexample is replayed: transitions tried,
+    distinct states kept (at a level with violations: those of the levels before it), levels
+    searched, the violations of the last level, and how it ended."""
+
+    scenarios: int
+    states: int
+    depth: int
+    found: tuple[Found, ...]
+    complete: bool
+    stopped: str | None
+    coverage: TargetCoverage | None
+    peak_memory_mb: float
+
+
 @attrs.frozen
 class _Setup:
     """What each worker is sent at its start."""
@@ -83,6 +104,8 @@ class _Setup:
     index: int
     workers: int
     plan: Plan
+    # `kvcheck.search.exhaust.Shard` (sent by reference).
+    shard_class: type[Shard]
     # The target pickled, or None: load it from `spec`.
     target_bytes: bytes | None
     spec: str
@@ -98,6 +121,7 @@ def search_sharded(
     target: Target,
     plan: Plan,
     workers: int,
+    shard_class: type[Shard],
     *,
     max_states: int | None = None,
     time_limit: float | None = None,
@@ -127,6 +151,7 @@ def search_sharded(
                     i,
                     workers,
                     plan,
+                    shard_class,
                     target_bytes,
                     target.spec,
                     target.deadline,
@@ -149,9 +174,10 @@ def search_sharded(
     memory = [0.0] * workers
     done: dict[int, tuple[TargetCoverage | None, float]] = {}
     depth = 0
-    found: list[Any] = []
+    found: list[Found] = []
     stopped: str | None = None
-    state = {"last": 0.0, "why": ""}
+    last_progress = [0.0]
+    why_stopped = [""]
 
     def on_message(message: tuple[Any, ...]) -> tuple[Any, ...] | None:
         kind, index = message[0], message[1]
@@ -187,16 +213,16 @@ def search_sharded(
             return
         states = sum(c[1] for c in counts)
         if stop_at is not None and time.time() >= stop_at:
-            state["why"] = "time limit"
+            why_stopped[0] = "time limit"
         elif max_states is not None and states >= max_states:
-            state["why"] = "state limit"
+            why_stopped[0] = "state limit"
         elif max_memory_mb and sum(memory) + peak_memory_mb() > max_memory_mb:
-            state["why"] = "memory limit"
-        if state["why"]:
+            why_stopped[0] = "memory limit"
+        if why_stopped[0]:
             stop.set()
         now = time.monotonic()
-        if progress is not None and now - state["last"] >= _PROGRESS_EVERY:
-            state["last"] = now
+        if progress is not None and now - last_progress[0] >= _PROGRESS_EVERY:
+            last_progress[0] = now
             progress(
                 f"level {depth + 1}: {sum(c[0] for c in counts)} scenarios, {states} states, "
                 f"{now - started:.0f} s, {sum(memory) + peak_memory_mb():.0f} MB, "
@@ -236,7 +262,7 @@ def search_sharded(
             expanded = gather("expanded")
             if any(r[2] for r in expanded):  # stopped within the level
                 complete = False
-                stopped = state["why"] or next(r[2] for r in expanded if r[2])
+                stopped = why_stopped[0] or next(r[2] for r in expanded if r[2])
                 states = sum(counts[i][1] for i in range(workers))
                 break
             depth += 1
@@ -248,7 +274,7 @@ def search_sharded(
             merged = gather("merged")
             if any(r[2] for r in merged):
                 complete = False
-                stopped = state["why"] or next(r[2] for r in merged if r[2])
+                stopped = why_stopped[0] or next(r[2] for r in merged if r[2])
                 states = sum(counts[i][1] for i in range(workers))
                 break
             frontier = sum(r[3] for r in merged)
@@ -306,7 +332,9 @@ def _finish(
     """Wait (up to `_END_GRACE` s) for every live worker's `done` (coverage, peak memory)."""
     until = time.monotonic() + _END_GRACE
     while time.monotonic() < until:
-        if all(i in done or p.pid is None or p.exitcode is not None for i, p in enumerate(processes)):
+        if all(
+            i in done or p.pid is None or p.exitcode is not None for i, p in enumerate(processes)
+        ):
             # a worker that ended said `done` first; drain what is left
             with contextlib.suppress(queue_module.Empty):
                 while True:
@@ -386,7 +414,7 @@ def _work(
         target = meter.instrument(target)
     objects = _target_objects(target)
     shared = {id(obj): i for i, obj in enumerate(objects)}
-    shard = Shard(target, setup.plan, index, workers)
+    shard = setup.shard_class(target, setup.plan, index, workers)
     messages.put(("ready", index, len(shard.frontier), len(shard.seen)))
     last = {"progress": 0.0}
 
@@ -396,7 +424,7 @@ def _work(
 
     def look() -> None:
         if stop.is_set():
-            raise _Stop("stopped")
+            raise _Stopped
         if time.monotonic() - last["progress"] >= _PROGRESS_EVERY:
             report()
 
@@ -409,12 +437,11 @@ def _work(
         return buffer.getvalue()
 
     def decode(candidate: Candidate) -> _Node:
-        steps, origin, events, data = candidate
+        data = candidate[3]
         if data is not None:
             with contextlib.suppress(Exception):
-                engine, model = _StateUnpickler(io.BytesIO(data), objects).load()
-                return _Node(shard.configs[origin], engine, model, events, steps, origin)
-        return shard.replay(origin, events)
+                return shard.restore(candidate, _StateUnpickler(io.BytesIO(data), objects).load())
+        return shard.restore(candidate, None)
 
     remaining = None if setup.stop_at is None else max(0.0, setup.stop_at - time.time())
     gc.disable()  # as in the single-process search: collected per level and every so often
@@ -436,10 +463,10 @@ def _work(
                     report()
                     messages.put(("expanded", index, "", list(shard.found)))
                     continue
-                incoming = []
+                incoming: list[dict[bytes, Candidate]] = []
                 while len(incoming) < workers - 1:
                     if stop.is_set():
-                        raise _Stop("stopped")
+                        raise _Stopped
                     with contextlib.suppress(queue_module.Empty):
                         sent_level, batch = inboxes[index].get(timeout=_POLL)
                         if sent_level == level:
@@ -448,12 +475,10 @@ def _work(
                 del incoming
                 level += 1
                 gc.collect()
-            except _Stop:
+            except _Stopped:
                 why = "stopped"
             except TimeLimitReached:
                 why = "time limit"
-            if shard.scenarios % _COLLECT_EVERY == 0:
-                gc.collect()
             report()
             if command[0] == "expand":
                 messages.put(("expanded", index, why, []))

@@ -1,51 +1,21 @@
 """`exhaust(workers=N)` / `kvcheck exhaust --workers N`: the sharded search gives the verdict, the
-state count and the counterexample of one process; a target read from source works (its
-coverage merged over the workers); a crashed worker is kvcheck's fault (exit 2); bad input is a
-usage error. (The reduction's soundness over the mutant corpus: tests/quality/test_exhaust.py.)"""
+state count and the counterexample of one process; bad input is a usage error. (Targets read
+from source, crashed workers and Ctrl-C: tests/quality/test_exhaust_parallel.py; the reduction's
+soundness over the mutant corpus: tests/quality/test_exhaust.py.)"""
 
 from __future__ import annotations
 
 import json
-import textwrap
-from pathlib import Path
 
 import pytest
 
 from kvcheck.cli.main import main
-from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
+from kvcheck.errors import KvcheckUsageError
 from kvcheck.mutants import get as get_entry
 from kvcheck.search.exhaust import Bounds, better, exhaust, first_found, owner_of
 from kvcheck.targets.loading import load_target
 
 SMALL = Bounds(events=4, kinds=("admit", "step", "abort"), strides=(2,))
-
-RESOLVER = textwrap.dedent(
-    """\
-    import multiprocessing
-    import os
-
-    def resolve(self, result, batch):
-        if {crash} and multiprocessing.current_process().name.startswith("kvcheck-exhaust"):
-            os._exit(7)
-        ids = result.next_token_ids.tolist()
-        accepts = result.accept_lens.tolist()
-        stride = result.speculative_num_draft_tokens
-        for req, accepted in zip(batch.reqs, accepts):
-            if req.is_retracted or req.finished():
-                continue
-            req.kv.kv_committed_len += accepted
-            req.spec_verify_ct += 1
-            req.spec_num_correct_drafts += accepted - 1
-            req.update_spec_correct_drafts_histogram(accepted - 1)
-        return [ids[i * stride : i * stride + a] for i, a in enumerate(accepts)]
-    """
-)
-
-
-def _source(tmp_path: Path, crash: bool) -> str:
-    path = tmp_path / ("crashes.py" if crash else "resolver.py")
-    path.write_text(RESOLVER.format(crash=crash))
-    return f"{path}::resolve"
 
 
 def test_two_workers_give_one_process_verdict_counts_and_counterexample() -> None:
@@ -63,28 +33,6 @@ def test_two_workers_give_one_process_verdict_counts_and_counterexample() -> Non
     assert one.violation == two.violation
     assert one.minimal_invariants == two.minimal_invariants
     assert two.workers == 2 and one.workers == 1
-
-
-def test_a_source_target_on_workers_passes_with_merged_coverage(tmp_path: Path) -> None:
-    target = load_target(_source(tmp_path, crash=False))
-    one = exhaust(target, SMALL, convention="honest", global_counters="sglang")
-    two = exhaust(target, SMALL, convention="honest", global_counters="sglang", workers=2)
-    assert one.verdict == two.verdict == "pass"
-    assert (one.states, one.scenarios) == (two.states, two.scenarios)
-    assert one.coverage is not None and two.coverage is not None
-    assert two.coverage.executed == one.coverage.executed and two.coverage.lines_run > 0
-
-
-def test_a_crashed_worker_is_kvchecks_fault(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    spec = _source(tmp_path, crash=True)
-    with pytest.raises(KvcheckInternalError, match="exhaust worker . ended unexpectedly"):
-        exhaust(load_target(spec), SMALL, convention="honest", workers=2)
-    code = main(["exhaust", spec, "--requests", "1", "--events", "3", "--workers", "2"])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert "ended unexpectedly" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("workers", [0, -1])
