@@ -38,6 +38,26 @@ Reductions, each sound for the invariants kvcheck checks:
   finished one, switching to the current stride) leave the state unchanged and are not branched.
 - State keys abstract token ids (which encode launch numbers) to output lengths. A target that
   branched on token values or launch counts could tell merged states apart; no resolver does.
+- Request ids are already canonical (the next unused id is admitted), so renaming them would merge
+  nothing more; the reduction that pays is forgetting what can no longer matter. An *inert*
+  request (`inert_requests`: finished in the model and the engine, in no queue, batch, pending
+  launch or launch in flight of either, with no retraction or abort pending) is keyed by its id
+  alone. Why that is sound for any target: no enumerated event acts on it (retract needs a running
+  request, abort of a finished one is a no-op, the next admission takes a new id), no later batch
+  holds it, so neither the target nor the engine nor the model writes it again; every later check
+  of it compares the same expected and observed values that passed when the state was reached
+  (a state with a violation is never expanded), and no check of another request or of a whole
+  event reads its values. Only without an allocation rule: the pool's checks (`kv-*`) read a
+  finished request's lengths together with pages that later events change. Batch rows stay in
+  order (a resolver may treat row positions differently), and nothing else is merged.
+  `reduce=False` (`--no-reduce`) turns it off; tests/quality/test_exhaust.py checks on a subset
+  of the mutant corpus that verdicts and shortest lengths agree with it on and off.
+
+Sharding (`Shard`, `owner_of`, and `kvcheck.search.exhaust_parallel` for `--workers`): the
+search runs level by level; each shard owns the states whose key hashes to it, and the path kept
+for a state is the one with the fewest steps, then the first by a stable order (`better`), so
+the states, the counts and the counterexample (`first_found`) do not depend on how many shards
+there are or in which order children arrive.
 """
 
 from __future__ import annotations
