@@ -67,7 +67,7 @@ import hashlib
 import itertools
 import marshal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -378,8 +378,8 @@ def fresh_state(target: Target, config: Config) -> tuple[Engine, ReferenceModel]
 
 
 # One transition's child as a shard keeps it for the next level: its steps, start config and
-# events, and its state (a node here; `kvcheck.search.exhaust_parallel` ships other shards' as
-# pickled bytes, or None: the owner replays the events).
+# events, and its state (a node; the index of the shard that holds it, until it sends it; or what
+# that shard sent: pickled bytes, or None when the state did not pickle and is replayed).
 Candidate = tuple[int, int, tuple[Event, ...], Any]
 # A counterexample found at a level: start config, events, the invariant its last event broke.
 Found = tuple[int, tuple[Event, ...], str]
@@ -446,9 +446,9 @@ class Shard:
         """Distinct states kept so far, this level's own candidates included."""
         return len(self.seen) + len(self.pending)
 
-    def expand(self, look: Callable[[], None], encode: Callable[[_Node], Any] | None) -> None:
+    def expand(self, look: Callable[[], None]) -> None:
         """Expand the frontier (one level). `look` is called every `_LOOK_EVERY` transitions
-        (limits, progress); `encode` turns a child another shard owns into what is sent to it."""
+        (limits, progress). Children other shards own wait in `outgoing` (`offers`, `give`)."""
         bounds = self.plan.bounds
         seen, pending, index, shards = self.seen, self.pending, self.index, self.shards
         frontier, self.frontier = self.frontier, []
@@ -480,40 +480,55 @@ class Shard:
                     out = self.outgoing[owner]
                     kept = out.get(key)
                     if kept is None or better(steps, origin, events, kept):
-                        assert encode is not None
-                        out[key] = (steps, origin, events, encode(child))
+                        out[key] = (steps, origin, events, child)
 
-    def take_outgoing(self) -> list[dict[bytes, Candidate]]:
-        """The candidates for the other shards, by shard; cleared here."""
-        outgoing, self.outgoing = self.outgoing, [{} for _ in range(self.shards)]
-        return outgoing
+    def offers(self) -> list[dict[bytes, tuple[int, int, tuple[Event, ...]]]]:
+        """What this level's children owned by other shards are, by owner: steps, start config
+        and events, without their states (an owner asks only for the states it keeps)."""
+        return [{key: kept[:3] for key, kept in out.items()} for out in self.outgoing]
 
-    def merge(
-        self,
-        incoming: Sequence[dict[bytes, Candidate]] = (),
-        decode: Callable[[Candidate], _Node] | None = None,
-    ) -> None:
-        """Merge the other shards' candidates for this shard (their states encoded, `decode`
-        turns one back into a node) and make this level's candidates the next frontier."""
+    def select(
+        self, offers: Sequence[tuple[int, dict[bytes, tuple[int, int, tuple[Event, ...]]]]]
+    ) -> dict[int, list[bytes]]:
+        """Merge other shards' offers (sender, offers) into this level's candidates; returns the
+        keys whose state each sender is to send (the paths kept here, `better`)."""
         seen, pending = self.seen, self.pending
-        for batch in incoming:
-            for key, candidate in batch.items():
-                steps, origin, events, _ = candidate
+        for sender, batch in offers:
+            for key, (steps, origin, events) in batch.items():
                 best = seen.get(key)
                 if best is not None and best <= steps:
                     continue
                 kept = pending.get(key)
                 if kept is None or better(steps, origin, events, kept):
-                    pending[key] = candidate
-        frontier = []
-        for key, candidate in pending.items():
+                    pending[key] = (steps, origin, events, sender)
+        wanted: dict[int, list[bytes]] = {}
+        for key, kept in pending.items():
+            if type(kept[3]) is int:
+                wanted.setdefault(kept[3], []).append(key)
+        return wanted
+
+    def give(self, owner: int, keys: Sequence[bytes], encode: Callable[[_Node], Any]) -> Any:
+        """The states `owner` asked for (`select`), each as `encode` makes it."""
+        out = self.outgoing[owner]
+        return {key: encode(out[key][3]) for key in keys}
+
+    def merge(
+        self,
+        states: Mapping[bytes, Any] | None = None,
+        decode: Callable[[Candidate], _Node] | None = None,
+    ) -> None:
+        """Make this level's candidates the next frontier: those from other shards (`select`)
+        with the states they sent (`states`, which `decode` turns back into nodes)."""
+        seen, frontier = self.seen, []
+        for key, candidate in self.pending.items():
             seen[key] = candidate[0]
             node = candidate[3]
             if not isinstance(node, _Node):
-                assert decode is not None
-                node = decode(candidate)
+                assert states is not None and decode is not None
+                node = decode((*candidate[:3], states[key]))
             frontier.append(node)
         self.pending = {}
+        self.outgoing = [{} for _ in range(self.shards)]
         self.frontier = frontier
 
     def restore(self, candidate: Candidate, state: tuple[Engine, ReferenceModel] | None) -> _Node:
@@ -618,7 +633,7 @@ def exhaust(
     try:
         with _time_limit(time_limit):
             while shard.frontier and (bounds.events is None or depth < bounds.events):
-                shard.expand(look, None)
+                shard.expand(look)
                 depth += 1
                 if shard.found:
                     break

@@ -4,14 +4,16 @@ Each worker owns the states whose merge key hashes to its index (`owner_of`: the
 bytes mod N), keeps their `seen` set and expands them. One level is two barriers:
 
 1. `expand`: every worker expands its frontier; a child it owns joins its own candidates, a
-   child another worker owns is sent to that worker at the end of the level (one message per
-   pair of workers), with its steps, start config, events and its state as pickled bytes (the
-   target's functions are pickled as references to the receiving worker's own copy of the
-   target, so this works for targets read from source too; a state that does not pickle is
-   sent without one and rebuilt by replaying its events). The parent gathers the violations.
-2. `merge` (only when no worker found a violation): every worker reads the others' candidates,
-   merges them with its own (fewest steps, then the first by a stable order, `better`) and
-   makes the new ones its next frontier.
+   child another worker owns waits for the end of the level. The parent gathers the violations.
+2. `merge` (only when no worker found a violation), three rounds between each pair of workers:
+   each offers the other the children it owns (steps, start config, events: no state); the
+   owner merges them with its own candidates (fewest steps, then the first by a stable order,
+   `better`) and asks for the states of the paths it kept, new states only (most children
+   reach states already seen: sending every state cost about five times as many pickles);
+   those come as pickled bytes (the target's functions pickled as references to the receiving
+   worker's own copy of the target, so this works for targets read from source too; a state
+   that does not pickle is sent as None and rebuilt by replaying its events), and the owner
+   makes them, with its own, its next frontier.
 
 The level barrier keeps the search breadth-first, so the first level with a violation holds the
 shortest counterexamples; the parent reports the first of them by a stable order
@@ -443,6 +445,23 @@ def _work(
                 return shard.restore(candidate, _StateUnpickler(io.BytesIO(data), objects).load())
         return shard.restore(candidate, None)
 
+    stash: dict[tuple[int, str], list[tuple[int, Any]]] = {}
+
+    def receive(level: int, phase: str) -> list[tuple[int, Any]]:
+        """The other workers' messages of one round of a level: (sender, payload) each."""
+        while len(stash.get((level, phase), ())) < workers - 1:
+            if stop.is_set():
+                raise _Stopped
+            with contextlib.suppress(queue_module.Empty):
+                sent_level, sent_phase, sender, payload = inboxes[index].get(timeout=_POLL)
+                stash.setdefault((sent_level, sent_phase), []).append((sender, payload))
+        return stash.pop((level, phase))
+
+    def send(level: int, phase: str, payloads: Any, empty: Any) -> None:
+        for other in range(workers):
+            if other != index:
+                inboxes[other].put((level, phase, index, payloads.get(other, empty)))
+
     remaining = None if setup.stop_at is None else max(0.0, setup.stop_at - time.time())
     gc.disable()  # as in the single-process search: collected per level and every so often
     level = 0
@@ -454,25 +473,20 @@ def _work(
             why = ""
             try:
                 if command[0] == "expand":
-                    shard.expand(look, encode)
-                    outgoing = shard.take_outgoing()
-                    for other in range(workers):
-                        if other != index:
-                            inboxes[other].put((level, outgoing[other]))
-                    del outgoing
+                    shard.expand(look)
                     report()
                     messages.put(("expanded", index, "", list(shard.found)))
                     continue
-                incoming: list[dict[bytes, Candidate]] = []
-                while len(incoming) < workers - 1:
-                    if stop.is_set():
-                        raise _Stopped
-                    with contextlib.suppress(queue_module.Empty):
-                        sent_level, batch = inboxes[index].get(timeout=_POLL)
-                        if sent_level == level:
-                            incoming.append(batch)
-                shard.merge(incoming, decode)
-                del incoming
+                # Three rounds: offers (no states), the keys each owner keeps, their states.
+                send(level, "offer", dict(enumerate(shard.offers())), {})
+                send(level, "want", shard.select(receive(level, "offer")), [])
+                for sender, keys in receive(level, "want"):
+                    inboxes[sender].put((level, "state", index, shard.give(sender, keys, encode)))
+                states: dict[bytes, Any] = {}
+                for _, batch in receive(level, "state"):
+                    states.update(batch)
+                shard.merge(states, decode)
+                del states
                 level += 1
                 gc.collect()
             except _Stopped:
