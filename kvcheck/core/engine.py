@@ -269,6 +269,8 @@ class Engine:
             self.config.global_counters,
             self.config.algorithm,
             self.config.block_cap,
+            # The allocation rule: two rules start from the same empty pool but diverge.
+            self.config.allocation,
             self.scheduler.draft_worker.speculative_num_draft_tokens,
             reqs,
             tuple(req.rid for req in self.waiting),

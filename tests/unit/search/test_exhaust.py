@@ -84,3 +84,13 @@ def test_a_finished_delivered_request_is_inert_and_keyed_by_id() -> None:
     assert after(config, admit, Step())[0] == frozenset()
     allocating = Config(convention="preclaim", overlap=True, stride=2, allocation="0.5.16")
     assert after(allocating, admit, Step(), Step(), Step())[0] == frozenset()
+
+
+def test_every_allocation_rule_starts_its_own_search() -> None:
+    # Two rules start from the same empty pool; the state key tells them apart, so neither
+    # start state merges into the other and every rule is enumerated.
+    from kvcheck.search.exhaust import Plan, Shard
+
+    bounds = Bounds(allocations=("off", "0.5.13", "0.5.16"))
+    shard = Shard(REFERENCE, Plan(bounds, "preclaim", "ideal", True))
+    assert len(shard.configs) == len(shard.frontier) == 12
