@@ -10,10 +10,10 @@ bytes mod N), keeps their `seen` set and expands them. One level is two barriers
    owner merges them with its own candidates (fewest steps, then the first by a stable order,
    `better`) and asks for the states of the paths it kept, new states only (most children
    reach states already seen: sending every state cost about five times as many pickles);
-   those come as pickled bytes (the target's functions pickled as references to the receiving
-   worker's own copy of the target, so this works for targets read from source too; a state
-   that does not pickle is sent as None and rebuilt by replaying its events), and the owner
-   makes them, with its own, its next frontier.
+   those come as pickled bytes (without the target: the receiver puts its own copy of the
+   resolver and of the methods bound onto the fake scheduler back, so this works for targets
+   read from source too; a state that does not pickle is sent as None and rebuilt by replaying
+   its events), and the owner makes them, with its own, its next frontier.
 
 The level barrier keeps the search breadth-first, so the first level with a violation holds the
 shortest counterexamples; the parent reports the first of them by a stable order
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import io
 import multiprocessing
 import os
 import pickle
@@ -43,7 +42,6 @@ import resource
 import signal
 import sys
 import time
-import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -349,40 +347,32 @@ def _finish(
 # --- a worker -----------------------------------------------------------------------------------
 
 
-class _StatePickler(pickle.Pickler):
-    """Pickles a node's engine and model with the target's functions (and the scheduler's
-    methods bound from them) as references into the receiving worker's own target."""
-
-    def __init__(self, file: Any, shared: dict[int, int]) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.shared = shared
-
-    def persistent_id(self, obj: Any) -> Any:
-        index = self.shared.get(id(obj))
-        if index is not None:
-            return ("f", index)
-        if type(obj) is types.MethodType:
-            index = self.shared.get(id(obj.__func__))
-            if index is not None:
-                return ("m", index, obj.__self__)
+def _encode(node: _Node, target: Target) -> bytes | None:
+    """A node's engine and model as bytes, without the target: the resolver and the methods
+    bound onto the fake scheduler are taken off while pickling (the receiver puts its own copy
+    of the target back, `_decode`), so a target read from source, or one wrapped for coverage,
+    travels too. None when the state holds something else that does not pickle (the receiver
+    then replays the events)."""
+    engine = node.engine
+    resolver, engine.resolver = engine.resolver, None  # type: ignore[assignment]
+    bound = vars(engine.scheduler)
+    methods = {name: bound.pop(name) for name in target.self_methods if name in bound}
+    try:
+        return pickle.dumps((engine, node.model), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
         return None
+    finally:
+        engine.resolver = resolver
+        bound.update(methods)
 
 
-class _StateUnpickler(pickle.Unpickler):
-    def __init__(self, file: Any, objects: list[Any]) -> None:
-        super().__init__(file)
-        self.objects = objects
-
-    def persistent_load(self, pid: Any) -> Any:
-        if pid[0] == "f":
-            return self.objects[pid[1]]
-        owner = pid[2]
-        return self.objects[pid[1]].__get__(owner, type(owner))
-
-
-def _target_objects(target: Target) -> list[Any]:
-    """The target's functions a state refers to, in the same order in every worker."""
-    return [target.resolver, *(target.self_methods[name] for name in sorted(target.self_methods))]
+def _decode(data: bytes, target: Target) -> tuple[Any, Any]:
+    """The engine and model `_encode` made, with this worker's target put back."""
+    engine, model = pickle.loads(data)
+    engine.resolver = target.resolver
+    if target.self_methods:
+        engine.scheduler.bind_methods(dict(target.self_methods))
+    return engine, model
 
 
 def _worker_main(
@@ -414,8 +404,6 @@ def _work(
     meter = meter_for(target, enabled=setup.measure_coverage)
     if meter is not None:
         target = meter.instrument(target)
-    objects = _target_objects(target)
-    shared = {id(obj): i for i, obj in enumerate(objects)}
     shard = setup.shard_class(target, setup.plan, index, workers)
     messages.put(("ready", index, len(shard.frontier), len(shard.seen)))
     last = {"progress": 0.0}
@@ -431,18 +419,13 @@ def _work(
             report()
 
     def encode(node: _Node) -> bytes | None:
-        buffer = io.BytesIO()
-        try:
-            _StatePickler(buffer, shared).dump((node.engine, node.model))
-        except Exception:
-            return None  # the owner replays the events
-        return buffer.getvalue()
+        return _encode(node, target)
 
     def decode(candidate: Candidate) -> _Node:
         data = candidate[3]
         if data is not None:
             with contextlib.suppress(Exception):
-                return shard.restore(candidate, _StateUnpickler(io.BytesIO(data), objects).load())
+                return shard.restore(candidate, _decode(data, target))
         return shard.restore(candidate, None)
 
     stash: dict[tuple[int, str], list[tuple[int, Any]]] = {}
