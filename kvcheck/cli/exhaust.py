@@ -220,6 +220,20 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="do not merge equal states (slow; cross-check) (default: off, merged)",
     )
+    limits.add_argument(
+        "--no-reduce",
+        action="store_true",
+        help="key finished, delivered requests in full instead of by id alone (a cross-check of "
+        "the reduction; more states) (default: off, reduced)",
+    )
+    limits.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="processes sharing the search, each owning the states whose key hashes to it; the "
+        "verdict, counts and counterexample do not depend on N (default: 1)",
+    )
     add_save_options(limits)
     add_json_option(limits)
     add_coverage_options(exhaust.add_argument_group("the target's own coverage"), gate=True)
@@ -287,12 +301,15 @@ def run(args: argparse.Namespace) -> int:
             global_counters=global_counters,
             adaptive=adaptive,
             merge=not args.no_merge,
+            reduce=not args.no_reduce,
+            workers=args.workers,
             max_states=args.max_states,
             time_limit=args.time_limit,
             measure_coverage=not args.no_coverage,
             max_memory_mb=args.max_memory,
             progress=progress,
             report_interrupt=True,
+            allow_unavailable_imports=args.allow_unavailable_imports,
         )
     saved_path, replay, warnings = _save(result, args, convention_reason)
     if args.json:
@@ -422,7 +439,9 @@ def format_exhaust(
         f"bounds      {result.bounds.describe()}",
         f"explored    {result.scenarios} scenarios, {result.states} distinct states, "
         f"lengths up to {result.depth}, in {result.seconds:.2f} s "
-        f"({result.states_per_second:.0f} states/s)",
+        f"({result.states_per_second:.0f} states/s"
+        + (f", {result.workers} workers" if result.workers > 1 else "")
+        + ")",
     ]
     failure, violation = result.failure, result.violation
     if failure is None or violation is None:
@@ -464,6 +483,7 @@ def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
         "complete": result.complete,
         "stopped": result.stopped,
         "seconds": round(result.seconds, 3),
+        "workers": result.workers,
         "peak_memory_mb": round(result.peak_memory_mb),
     }
     violation, scenario = result.violation, result.counterexample

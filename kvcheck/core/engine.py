@@ -228,16 +228,20 @@ class Engine:
         copied: Engine = deep_copy(self, share=(self.resolver,))
         return copied
 
-    def state_key(self) -> tuple[Any, ...]:
+    def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[Any, ...]:
         """A hashable summary of everything later events and checks depend on (exhaustive mode).
 
         Two engines with equal keys behave alike on every continuation, up to token ids: those
         encode launch numbers, so they are abstracted to output lengths, and launch numbers,
         retraction counts and the controller's feed log are left out. Values the target stored
         with a non-int type are kept by type and repr, so they never merge with a correct state.
+        Requests in `inert` (finished, in no queue or launch: `kvcheck.search.exhaust` says why
+        that is sound) are keyed by their id alone.
         """
         reqs = tuple(
-            (
+            (rid, "inert")
+            if rid in inert
+            else (
                 rid,
                 len(req.origin_input_ids),
                 req.sampling_params.max_new_tokens,
@@ -275,6 +279,8 @@ class Engine:
             self.config.global_counters,
             self.config.algorithm,
             self.config.block_cap,
+            # The allocation rule: two rules start from the same empty pool but diverge.
+            self.config.allocation,
             self.scheduler.draft_worker.speculative_num_draft_tokens,
             reqs,
             tuple(req.rid for req in self.waiting),

@@ -201,12 +201,14 @@ class ReferenceModel:
         copied: ReferenceModel = deep_copy(self)
         return copied
 
-    def state_key(self) -> tuple[object, ...]:
+    def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
         """A hashable summary of the ledger for exhaustive mode: everything later expectations
         depend on, without launch numbers (they only name token ids), admission and retraction
-        counts and coverage labels."""
+        counts and coverage labels. Requests in `inert` are keyed by their id alone."""
         requests = tuple(
-            (
+            (r.rid, "inert")
+            if r.rid in inert
+            else (
                 r.rid,
                 r.prompt_len,
                 r.max_new_tokens,

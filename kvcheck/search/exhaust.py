@@ -38,6 +38,26 @@ Reductions, each sound for the invariants kvcheck checks:
   finished one, switching to the current stride) leave the state unchanged and are not branched.
 - State keys abstract token ids (which encode launch numbers) to output lengths. A target that
   branched on token values or launch counts could tell merged states apart; no resolver does.
+- Request ids are already canonical (the next unused id is admitted), so renaming them would merge
+  nothing more; the reduction that pays is forgetting what can no longer matter. An *inert*
+  request (`inert_requests`: finished in the model and the engine, in no queue, batch, pending
+  launch or launch in flight of either, with no retraction or abort pending) is keyed by its id
+  alone. Why that is sound for any target: no enumerated event acts on it (retract needs a running
+  request, abort of a finished one is a no-op, the next admission takes a new id), no later batch
+  holds it, so neither the target nor the engine nor the model writes it again; every later check
+  of it compares the same expected and observed values that passed when the state was reached
+  (a state with a violation is never expanded), and no check of another request or of a whole
+  event reads its values. Only without an allocation rule: the pool's checks (`kv-*`) read a
+  finished request's lengths together with pages that later events change. Batch rows stay in
+  order (a resolver may treat row positions differently), and nothing else is merged.
+  `reduce=False` (`--no-reduce`) turns it off; tests/quality/test_exhaust.py checks on a subset
+  of the mutant corpus that verdicts and shortest lengths agree with it on and off.
+
+Sharding (`Shard`, `owner_of`, and `kvcheck.search.exhaust_parallel` for `--workers`): the
+search runs level by level; each shard owns the states whose key hashes to it, and the path kept
+for a state is the one with the fewest steps, then the first by a stable order (`better`), so
+the states, the counts and the counterexample (`first_found`) do not depend on how many shards
+there are or in which order children arrive.
 """
 
 from __future__ import annotations
@@ -45,10 +65,9 @@ from __future__ import annotations
 import gc
 import hashlib
 import itertools
-import resource
-import sys
+import marshal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -86,6 +105,7 @@ from kvcheck.core.scenario import (
 )
 from kvcheck.core.target import Target, allocation_path
 from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
+from kvcheck.search.exhaust_parallel import Outcome, peak_memory_mb, search_sharded
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 
 _COLLECT_EVERY: Final = 20_000
@@ -244,8 +264,10 @@ class ExhaustResult:
     # What stopped an incomplete search: `time limit`, `state limit`, `memory limit` or
     # `interrupted` (Ctrl-C); None when it ran to its end.
     stopped: str | None = None
-    # The peak resident memory of the process at the end, in MB.
+    # The peak resident memory of the process at the end, in MB (with workers: summed).
     peak_memory_mb: float = 0.0
+    # The processes that shared the search (`exhaust(workers=...)`).
+    workers: int = 1
 
     @property
     def verdict(self) -> str:
@@ -273,9 +295,10 @@ class ExhaustResult:
 
 
 class _Node:
-    """A state in the search: engine and model after `events`, and the steps they used."""
+    """A state in the search: engine and model after `events` from the start config numbered
+    `origin` (its place in `start_configs`), and the steps they used."""
 
-    __slots__ = ("config", "engine", "events", "model", "steps")
+    __slots__ = ("config", "engine", "events", "model", "origin", "steps")
 
     def __init__(
         self,
@@ -284,28 +307,241 @@ class _Node:
         model: ReferenceModel,
         events: tuple[Event, ...],
         steps: int,
+        origin: int = 0,
     ) -> None:
         self.config = config
         self.engine = engine
         self.model = model
         self.events = events
         self.steps = steps
+        self.origin = origin
 
 
 class _Stop(Exception):
     """A state, time or memory limit was reached; the argument names it."""
 
 
-def peak_memory_mb() -> float:
-    """The process's peak resident memory so far, in MB (`ru_maxrss`: KiB on Linux, bytes on
-    macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
-
-
 def default_adaptive(bounds: Bounds) -> bool:
     """Stride switching is on when switch events are enumerated between two or more strides."""
     return "switch_stride" in bounds.kinds and len(set(bounds.strides)) > 1
+
+
+@attrs.frozen
+class Plan:
+    """What a search enumerates and how it judges: everything a worker process needs besides
+    the target (`kvcheck.search.exhaust_parallel` sends it to each)."""
+
+    bounds: Bounds
+    convention: Convention
+    global_counters: GlobalCounterMode
+    adaptive: bool
+    merge: bool = True
+    reduce: bool = True
+
+
+def start_configs(plan: Plan) -> list[Config]:
+    """The configs every scenario starts from, in a fixed order (a node's `origin` indexes it)."""
+    bounds = plan.bounds
+    block_caps = (False, True) if bounds.block_cap_lengths else (False,)
+    return [
+        Config(
+            convention=plan.convention,
+            overlap=overlap,
+            stride=stride,
+            adaptive=plan.adaptive,
+            global_counters=plan.global_counters,
+            algorithm=algorithm,
+            block_cap=block_cap,
+            allocation=allocation,
+        )
+        for algorithm, block_cap, overlap, stride, allocation in itertools.product(
+            dict.fromkeys(bounds.algorithms),
+            block_caps,
+            dict.fromkeys(bounds.overlap),
+            dict.fromkeys(bounds.strides),
+            dict.fromkeys(bounds.allocations),
+        )
+    ]
+
+
+def fresh_state(target: Target, config: Config) -> tuple[Engine, ReferenceModel]:
+    """The engine and model before the first event of a scenario under `config`."""
+    engine = Engine(
+        config,
+        target.resolver,
+        target.self_methods,
+        not_judged=target.shape.not_judged,
+        allocation=allocation_path(target, config),
+        deadline=target.deadline,
+    )
+    return engine, ReferenceModel(config)
+
+
+# One transition's child as a shard keeps it for the next level: its steps, start config and
+# events, and its state (a node; the index of the shard that holds it, until it sends it; or what
+# that shard sent: pickled bytes, or None when the state did not pickle and is replayed).
+Candidate = tuple[int, int, tuple[Event, ...], Any]
+# A counterexample found at a level: start config, events, the invariant its last event broke.
+Found = tuple[int, tuple[Event, ...], str]
+
+
+def better(steps: int, origin: int, events: tuple[Event, ...], than: Candidate) -> bool:
+    """Whether a path to a state beats the one kept so far: fewer steps (they bound what may
+    follow), then the first by a stable order (start config, then the events' text), so which
+    path represents a state never depends on the order shards or workers delivered them."""
+    if steps != than[0]:
+        return steps < than[0]
+    return (origin, repr(events)) < (than[1], repr(than[2]))
+
+
+def first_found(found: Sequence[Found]) -> Found:
+    """The counterexample a level with violations reports: the first by the same stable order
+    (start config, then the events' text), whatever the order they were found in."""
+    return min(found, key=lambda f: (f[0], repr(f[1])))
+
+
+def owner_of(key: bytes, shards: int) -> int:
+    """The shard (worker) that owns the state with merge key `key`: TLC's hash partition."""
+    return int.from_bytes(key[:8], "little") % shards
+
+
+class Shard:
+    """The states one worker owns (`owner_of`), searched level by level.
+
+    `expand` applies every event the bounds allow to the level's frontier: children the shard
+    owns are merged into its own candidates at once, the others are collected per owner
+    (`outgoing`); `merge` takes the other shards' candidates for this shard and builds the next
+    frontier. One shard alone (`shards == 1`) is the whole search.
+    """
+
+    def __init__(self, target: Target, plan: Plan, index: int = 0, shards: int = 1) -> None:
+        self.target = target
+        self.plan = plan
+        self.index = index
+        self.shards = shards
+        self.configs = start_configs(plan)
+        self.seen: dict[bytes, int] = {}
+        self.frontier: list[_Node] = []
+        self.pending: dict[bytes, Candidate] = {}
+        self.outgoing: list[dict[bytes, Candidate]] = [{} for _ in range(shards)]
+        self.scenarios = 0
+        self.found: list[Found] = []
+        for origin, config in enumerate(self.configs):
+            engine, model = fresh_state(target, config)
+            node = _Node(config, engine, model, (), 0, origin)
+            key = self.key(node)
+            if owner_of(key, shards) == index and key not in self.seen:
+                self.seen[key] = 0
+                self.frontier.append(node)
+
+    def key(self, node: _Node) -> bytes:
+        """The node's merge key (`state_key`), or one of its own with merging off."""
+        if not self.plan.merge:
+            text = repr((node.origin, node.events)).encode()
+            return hashlib.blake2b(text, digest_size=16).digest()
+        return state_key(node.engine, node.model, reduce=self.plan.reduce)
+
+    @property
+    def states(self) -> int:
+        """Distinct states kept so far, this level's own candidates included."""
+        return len(self.seen) + len(self.pending)
+
+    def expand(self, look: Callable[[], None]) -> None:
+        """Expand the frontier (one level). `look` is called every `_LOOK_EVERY` transitions
+        (limits, progress). Children other shards own wait in `outgoing` (`offers`, `give`)."""
+        bounds = self.plan.bounds
+        seen, pending, index, shards = self.seen, self.pending, self.index, self.shards
+        frontier, self.frontier = self.frontier, []
+        found = self.found
+        for node in frontier:
+            _check_time()
+            for child, violation in _expand(node, bounds):
+                self.scenarios += 1
+                if self.scenarios % _COLLECT_EVERY == 0:
+                    gc.collect(_COLLECT_GENERATION)
+                if self.scenarios % _LOOK_EVERY == 0:
+                    look()
+                if violation is not None:
+                    found.append((node.origin, child.events, violation))
+                    continue
+                if found:
+                    continue  # this level already has a counterexample: only collect
+                key = self.key(child)
+                steps, origin, events = child.steps, child.origin, child.events
+                owner = owner_of(key, shards)
+                if owner == index:
+                    best = seen.get(key)
+                    if best is not None and best <= steps:
+                        continue
+                    kept = pending.get(key)
+                    if kept is None or better(steps, origin, events, kept):
+                        pending[key] = (steps, origin, events, child)
+                else:
+                    out = self.outgoing[owner]
+                    kept = out.get(key)
+                    if kept is None or better(steps, origin, events, kept):
+                        out[key] = (steps, origin, events, child)
+
+    def offers(self) -> list[dict[bytes, tuple[int, int, tuple[Event, ...]]]]:
+        """What this level's children owned by other shards are, by owner: steps, start config
+        and events, without their states (an owner asks only for the states it keeps)."""
+        return [{key: kept[:3] for key, kept in out.items()} for out in self.outgoing]
+
+    def select(
+        self, offers: Sequence[tuple[int, dict[bytes, tuple[int, int, tuple[Event, ...]]]]]
+    ) -> dict[int, list[bytes]]:
+        """Merge other shards' offers (sender, offers) into this level's candidates; returns the
+        keys whose state each sender is to send (the paths kept here, `better`)."""
+        seen, pending = self.seen, self.pending
+        for sender, batch in offers:
+            for key, (steps, origin, events) in batch.items():
+                best = seen.get(key)
+                if best is not None and best <= steps:
+                    continue
+                kept = pending.get(key)
+                if kept is None or better(steps, origin, events, kept):
+                    pending[key] = (steps, origin, events, sender)
+        wanted: dict[int, list[bytes]] = {}
+        for key, kept in pending.items():
+            if type(kept[3]) is int:
+                wanted.setdefault(kept[3], []).append(key)
+        return wanted
+
+    def give(self, owner: int, keys: Sequence[bytes], encode: Callable[[_Node], Any]) -> Any:
+        """The states `owner` asked for (`select`), each as `encode` makes it."""
+        out = self.outgoing[owner]
+        return {key: encode(out[key][3]) for key in keys}
+
+    def merge(
+        self,
+        states: Mapping[bytes, Any] | None = None,
+        decode: Callable[[Candidate], _Node] | None = None,
+    ) -> None:
+        """Make this level's candidates the next frontier: those from other shards (`select`)
+        with the states they sent (`states`, which `decode` turns back into nodes)."""
+        seen, frontier = self.seen, []
+        for key, candidate in self.pending.items():
+            seen[key] = candidate[0]
+            node = candidate[3]
+            if not isinstance(node, _Node):
+                assert states is not None and decode is not None
+                node = decode((*candidate[:3], states[key]))
+            frontier.append(node)
+        self.pending = {}
+        self.outgoing = [{} for _ in range(self.shards)]
+        self.frontier = frontier
+
+    def restore(self, candidate: Candidate, state: tuple[Engine, ReferenceModel] | None) -> _Node:
+        """Another shard's candidate as a node: with the engine and model sent, or (None) rebuilt
+        by replaying its events from its start config (a state that could not be sent)."""
+        steps, origin, events, _ = candidate
+        config = self.configs[origin]
+        if state is None:
+            state = fresh_state(self.target, config)
+            for event in events:
+                state[1].apply(event)
+                state[0].apply(event)
+        return _Node(config, state[0], state[1], events, steps, origin)
 
 
 def exhaust(
@@ -316,24 +552,34 @@ def exhaust(
     global_counters: GlobalCounterMode = "ideal",
     adaptive: bool | None = None,
     merge: bool = True,
+    reduce: bool = True,
+    workers: int = 1,
     max_states: int | None = None,
     time_limit: float | None = None,
     measure_coverage: bool = True,
     max_memory_mb: float | None = None,
     progress: Callable[[str], None] | None = None,
     report_interrupt: bool = False,
+    allow_unavailable_imports: bool = False,
 ) -> ExhaustResult:
     """Search every scenario within `bounds`, breadth-first; stop after the first level with a
-    violation and return its first counterexample (re-run and recorded by `run_scenario`).
+    violation and return its first counterexample (`first_found`, re-run and recorded by
+    `run_scenario`).
 
     `merge=False` turns state merging off (every event list is its own state): exponentially
-    slower, for cross-checking the merge on small bounds. `max_states`, `time_limit` (seconds,
-    interrupting a running call of the target too), `max_memory_mb` (the process's peak resident
-    memory) and Ctrl-C stop the search early with `complete == False` and `stopped` naming why.
-    `measure_coverage` measures the coverage of a target read from source
-    (`ExhaustResult.coverage`). `progress` is called with a status line every few hundred
+    slower, for cross-checking the merge on small bounds. `reduce=False` keys finished requests
+    in full (module docstring: the reduction it turns off). `workers` > 1 shards the states
+    over that many processes (`kvcheck.search.exhaust_parallel`; each loads the target from its
+    spec, or from a pickled copy, `allow_unavailable_imports` as for `load_target`); the
+    verdict, the states counted and the counterexample are the same for every number of
+    workers. `max_states`, `time_limit` (seconds, interrupting a running call of the target
+    too), `max_memory_mb` (the peak resident memory, summed over the workers) and Ctrl-C stop
+    the search early with `complete == False` and `stopped` naming why. `measure_coverage`
+    measures the coverage of a target read from source (`ExhaustResult.coverage`; with workers,
+    their measurements merged). `progress` is called with a status line every few hundred
     transitions; Ctrl-C is re-raised unless `report_interrupt`. Raises `UnsupportedTargetError`
-    like `run_scenario` does for a target kvcheck cannot judge.
+    like `run_scenario` does for a target kvcheck cannot judge, and `KvcheckInternalError` when
+    a worker process crashes (kvcheck's fault: no verdict).
     """
     bounds = bounds or Bounds()
     if convention not in CONVENTIONS:
@@ -342,51 +588,42 @@ def exhaust(
         raise KvcheckUsageError(
             f"unknown global-counter mode {global_counters!r}; choose ideal, sglang or off"
         )
+    if workers < 1:
+        raise KvcheckUsageError(f"workers must be >= 1, got {workers}")
     adaptive = default_adaptive(bounds) if adaptive is None else adaptive
+    plan = Plan(bounds, convention, global_counters, adaptive, merge, reduce)
+    if workers > 1:
+        started = time.perf_counter()
+        outcome = search_sharded(
+            target,
+            plan,
+            workers,
+            Shard,
+            max_states=max_states,
+            time_limit=time_limit,
+            measure_coverage=measure_coverage,
+            max_memory_mb=max_memory_mb,
+            progress=progress,
+            allow_unavailable_imports=allow_unavailable_imports,
+        )
+        if outcome.stopped == "interrupted" and not report_interrupt:
+            raise KeyboardInterrupt
+        return _result(target, plan, outcome, time.perf_counter() - started, workers)
     meter = meter_for(target, enabled=measure_coverage)
     if meter is not None:
         target = meter.instrument(target)
     started = time.perf_counter()
-    limit = time_limit
-    seen: dict[Any, int] = {}
-    frontier: list[_Node] = []
-    block_caps = (False, True) if bounds.block_cap_lengths else (False,)
-    for algorithm, block_cap, overlap, stride, allocation in itertools.product(
-        dict.fromkeys(bounds.algorithms),
-        block_caps,
-        dict.fromkeys(bounds.overlap),
-        dict.fromkeys(bounds.strides),
-        dict.fromkeys(bounds.allocations),
-    ):
-        config = Config(
-            convention=convention,
-            overlap=overlap,
-            stride=stride,
-            adaptive=adaptive,
-            global_counters=global_counters,
-            algorithm=algorithm,
-            block_cap=block_cap,
-            allocation=allocation,
-        )
-        engine = Engine(
-            config,
-            target.resolver,
-            target.self_methods,
-            not_judged=target.shape.not_judged,
-            allocation=allocation_path(target, config),
-            deadline=target.deadline,
-        )
-        model = ReferenceModel(config)
-        key = _key(engine, model) if merge else len(seen)
-        if key not in seen:
-            seen[key] = 0
-            frontier.append(_Node(config, engine, model, (), 0))
-
-    scenarios = 0
+    shard = Shard(target, plan)
     depth = 0
     complete = True
     stopped: str | None = None
-    found: list[tuple[Config, tuple[Event, ...], str]] = []
+    states = len(shard.seen)
+
+    def look() -> None:
+        _look(max_memory_mb, progress, depth, shard.scenarios, shard.states, started)
+        if max_states is not None and shard.states >= max_states:
+            raise _Stop("state limit")
+
     # States are full of reference cycles (a request and its `req.kv`), so the automatic
     # cyclic collector runs constantly, mostly over live states: a quarter of the time.
     # Instead: the youngest generation every `_COLLECT_EVERY` transitions (the copies that
@@ -394,34 +631,16 @@ def exhaust(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        with _time_limit(limit):
-            while frontier and (bounds.events is None or depth < bounds.events):
-                next_frontier: list[_Node] = []
-                for node in frontier:
-                    _check_time()
-                    for child, violation in _expand(node, bounds):
-                        scenarios += 1
-                        if scenarios % _COLLECT_EVERY == 0:
-                            gc.collect(_COLLECT_GENERATION)
-                        if scenarios % _LOOK_EVERY == 0:
-                            _look(max_memory_mb, progress, depth, scenarios, len(seen), started)
-                        if violation is not None:
-                            found.append((node.config, child.events, violation))
-                            continue
-                        if found:
-                            continue  # this level already has a counterexample: only collect
-                        key = _key(child.engine, child.model) if merge else len(seen)
-                        best = seen.get(key)
-                        if best is not None and best <= child.steps:
-                            continue
-                        seen[key] = child.steps
-                        next_frontier.append(child)
-                        if max_states is not None and len(seen) >= max_states:
-                            raise _Stop("state limit")
+        with _time_limit(time_limit):
+            while shard.frontier and (bounds.events is None or depth < bounds.events):
+                shard.expand(look)
                 depth += 1
-                if found:
+                if shard.found:
                     break
-                frontier = next_frontier
+                shard.merge()
+                states = len(shard.seen)
+                if max_states is not None and states >= max_states:
+                    raise _Stop("state limit")
                 gc.collect()
     except _Stop as stop:
         complete, stopped = False, str(stop.args[0])
@@ -434,15 +653,33 @@ def exhaust(
     finally:
         if gc_was_enabled:
             gc.enable()
-    elapsed = time.perf_counter() - started
+    if not shard.found and not complete:
+        states = shard.states
+    outcome = Outcome(
+        scenarios=shard.scenarios,
+        states=states,
+        depth=depth,
+        found=tuple(shard.found),
+        complete=complete,
+        stopped=stopped,
+        coverage=meter.result() if meter is not None else None,
+        peak_memory_mb=peak_memory_mb(),
+    )
+    return _result(target, plan, outcome, time.perf_counter() - started)
 
+
+def _result(
+    target: Target, plan: Plan, outcome: Outcome, elapsed: float, workers: int = 1
+) -> ExhaustResult:
+    """The result: the counterexample (if any) replayed and recorded."""
+    found = outcome.found
     failure: RunResult | None = None
     if found:
-        config, events, _ = found[0]
-        found_scenario = Scenario(config, events)
+        origin, events, invariant = first_found(found)
+        found_scenario = Scenario(start_configs(plan)[origin], events)
         failure = run_scenario(found_scenario, target, record=True)
         for _ in range(2):  # a call past its deadline under a stall (a busy machine): again
-            if failure.violation is not None or found[0][2] != "target-deadline":
+            if failure.violation is not None or invariant != "target-deadline":
                 break
             failure = run_scenario(found_scenario, target, record=True)
         if failure.violation is None:
@@ -451,26 +688,27 @@ def exhaust(
             # were wrong); either way no verdict.
             raise NondeterministicTargetError(
                 f"the target gave two different results on the same scenario: first "
-                f"{found[0][2]} during the enumeration, then no violation when replayed; kvcheck "
+                f"{invariant} during the enumeration, then no violation when replayed; kvcheck "
                 f"judges deterministic resolvers only, so no verdict. The scenario: "
                 f"{to_json_line(found_scenario)}"
             )
     return ExhaustResult(
         target=target.spec,
-        convention=convention,
-        global_counters=global_counters,
-        adaptive=adaptive,
-        bounds=bounds,
-        scenarios=scenarios,
-        states=len(seen),
-        depth=depth,
+        convention=plan.convention,
+        global_counters=plan.global_counters,
+        adaptive=plan.adaptive,
+        bounds=plan.bounds,
+        scenarios=outcome.scenarios,
+        states=outcome.states,
+        depth=outcome.depth,
         seconds=elapsed,
         failure=failure,
         minimal_invariants=frozenset(invariant for _, _, invariant in found),
-        complete=complete and not found,
-        coverage=meter.result() if meter is not None else None,
-        stopped=None if found else stopped,
-        peak_memory_mb=peak_memory_mb(),
+        complete=outcome.complete and not found,
+        coverage=outcome.coverage,
+        stopped=None if found else outcome.stopped,
+        peak_memory_mb=outcome.peak_memory_mb,
+        workers=workers,
     )
 
 
@@ -557,16 +795,52 @@ def _child(
     observed = engine.apply(event)
     violations = check_event(len(node.events), expected, observed)
     steps = node.steps + (1 if isinstance(event, Step) else 0)
-    child = _Node(node.config, engine, model, (*node.events, event), steps)
+    child = _Node(node.config, engine, model, (*node.events, event), steps, node.origin)
     return child, expected, violations[0].invariant if violations else None
 
 
-def _key(engine: Engine, model: ReferenceModel) -> bytes:
-    """The merge key of a state: a 128-bit digest of both state keys' text. The keys themselves
-    take kilobytes each; with a million states the chance that two different states share a
-    digest is about 10^-27."""
-    text = repr((engine.state_key(), model.state_key()))
-    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+def inert_requests(engine: Engine, model: ReferenceModel) -> frozenset[str]:
+    """The requests that can no longer influence anything (module docstring, "Reductions"):
+    finished in both model and engine, in no queue, batch or launch of either, with nothing
+    pending; only without an allocation rule (the pool's checks read a request's lengths)."""
+    if model.config.allocation != "off":
+        return frozenset()
+    busy = set(model.waiting) | set(model.running) | set(model.merge_next)
+    for launch in model.in_flight:
+        busy.update(launch.rids)
+    for queue in (engine.waiting, engine.running, engine.last_prefill):
+        busy.update(req.rid for req in queue)
+    if engine.pending is not None:
+        busy.update(req.rid for req in engine.pending.batch.reqs)
+    busy.update(engine.retract_requested)
+    inert = []
+    for rid, ledger in model.requests.items():
+        if (
+            ledger.phase == "finished"
+            and rid not in busy
+            and not ledger.decode_in_flight
+            and not ledger.abort_pending
+            and not ledger.retract_pending
+        ):
+            req = engine.reqs.get(rid)
+            if req is not None and req.finished():
+                inert.append(rid)
+    return frozenset(inert)
+
+
+def state_key(engine: Engine, model: ReferenceModel, *, reduce: bool = True) -> bytes:
+    """The merge key of a state: a 128-bit digest of both state keys, with `reduce` the inert
+    requests (`inert_requests`) keyed by id alone. The keys are serialised with `marshal`
+    (format 2: no back-references, so equal keys give equal bytes whatever objects they share),
+    three times faster than their text; a key holding another type falls back to its text. With
+    a million states the chance that two different states share a digest is about 10^-27."""
+    inert = inert_requests(engine, model) if reduce else frozenset()
+    key = (engine.state_key(inert), model.state_key(inert))
+    try:
+        data = marshal.dumps(key, 2)  # type: ignore[arg-type]
+    except ValueError:
+        data = repr(key).encode()
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def _launched_decode(after: ReferenceModel, expected: Expectation) -> Launch | None:

@@ -84,3 +84,63 @@ def test_cli_pass_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert "no violation within bounds" in out
     assert "distinct states" in out and "scenarios" in out
+
+
+# --- the reduction (inert finished requests keyed by id) and workers ---------------------------
+
+# A representative subset of the corpus, one or more per family of defect (stale rows, finished
+# and retracted requests, aborts, statistics, global counters, grammars, allocation, releases);
+# the whole corpus agrees too at 5 events (CHANGELOG.md, the figures of issue 11).
+REDUCTION_ENTRIES = (
+    "stale-rows-applied-preclaim",
+    "finished-no-giveback",
+    "finished-applied",
+    "finishing-run-dropped",
+    "abort-pending-skipped",
+    "retracted-giveback",
+    "histogram-off-by-one",
+    "global-counts-stale",
+    "controller-fed-stale-rows",
+    "grammar-advanced-twice",
+    "alloc-zeroed-stale",
+    "release-forgets-overallocated",
+    "vectorised-0.5.12",
+    "early-exit-0.5.16",
+)
+
+
+@pytest.mark.parametrize("name", REDUCTION_ENTRIES)
+def test_the_reduction_keeps_verdict_and_minimal_length(name: str) -> None:
+    from kvcheck.mutants import get
+    from kvcheck.mutants.matrix import bounds_for
+
+    entry = get(f"mutant:{name}")
+    target = entry.target()
+    bounds = bounds_for(target, Bounds(events=4, max_new=(1, 2, 4)))
+    options = {
+        "convention": entry.convention,
+        "global_counters": entry.global_counters,
+        "adaptive": entry.adaptive,
+        "measure_coverage": False,
+    }
+    full = exhaust(target, bounds, reduce=False, **options)
+    reduced = exhaust(target, bounds, **options)
+    assert reduced.verdict == full.verdict
+    assert reduced.depth == full.depth
+    assert reduced.minimal_invariants == full.minimal_invariants
+    assert reduced.states <= full.states
+
+
+def test_the_reduction_merges_states_on_the_reference() -> None:
+    bounds = Bounds(events=6)
+    full = exhaust(REFERENCE, bounds, convention="preclaim", reduce=False)
+    reduced = exhaust(REFERENCE, bounds, convention="preclaim")
+    assert full.verdict == reduced.verdict == "pass"
+    assert reduced.states < full.states * 0.9
+
+
+def test_workers_prove_the_reference_alike() -> None:
+    one = exhaust(REFERENCE, Bounds(events=6), convention="preclaim")
+    two = exhaust(REFERENCE, Bounds(events=6), convention="preclaim", workers=2)
+    assert one.verdict == two.verdict == "pass"
+    assert (one.states, one.scenarios, one.depth) == (two.states, two.scenarios, two.depth)

@@ -57,3 +57,40 @@ def test_allocation_rules_are_enumerated() -> None:
 
     with pytest.raises(KvcheckUsageError, match="allocation rules"):
         Bounds(allocations=("0.4",))  # type: ignore[arg-type]
+
+
+def test_a_finished_delivered_request_is_inert_and_keyed_by_id() -> None:
+    from kvcheck.core.scenario import Admit, Config, Step
+    from kvcheck.search.exhaust import fresh_state, inert_requests, state_key
+
+    def after(config: Config, *events: object) -> tuple[frozenset[str], bytes, bytes]:
+        engine, model = fresh_state(REFERENCE, config)
+        for event in events:
+            model.apply(event)  # type: ignore[arg-type]
+            engine.apply(event)  # type: ignore[arg-type]
+        full = state_key(engine, model, reduce=False)
+        return inert_requests(engine, model), state_key(engine, model), full
+
+    config = Config(convention="preclaim", overlap=True, stride=2)
+    admit = Admit("r0", 3, 1, None)
+    # Finished at the prefill's delivery, with a decode launch still in flight: not inert.
+    assert after(config, admit, Step(), Step())[0] == frozenset()
+    # Its stale row delivered: inert, and keyed alike whatever it accepted on the way.
+    inert, reduced, full = after(config, admit, Step(), Step(), Step())
+    assert inert == {"r0"}
+    longer = after(config, Admit("r0", 3, 4, 2), Step(), Step(), Step((3,)), Step(), Step())
+    assert longer[0] == {"r0"} and longer[1] == reduced and longer[2] != full
+    # A running request never is, nor anything under an allocation rule.
+    assert after(config, admit, Step())[0] == frozenset()
+    allocating = Config(convention="preclaim", overlap=True, stride=2, allocation="0.5.16")
+    assert after(allocating, admit, Step(), Step(), Step())[0] == frozenset()
+
+
+def test_every_allocation_rule_starts_its_own_search() -> None:
+    # Two rules start from the same empty pool; the state key tells them apart, so neither
+    # start state merges into the other and every rule is enumerated.
+    from kvcheck.search.exhaust import Plan, Shard
+
+    bounds = Bounds(allocations=("off", "0.5.13", "0.5.16"))
+    shard = Shard(REFERENCE, Plan(bounds, "preclaim", "ideal", True))
+    assert len(shard.configs) == len(shard.frontier) == 12

@@ -1,0 +1,487 @@
+"""`exhaust --workers N`: the breadth-first search sharded over N processes, TLC's way.
+
+Each worker owns the states whose merge key hashes to its index (`owner_of`: the key's first 8
+bytes mod N), keeps their `seen` set and expands them. One level is two barriers:
+
+1. `expand`: every worker expands its frontier; a child it owns joins its own candidates, a
+   child another worker owns waits for the end of the level. The parent gathers the violations.
+2. `merge` (only when no worker found a violation), three rounds between each pair of workers:
+   each offers the other the children it owns (steps, start config, events: no state); the
+   owner merges them with its own candidates (fewest steps, then the first by a stable order,
+   `better`) and asks for the states of the paths it kept, new states only (most children
+   reach states already seen: sending every state cost about five times as many pickles);
+   those come as pickled bytes (without the target: the receiver puts its own copy of the
+   resolver and of the methods bound onto the fake scheduler back, so this works for targets
+   read from source too; a state that does not pickle is sent as None and rebuilt by replaying
+   its events), and the owner makes them, with its own, its next frontier.
+
+The level barrier keeps the search breadth-first, so the first level with a violation holds the
+shortest counterexamples; the parent reports the first of them by a stable order
+(`first_found`), and the states counted are those of the levels before it, so the verdict, the
+counts and the counterexample do not depend on the number of workers or on their timing.
+
+Workers are spawned (torch and fork do not mix), load the target themselves (a pickled copy
+when it pickles, else from its spec), ignore SIGINT (the parent handles Ctrl-C and tells them to
+stop) and die with the parent. Limits (time, states, memory summed over the workers) are
+watched by the parent, which sets a shared stop flag that workers look at every few hundred
+transitions. A worker that dies or raises is kvcheck's own fault: `KvcheckInternalError`, no
+verdict (a `KvcheckUsageError` it raises, such as a target kvcheck cannot judge, is re-raised as
+such). Across machines the same scheme holds with the processes of every machine numbered
+0..N-1 and the per-level exchange going through a shared store (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import multiprocessing
+import os
+import pickle
+import queue as queue_module
+import resource
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from kvcheck.core.deadline import TimeLimitReached
+from kvcheck.core.deadline import time_limit as _time_limit
+from kvcheck.core.target import Target
+from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
+from kvcheck.search.campaign import _die_with_parent
+from kvcheck.search.target_coverage import TargetCoverage, meter_for
+from kvcheck.targets.loading import load_target
+
+if TYPE_CHECKING:  # `kvcheck.search.exhaust` imports this module: its classes come as arguments
+    from kvcheck.search.exhaust import Candidate, Found, Plan, Shard, _Node
+
+__all__ = ["Outcome", "peak_memory_mb", "search_sharded"]
+
+# How often the parent looks at its messages, the workers and the limits (seconds).
+_POLL: Final = 0.2
+# How often a worker reports its counts (seconds, at most once per `_LOOK_EVERY` transitions).
+_PROGRESS_EVERY: Final = 0.5
+# How long the parent waits for workers to start (loading the target, importing torch) and to
+# end after being told to.
+_START_TIMEOUT: Final = 300.0
+_END_GRACE: Final = 20.0
+
+
+class _Stopped(Exception):
+    """The parent said stop (a limit, Ctrl-C): the worker leaves the level."""
+
+
+def peak_memory_mb() -> float:
+    """The process's peak resident memory so far, in MB (`ru_maxrss`: KiB on Linux, bytes on
+    macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+@attrs.frozen
+class Outcome:
+    """What a search established before its counterexample is replayed: transitions tried,
+    distinct states kept (at a level with violations: those of the levels before it), levels
+    searched, the violations of the last level, and how it ended."""
+
+    scenarios: int
+    states: int
+    depth: int
+    found: tuple[Found, ...]
+    complete: bool
+    stopped: str | None
+    coverage: TargetCoverage | None
+    peak_memory_mb: float
+
+
+@attrs.frozen
+class _Setup:
+    """What each worker is sent at its start."""
+
+    index: int
+    workers: int
+    plan: Plan
+    # `kvcheck.search.exhaust.Shard` (sent by reference).
+    shard_class: type[Shard]
+    # The target pickled, or None: load it from `spec`.
+    target_bytes: bytes | None
+    spec: str
+    deadline: float | None
+    allow_unavailable_imports: bool
+    measure_coverage: bool
+    # time.time() when the run's time limit passes (None: no limit).
+    stop_at: float | None
+    parent: int
+
+
+def search_sharded(
+    target: Target,
+    plan: Plan,
+    workers: int,
+    shard_class: type[Shard],
+    *,
+    max_states: int | None = None,
+    time_limit: float | None = None,
+    measure_coverage: bool = True,
+    max_memory_mb: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    allow_unavailable_imports: bool = False,
+) -> Outcome:
+    """Run the search on `workers` processes and return what they established together
+    (module docstring). Ctrl-C ends it with `stopped == "interrupted"`."""
+    try:
+        target_bytes: bytes | None = pickle.dumps(target)
+    except Exception:
+        target_bytes = None  # read from source: each worker loads it from its spec
+    started = time.monotonic()
+    stop_at = None if time_limit is None else time.time() + time_limit
+    context = multiprocessing.get_context("spawn")
+    messages: Any = context.Queue()
+    controls = [context.Queue() for _ in range(workers)]
+    inboxes = [context.Queue() for _ in range(workers)]
+    stop = context.Event()
+    processes = [
+        context.Process(
+            target=_worker_main,
+            args=(
+                _Setup(
+                    i,
+                    workers,
+                    plan,
+                    shard_class,
+                    target_bytes,
+                    target.spec,
+                    target.deadline,
+                    allow_unavailable_imports,
+                    measure_coverage,
+                    stop_at,
+                    os.getpid(),
+                ),
+                messages,
+                controls[i],
+                inboxes,
+                stop,
+            ),
+            name=f"kvcheck-exhaust-{i}",
+            daemon=True,
+        )
+        for i in range(workers)
+    ]
+    counts = [(0, 0)] * workers  # (scenarios, states) each worker last reported
+    memory = [0.0] * workers
+    done: dict[int, tuple[TargetCoverage | None, float]] = {}
+    depth = 0
+    found: list[Found] = []
+    stopped: str | None = None
+    last_progress = [0.0]
+    why_stopped = [""]
+
+    def on_message(message: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        kind, index = message[0], message[1]
+        if kind == "progress":
+            counts[index] = message[2]
+            memory[index] = message[3]
+            return None
+        if kind == "crash":
+            raise KvcheckInternalError(
+                f"exhaust worker {index} crashed (kvcheck's own fault, no verdict): {message[2]}"
+            )
+        if kind == "error":
+            raise KvcheckUsageError(message[2])
+        if kind == "done":
+            done[index] = (message[2], message[3])
+        return message
+
+    def watch() -> None:
+        """Dead workers, limits and progress, every `_POLL` seconds while waiting."""
+        for i, process in enumerate(processes):
+            if process.exitcode is not None and i not in done:
+                with contextlib.suppress(queue_module.Empty):
+                    while True:  # what it said before it ended (a crash report)
+                        on_message(messages.get(timeout=0.1))
+                if i not in done:
+                    code = process.exitcode
+                    how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                    raise KvcheckInternalError(
+                        f"exhaust worker {i} ended unexpectedly ({how}): kvcheck's own fault, "
+                        "no verdict; try fewer --workers or a lower --max-memory"
+                    )
+        if stop.is_set():
+            return
+        states = sum(c[1] for c in counts)
+        if stop_at is not None and time.time() >= stop_at:
+            why_stopped[0] = "time limit"
+        elif max_states is not None and states >= max_states:
+            why_stopped[0] = "state limit"
+        elif max_memory_mb and sum(memory) + peak_memory_mb() > max_memory_mb:
+            why_stopped[0] = "memory limit"
+        if why_stopped[0]:
+            stop.set()
+        now = time.monotonic()
+        if progress is not None and now - last_progress[0] >= _PROGRESS_EVERY:
+            last_progress[0] = now
+            progress(
+                f"level {depth + 1}: {sum(c[0] for c in counts)} scenarios, {states} states, "
+                f"{now - started:.0f} s, {sum(memory) + peak_memory_mb():.0f} MB, "
+                f"{workers} workers"
+            )
+
+    def gather(kind: str) -> list[tuple[Any, ...]]:
+        """One `kind` reply from every worker (handling everything else meanwhile)."""
+        replies: dict[int, tuple[Any, ...]] = {}
+        limit = time.monotonic() + _START_TIMEOUT if kind == "ready" else None
+        while len(replies) < workers:
+            try:
+                message = on_message(messages.get(timeout=_POLL))
+            except queue_module.Empty:
+                message = None
+            if message is not None and message[0] == kind:
+                replies[message[1]] = message
+            watch()
+            if limit is not None and time.monotonic() > limit:
+                raise KvcheckInternalError(
+                    f"exhaust workers did not start within {_START_TIMEOUT:.0f} s"
+                )
+        return [replies[i] for i in sorted(replies)]
+
+    frontier = 0
+    states = 0
+    complete = True
+    try:
+        for process in processes:
+            process.start()
+        ready = gather("ready")
+        frontier = sum(r[2] for r in ready)
+        states = sum(r[3] for r in ready)
+        while frontier and (plan.bounds.events is None or depth < plan.bounds.events):
+            for control in controls:
+                control.put(("expand",))
+            expanded = gather("expanded")
+            if any(r[2] for r in expanded):  # stopped within the level
+                complete = False
+                stopped = why_stopped[0] or next(r[2] for r in expanded if r[2])
+                states = sum(counts[i][1] for i in range(workers))
+                break
+            depth += 1
+            found = [f for r in expanded for f in r[3]]
+            if found:
+                break
+            for control in controls:
+                control.put(("merge",))
+            merged = gather("merged")
+            if any(r[2] for r in merged):
+                complete = False
+                stopped = why_stopped[0] or next(r[2] for r in merged if r[2])
+                states = sum(counts[i][1] for i in range(workers))
+                break
+            frontier = sum(r[3] for r in merged)
+            states = sum(r[4] for r in merged)
+            counts = [(r[5], r[4]) for r in merged]
+            if max_states is not None and states >= max_states:
+                complete, stopped = False, "state limit"
+                break
+    except KeyboardInterrupt:
+        complete, stopped = False, "interrupted"
+        states = sum(c[1] for c in counts)
+        stop.set()
+    finally:
+        stop.set()
+        for control in controls:
+            with contextlib.suppress(Exception):
+                control.put(("finish",))
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            _finish(processes, messages, on_message, done)
+        started_processes = [p for p in processes if p.pid is not None]
+        for process in started_processes:
+            if process.is_alive():
+                process.terminate()
+        for process in started_processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+        for channel in (messages, *controls, *inboxes):
+            channel.close()
+            channel.cancel_join_thread()
+    coverage: TargetCoverage | None = None
+    for cover, _ in done.values():
+        if cover is not None:
+            coverage = cover if coverage is None else coverage.union(cover)
+    scenarios = sum(c[0] for c in counts)
+    return Outcome(
+        scenarios=scenarios,
+        states=states,
+        depth=depth,
+        found=tuple(found),
+        complete=complete,
+        stopped=stopped,
+        coverage=coverage,
+        peak_memory_mb=peak_memory_mb() + sum(m for _, m in done.values()),
+    )
+
+
+def _finish(
+    processes: list[Any],
+    messages: Any,
+    on_message: Callable[[tuple[Any, ...]], Any],
+    done: dict[int, Any],
+) -> None:
+    """Wait (up to `_END_GRACE` s) for every live worker's `done` (coverage, peak memory)."""
+    until = time.monotonic() + _END_GRACE
+    while time.monotonic() < until:
+        if all(
+            i in done or p.pid is None or p.exitcode is not None for i, p in enumerate(processes)
+        ):
+            # a worker that ended said `done` first; drain what is left
+            with contextlib.suppress(queue_module.Empty):
+                while True:
+                    on_message(messages.get(timeout=0.05))
+            return
+        with contextlib.suppress(queue_module.Empty):
+            on_message(messages.get(timeout=_POLL))
+
+
+# --- a worker -----------------------------------------------------------------------------------
+
+
+def _encode(node: _Node, target: Target) -> bytes | None:
+    """A node's engine and model as bytes, without the target: the resolver and the methods
+    bound onto the fake scheduler are taken off while pickling (the receiver puts its own copy
+    of the target back, `_decode`), so a target read from source, or one wrapped for coverage,
+    travels too. None when the state holds something else that does not pickle (the receiver
+    then replays the events)."""
+    engine = node.engine
+    resolver, engine.resolver = engine.resolver, None  # type: ignore[assignment]
+    bound = vars(engine.scheduler)
+    methods = {name: bound.pop(name) for name in target.self_methods if name in bound}
+    try:
+        return pickle.dumps((engine, node.model), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
+    finally:
+        engine.resolver = resolver
+        bound.update(methods)
+
+
+def _decode(data: bytes, target: Target) -> tuple[Any, Any]:
+    """The engine and model `_encode` made, with this worker's target put back."""
+    engine, model = pickle.loads(data)
+    engine.resolver = target.resolver
+    if target.self_methods:
+        engine.scheduler.bind_methods(dict(target.self_methods))
+    return engine, model
+
+
+def _worker_main(
+    setup: _Setup, messages: Any, control: Any, inboxes: list[Any], stop: Any
+) -> None:  # pragma: no cover - runs in a worker process (tests/unit/search/test_exhaust_parallel)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and says stop
+    _die_with_parent(setup.parent)
+    try:
+        _work(setup, messages, control, inboxes, stop)
+    except KvcheckUsageError as exc:
+        messages.put(("error", setup.index, str(exc)))
+    except Exception as exc:
+        messages.put(("crash", setup.index, f"{type(exc).__name__}: {exc}"))
+
+
+def _work(
+    setup: _Setup, messages: Any, control: Any, inboxes: list[Any], stop: Any
+) -> None:  # pragma: no cover - runs in a worker process
+    index, workers = setup.index, setup.workers
+    if setup.target_bytes is not None:
+        target: Target = pickle.loads(setup.target_bytes)
+    else:
+        target = load_target(
+            setup.spec,
+            allow_unavailable=setup.allow_unavailable_imports,
+            deadline=setup.deadline,
+        )
+        target = attrs.evolve(target, deadline=setup.deadline)
+    meter = meter_for(target, enabled=setup.measure_coverage)
+    if meter is not None:
+        target = meter.instrument(target)
+    shard = setup.shard_class(target, setup.plan, index, workers)
+    messages.put(("ready", index, len(shard.frontier), len(shard.seen)))
+    last = {"progress": 0.0}
+
+    def report() -> None:
+        last["progress"] = time.monotonic()
+        messages.put(("progress", index, (shard.scenarios, shard.states), peak_memory_mb()))
+
+    def look() -> None:
+        if stop.is_set():
+            raise _Stopped
+        if time.monotonic() - last["progress"] >= _PROGRESS_EVERY:
+            report()
+
+    def encode(node: _Node) -> bytes | None:
+        return _encode(node, target)
+
+    def decode(candidate: Candidate) -> _Node:
+        data = candidate[3]
+        if data is not None:
+            with contextlib.suppress(Exception):
+                return shard.restore(candidate, _decode(data, target))
+        return shard.restore(candidate, None)
+
+    stash: dict[tuple[int, str], list[tuple[int, Any]]] = {}
+
+    def receive(level: int, phase: str) -> list[tuple[int, Any]]:
+        """The other workers' messages of one round of a level: (sender, payload) each."""
+        while len(stash.get((level, phase), ())) < workers - 1:
+            if stop.is_set():
+                raise _Stopped
+            with contextlib.suppress(queue_module.Empty):
+                sent_level, sent_phase, sender, payload = inboxes[index].get(timeout=_POLL)
+                stash.setdefault((sent_level, sent_phase), []).append((sender, payload))
+        return stash.pop((level, phase))
+
+    def send(level: int, phase: str, payloads: Any, empty: Any) -> None:
+        for other in range(workers):
+            if other != index:
+                inboxes[other].put((level, phase, index, payloads.get(other, empty)))
+
+    remaining = None if setup.stop_at is None else max(0.0, setup.stop_at - time.time())
+    gc.disable()  # as in the single-process search: collected per level and every so often
+    level = 0
+    with _time_limit(remaining):
+        while True:
+            command = control.get()
+            if command[0] == "finish":
+                break
+            why = ""
+            try:
+                if command[0] == "expand":
+                    shard.expand(look)
+                    report()
+                    messages.put(("expanded", index, "", list(shard.found)))
+                    continue
+                # Three rounds: offers (no states), the keys each owner keeps, their states.
+                send(level, "offer", dict(enumerate(shard.offers())), {})
+                send(level, "want", shard.select(receive(level, "offer")), [])
+                for sender, keys in receive(level, "want"):
+                    inboxes[sender].put((level, "state", index, shard.give(sender, keys, encode)))
+                states: dict[bytes, Any] = {}
+                for _, batch in receive(level, "state"):
+                    states.update(batch)
+                shard.merge(states, decode)
+                del states
+                level += 1
+                gc.collect()
+            except _Stopped:
+                why = "stopped"
+            except TimeLimitReached:
+                why = "time limit"
+            report()
+            if command[0] == "expand":
+                messages.put(("expanded", index, why, []))
+            else:
+                messages.put(
+                    ("merged", index, why, len(shard.frontier), len(shard.seen), shard.scenarios)
+                )
+    report()
+    messages.put(("done", index, meter.result() if meter is not None else None, peak_memory_mb()))
