@@ -13,9 +13,7 @@ import concurrent.futures
 import math
 import multiprocessing
 import os
-import signal
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -27,6 +25,7 @@ from kvcheck.core.scenario import Grammar, config_to_dict, event_to_dict
 from kvcheck.core.target import Target
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
 from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.search.processes import become_worker
 from kvcheck.targets.loading import load_target
 
 # Where each mutant's shortest counterexample is looked for: the default exhaustive bounds plus a
@@ -341,16 +340,9 @@ def warm_up() -> None:
 
 def _worker_init() -> None:
     """A `--jobs` worker: Ctrl-C is the parent's to handle (it ends the workers), and a worker
-    whose parent died (killed, say) exits instead of running on."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
-
-    def watch_parent() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.2)
-        os._exit(1)
-
-    threading.Thread(target=watch_parent, name="kvcheck-parent-watch", daemon=True).start()
+    whose parent died (killed, say) exits instead of running on. The pool may start workers from
+    its own thread, so no kernel death signal (`kvcheck.search.processes`)."""
+    become_worker(os.getppid(), kernel=False)
     warm_up()
 
 

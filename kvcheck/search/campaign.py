@@ -22,15 +22,11 @@ and die with the parent if it dies.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing
 import os
 import queue as queue_module
 import random
 import re
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final, Literal
@@ -45,6 +41,7 @@ from kvcheck.counterexamples.fileformat import Counterexample, loads
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.search.check import search
+from kvcheck.search.processes import become_worker
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.targets.loading import load_target
@@ -238,29 +235,10 @@ def open_database(spec: str | None) -> ExampleDatabase | None:
 # --- a worker -----------------------------------------------------------------------------------
 
 
-def _die_with_parent(parent: int) -> None:
-    """End this process when the parent `parent` is gone (Linux: at once, by the kernel; else
-    within a second, by a watching thread)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            pr_set_pdeathsig = 1
-            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(3)
-
-    if os.getppid() != parent:
-        os._exit(3)
-    threading.Thread(target=watch, name="kvcheck-fuzz-parent-watch", daemon=True).start()
-
-
 def _worker_main(
     plan: CampaignPlan, index: int, messages: Any, stop: Any, parent: int
 ) -> None:  # pragma: no cover - runs in a worker process (tests/quality/test_fuzz*.py)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and says stop
-    _die_with_parent(parent)
+    become_worker(parent)
     try:
         _work(plan, index, messages, stop)
     except KvcheckUsageError as exc:

@@ -39,7 +39,6 @@ import os
 import pickle
 import queue as queue_module
 import resource
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -51,7 +50,7 @@ from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
-from kvcheck.search.campaign import _die_with_parent
+from kvcheck.search.processes import become_worker
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.targets.loading import load_target
 
@@ -378,8 +377,7 @@ def _decode(data: bytes, target: Target) -> tuple[Any, Any]:
 def _worker_main(
     setup: _Setup, messages: Any, control: Any, inboxes: list[Any], stop: Any
 ) -> None:  # pragma: no cover - runs in a worker process (tests/unit/search/test_exhaust_parallel)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and says stop
-    _die_with_parent(setup.parent)
+    become_worker(setup.parent)
     try:
         _work(setup, messages, control, inboxes, stop)
     except KvcheckUsageError as exc:

@@ -1,0 +1,47 @@
+"""What every kvcheck worker process does first: leave Ctrl-C to its parent, and never outlive it.
+
+The parallel commands (`fuzz`'s campaign, `exhaust --workers`, `mutants --jobs`) start worker
+processes that the parent ends on Ctrl-C or when it is done. A worker whose parent was killed
+must not run on as an orphan holding a core: it exits within half a second (a watching thread),
+and at once on Linux, where the kernel sends it SIGKILL. The kernel's signal is tied to the
+*thread* that started the worker, not to the parent process, so it is asked for only where the
+workers are started from the parent's main thread (`kernel=True`), never by a pool whose
+workers a helper thread may start.
+
+Imports nothing but the standard library: the replay path (no Hypothesis) reaches it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Final
+
+_PR_SET_PDEATHSIG: Final = 1
+_WATCH_EVERY_S: Final = 0.5
+ORPHAN_EXIT_CODE: Final = 3
+
+
+def become_worker(parent: int, *, kernel: bool = True) -> None:
+    """Set this process up as a worker of `parent` (its pid): Ctrl-C is ignored here (the parent
+    handles it and tells its workers to stop), and the process exits with `ORPHAN_EXIT_CODE`
+    once `parent` is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if kernel and sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCH_EVERY_S)
+        os._exit(ORPHAN_EXIT_CODE)
+
+    if os.getppid() != parent:  # the parent died before the kernel was asked
+        os._exit(ORPHAN_EXIT_CODE)
+    threading.Thread(target=watch, name="kvcheck-parent-watch", daemon=True).start()
