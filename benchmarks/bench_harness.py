@@ -150,16 +150,16 @@ def bench_throughput(repeats: int, count: int) -> dict[str, Any]:
     }
 
 
-def bench_breakdown(count: int) -> dict[str, float]:
-    """Where replay time goes: the reference model, the engine around the target, the
-    invariant checks and the target itself. The loop is `run_scenario`'s, timed piecewise."""
+def time_parts(corpus: Sequence[Scenario], timed: TimedTarget) -> dict[str, float]:
+    """Seconds spent replaying `corpus` in the reference model, the engine around the target,
+    the invariant checks and the target itself, plus the total: `run_scenario`'s loop, timed
+    piecewise."""
     from kvcheck.core.engine import Engine
     from kvcheck.core.invariants import check_event
     from kvcheck.core.model import ReferenceModel
+    from kvcheck.core.target import allocation_path
 
-    timed = TimedTarget(load_target("builtin:reference"))
-    corpus = draw_scenarios(count, seed=4321)
-    run_scenario(corpus[0], timed.target)
+    target = timed.target
     timed.reset()
     spent = {"model": 0.0, "engine": 0.0, "invariants": 0.0}
     clock = time.perf_counter
@@ -167,7 +167,12 @@ def bench_breakdown(count: int) -> dict[str, float]:
     for scenario in corpus:
         model = ReferenceModel(scenario.config)
         engine = Engine(
-            scenario.config, timed.target.resolver, not_judged=timed.target.shape.not_judged
+            scenario.config,
+            target.resolver,
+            target.self_methods,
+            not_judged=target.shape.not_judged,
+            allocation=allocation_path(target, scenario.config),
+            deadline=target.deadline,
         )
         for index, event in enumerate(scenario.events):
             t0 = clock()
@@ -182,10 +187,21 @@ def bench_breakdown(count: int) -> dict[str, float]:
             spent["invariants"] += t3 - t2
             if violations:
                 break
-    total = clock() - started
-    spent["engine"] -= timed.seconds  # the engine's share excludes the target it calls
+    spent["total"] = clock() - started
+    spent["engine"] -= timed.seconds  # the engine's part leaves out the target it calls
+    spent["target"] = timed.seconds
+    return spent
+
+
+def bench_breakdown(count: int) -> dict[str, float]:
+    """Where replay time goes: the reference model, the engine around the target, the
+    invariant checks and the target itself, as shares of the whole."""
+    timed = TimedTarget(load_target("builtin:reference"))
+    corpus = draw_scenarios(count, seed=4321)
+    run_scenario(corpus[0], timed.target)
+    spent = time_parts(corpus, timed)
+    total = spent.pop("total")
     shares = {name: value / total for name, value in spent.items()}
-    shares["target"] = timed.seconds / total
     shares["other"] = 1 - sum(shares.values())
     return shares
 
@@ -200,10 +216,6 @@ def bench_replay_steps(count: int = 300, repeats: int = 7, seed: int = 1234) -> 
 
         .venv/bin/python benchmarks/bench_harness.py --replay
     """
-    from kvcheck.core.engine import Engine
-    from kvcheck.core.invariants import check_event
-    from kvcheck.core.model import ReferenceModel
-    from kvcheck.core.target import allocation_path
 
     timed = TimedTarget(load_target("builtin:reference"))
     target = timed.target
@@ -221,36 +233,10 @@ def bench_replay_steps(count: int = 300, repeats: int = 7, seed: int = 1234) -> 
         cpu.append(time.process_time() - started_cpu)
         inside.append(timed.seconds)
     parts: dict[str, list[float]] = {"model": [], "engine": [], "invariants": []}
-    clock = time.perf_counter
     for _ in range(repeats):
-        timed.reset()
-        spent = dict.fromkeys(parts, 0.0)
-        for scenario in corpus:
-            model = ReferenceModel(scenario.config)
-            engine = Engine(
-                scenario.config,
-                target.resolver,
-                target.self_methods,
-                not_judged=target.shape.not_judged,
-                allocation=allocation_path(target, scenario.config),
-                deadline=target.deadline,
-            )
-            for index, event in enumerate(scenario.events):
-                t0 = clock()
-                expected = model.apply(event)
-                t1 = clock()
-                observed = engine.apply(event)
-                t2 = clock()
-                violations = check_event(index, expected, observed)
-                t3 = clock()
-                spent["model"] += t1 - t0
-                spent["engine"] += t2 - t1
-                spent["invariants"] += t3 - t2
-                if violations:
-                    break
-        spent["engine"] -= timed.seconds  # the engine's part leaves out the target it calls
-        for name, value in spent.items():
-            parts[name].append(value)
+        spent = time_parts(corpus, timed)
+        for name, values in parts.items():
+            values.append(spent[name])
 
     def per_step(values: Sequence[float]) -> float:
         return statistics.median(values) / steps * 1e6

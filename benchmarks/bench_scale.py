@@ -13,6 +13,9 @@ child process, on the same replay corpus, alternating with this tree. These mach
 (two shared cores), so the ratio of two figures from one run is the number to read; an absolute
 figure is only as good as the machine's load (printed with every run).
 
+The script imports nothing from the other benchmark scripts (their corpus drawing and replay
+timing look alike): the same measuring code must run against the older tree too.
+
 The baseline's exhaustive proofs with unbounded events take minutes; `--baseline-slow` runs them
 too, otherwise the issue's quoted figures stand for "before" there.
 
