@@ -50,6 +50,9 @@ class RuleAllocation:
     def __init__(self, config: Config, pool: KvPool | None = None) -> None:
         self.config = config
         self.pool = pool if pool is not None else KvPool(config.page_size, config.pool_pages)
+        # Only kvcheck's own path over its own pool changes the pool through KvPool's methods
+        # alone; a subclass (the broken paths) or a given pool keeps the full check every event.
+        self.pool.exclusive = pool is None and type(self) is RuleAllocation
 
     def reserve(self, stride: int) -> int:
         """R = 2A: A is the launch's draft count (to 0.5.12) or the adaptive maximum (0.5.13+),

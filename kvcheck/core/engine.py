@@ -353,7 +353,7 @@ class Engine:
                 changed = ()
         pool = None
         if self.allocation is not None:
-            self.allocation.pool.check()
+            self.allocation.pool.check_changed()
             pool = self.allocation.pool.state()
         requests = refreshed(
             getattr(self, "_last_requests", None), self.reqs, changed, self._observe

@@ -19,8 +19,10 @@ page is double-owned"):
 - `pool`: the equation `available + held == total` does not hold.
 
 `check()` verifies the pool equation after every event (`available + held == total`, no page
-both free and owned). The pool is unbounded unless given `total_pages`: pages are then created on
-demand and `total` counts them.
+both free and owned). A pool whose every change goes through these methods (`exclusive`: kvcheck's
+own path over kvcheck's own pool) is checked again only once one of them changed it, and its state
+is rebuilt only then: an unchanged pool that passed passes again. The pool is unbounded unless
+given `total_pages`: pages are then created on demand and `total` counts them.
 """
 
 from __future__ import annotations
@@ -65,6 +67,13 @@ class KvPool:
         # be freed until it is delivered (a request that finishes or is retracted leaves this
         # set first, its row being stale from then on).
         self.reading: set[str] = set()
+        # Set by whoever builds the pool when nothing but KvPool's own methods changes `owner`,
+        # `rows`, `free_pages` or `total` (kvcheck's own allocation path, not a subclass): only
+        # then may `check_changed` and `state` trust `changed`.
+        self.exclusive = False
+        # Whether a method changed the pool since the last fault-free `state()`.
+        self.changed = True
+        self._state: PoolState | None = None
 
     # -- SGLang's allocator, at page granularity ------------------------------------------------
 
@@ -78,6 +87,7 @@ class KvPool:
         if count <= 0:
             return []
         while not self.bounded and len(self.free_pages) < count:
+            self.changed = True
             self.free_pages.append(self.total)
             self.total += 1
         if len(self.free_pages) < count:
@@ -85,6 +95,7 @@ class KvPool:
                 "out-of-memory", rid, f"{count} pages for {rid}, {len(self.free_pages)} free"
             )
             return None
+        self.changed = True
         taken, self.free_pages = self.free_pages[:count], self.free_pages[count:]
         self.handed_out += count
         for page in taken:
@@ -111,6 +122,7 @@ class KvPool:
                 rid,
                 f"{rid} frees page {page} while the launch in flight reads it for a live row",
             )
+        self.changed = True
         del self.owner[page]
         self.free_pages.append(page)
 
@@ -124,6 +136,7 @@ class KvPool:
         """`rid` takes a row (admission); taking one while holding one is a `double-owner`."""
         if rid in self.rows:
             self.fault("double-owner", rid, f"{rid} takes a second row")
+        self.changed = True
         self.rows[rid] = {}
 
     def has_row(self, rid: str) -> bool:
@@ -141,6 +154,7 @@ class KvPool:
         pages = self.alloc_pages(rid, len(wanted))
         if pages is None:
             return False
+        self.changed = True
         row.update(zip(wanted, pages, strict=True))
         return True
 
@@ -150,6 +164,7 @@ class KvPool:
         if row is None:
             self.fault("use-after-free", rid, f"{rid} frees positions of a row it does not hold")
             return
+        self.changed = True
         for slot in range(start // self.page_size, self.slots(end)):
             page = row.pop(slot, None)
             if page is None:
@@ -169,6 +184,7 @@ class KvPool:
         if row is None:
             self.fault("double-free", rid, f"{rid} frees a row it does not hold")
             return
+        self.changed = True
         if row:
             self.fault(
                 "leak",
@@ -193,6 +209,11 @@ class KvPool:
         for rid in rids:
             if rid not in self.rows:
                 self.fault("use-after-free", rid, f"a launch reads {rid}'s row after its release")
+
+    def check_changed(self) -> None:
+        """`check()`, unless the pool is `exclusive` and unchanged since it last passed."""
+        if self.changed or not self.exclusive:
+            self.check()
 
     def check(self) -> None:
         """The pool equation and row ownership, after an event."""
@@ -228,13 +249,18 @@ class KvPool:
 
     def state(self) -> PoolState:
         """The pool now, with the faults since the last call (which it clears)."""
+        if not self.faults and not self.changed and self.exclusive and self._state is not None:
+            return self._state
         faults, self.faults = tuple(self.faults), []
-        return PoolState(
+        state = PoolState(
             available=len(self.free_pages),
             held=tuple((rid, len(row)) for rid, row in self.rows.items()),
             total=self.total,
             faults=faults,
         )
+        # A fault keeps the pool changed: the next event checks it again.
+        self._state, self.changed = state, bool(faults)
+        return state
 
     def fault(self, kind: str, rid: str | None, message: str) -> None:
         """Record an ownership error (module docstring) at the call where it happens."""

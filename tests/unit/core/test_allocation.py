@@ -14,7 +14,7 @@ from kvcheck.core.allocation import RuleAllocation
 from kvcheck.core.engine import Engine
 from kvcheck.core.invariants import check_event
 from kvcheck.core.model import ReferenceModel
-from kvcheck.core.pool import KvPool
+from kvcheck.core.pool import KvPool, PoolState
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import (
     Abort,
@@ -34,6 +34,7 @@ from kvcheck.mutants.allocation import (
     FreeFromCommitted,
     HalfReserve,
     LeakyPool,
+    LeakyPoolPath,
     NoClamp,
     NoPageRounding,
     OverReserve,
@@ -341,3 +342,41 @@ def test_a_resolver_writing_a_non_number_into_al_is_its_violation() -> None:
     assert found.violation is not None
     assert found.violation.invariant == "alloc-untouched-by-resolver"
     assert "'lots'" in found.violation.message
+
+
+def test_only_kvcheck_own_path_over_its_own_pool_skips_the_unchanged_check() -> None:
+    config = Config(convention="preclaim", allocation="0.5.13")
+    assert RuleAllocation(config).pool.exclusive
+    assert not RuleAllocation(config, KvPool(config.page_size)).pool.exclusive
+    for broken in (HalfReserve(config), LeakyPoolPath(config)):
+        assert not broken.pool.exclusive
+
+
+def test_a_pool_changed_behind_its_methods_is_still_checked_unless_exclusive() -> None:
+    pool = KvPool(page_size=2)
+    pool.take_row("a")
+    pool.extend("a", 0, 4)
+    pool.check_changed()
+    assert pool.state().faults == ()
+    pool.owner.pop(pool.rows["a"][0])  # a path that bypasses KvPool's methods
+    pool.check_changed()
+    assert [f.kind for f in pool.state().faults] == ["use-after-free"]
+    # A faulty pool stays changed: it is reported at every event, exclusive or not.
+    pool.exclusive = True
+    for _ in range(2):
+        pool.check_changed()
+        assert [f.kind for f in pool.state().faults] == ["use-after-free"]
+
+
+def test_an_exclusive_pool_is_checked_again_once_a_method_changes_it() -> None:
+    pool = KvPool(page_size=2)
+    pool.exclusive = True
+    pool.take_row("a")
+    pool.extend("a", 0, 4)
+    pool.check_changed()
+    first = pool.state()
+    pool.check_changed()
+    assert pool.state() is first  # unchanged: the same state, no check
+    pool.free_range("a", 0, 2)
+    pool.check_changed()
+    assert pool.state() == PoolState(available=1, held=(("a", 1),), total=2, faults=())
