@@ -88,7 +88,8 @@ class TimedTarget:
 
 
 def draw_scenarios(count: int, seed: int) -> list[Scenario]:
-    """`count` scenarios as the search draws them (preclaim, ideal counters, adaptive)."""
+    """`count` scenarios as a search of builtin:reference draws them (preclaim, ideal counters,
+    adaptive, allocation rules and pools drawn too)."""
     drawn: list[Scenario] = []
 
     @settings(
@@ -98,7 +99,7 @@ def draw_scenarios(count: int, seed: int) -> list[Scenario]:
         phases=(Phase.generate,),
         suppress_health_check=list(HealthCheck),
     )
-    @given(scenarios(convention="preclaim", adaptive=True))
+    @given(scenarios(convention="preclaim", adaptive=True, allocation=True))
     def collect(scenario: Scenario) -> None:
         drawn.append(scenario)
 

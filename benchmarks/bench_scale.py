@@ -83,8 +83,9 @@ def use_tree(root: Path) -> None:
 
 
 def draw_corpus(count: int, path: Path) -> None:
-    """`count` scenarios as the search draws them (preclaim, ideal counters, adaptive), as JSON
-    lines: the replay corpus both trees run."""
+    """`count` scenarios as a search of builtin:reference draws them (preclaim, ideal counters,
+    adaptive, allocation rules and pools drawn too), as JSON lines: the replay corpus both trees
+    run."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
     from kvcheck.strategies import scenarios
@@ -100,7 +101,7 @@ def draw_corpus(count: int, path: Path) -> None:
         phases=(Phase.generate,),
         suppress_health_check=list(HealthCheck),
     )
-    @given(scenarios(convention="preclaim", adaptive=True))
+    @given(scenarios(convention="preclaim", adaptive=True, allocation=True))
     def collect(scenario: Any) -> None:
         lines.append(to_json_line(scenario))
 
