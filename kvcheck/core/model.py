@@ -111,6 +111,9 @@ class Launch:
     lengths when results carry them.
     """
 
+    # Immutable all the way down: copies share it (kvcheck.core.copying.SHARED_IN_COPIES).
+    kvcheck_shared_in_copies = True
+
     number: int
     kind: LaunchKind
     rids: tuple[str, ...]
@@ -122,6 +125,9 @@ class Launch:
 @attrs.frozen
 class ExpectedDelivery:
     """What the resolver must produce for one delivered decode result."""
+
+    # Immutable all the way down: copies share it (kvcheck.core.copying.SHARED_IN_COPIES).
+    kvcheck_shared_in_copies = True
 
     launch: Launch
     stale: tuple[bool, ...]
@@ -144,6 +150,9 @@ class ExpectedDelivery:
 @attrs.frozen
 class RequestExpectation:
     """What must hold for one request after an event; checked against an `ObservedRequest`."""
+
+    # Immutable all the way down: copies share it (kvcheck.core.copying.SHARED_IN_COPIES).
+    kvcheck_shared_in_copies = True
 
     rid: str
     phase: Phase
@@ -170,6 +179,9 @@ class RequestExpectation:
 @attrs.frozen
 class Expectation:
     """The model's view after one event: every known request, plus the delivery if any."""
+
+    # Immutable all the way down: copies share it (kvcheck.core.copying.SHARED_IN_COPIES).
+    kvcheck_shared_in_copies = True
 
     requests: tuple[RequestExpectation, ...]
     delivery: ExpectedDelivery | None

@@ -78,6 +78,9 @@ def _stride(_: object, attribute: attrs.Attribute[int], value: int) -> None:
 class Config:
     """How the scheduler around the resolver behaves, and how strictly counters are judged."""
 
+    # Immutable all the way down: copies share it (kvcheck.core.copying.SHARED_IN_COPIES).
+    kvcheck_shared_in_copies = True
+
     convention: Convention = attrs.field(
         default="preclaim", validator=attrs.validators.in_(CONVENTIONS)
     )
@@ -154,6 +157,9 @@ class Grammar:
     not retained, and the request then finishes); `reject` refuses the token at output position
     `at` (the request is aborted there). `at` is None exactly for `accept`; a grammar cannot
     terminate on the prefill token (`at >= 2` for `terminate`)."""
+
+    # Immutable all the way down: copies share it (kvcheck.core.copying.SHARED_IN_COPIES).
+    kvcheck_shared_in_copies = True
 
     kind: GrammarKind = attrs.field(validator=attrs.validators.in_(GRAMMAR_KINDS))
     at: int | None = attrs.field(default=None)

@@ -212,3 +212,78 @@ def test_anything_else_goes_through_copy_deepcopy() -> None:
 
     custom = Custom()
     assert deep_copy([custom])[0].calls == 1
+
+
+# --- classes shared by copies (SHARED_IN_COPIES) -----------------------------------------------
+
+
+def _immutable_all_the_way_down(value: Any) -> bool:
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return True
+    if type(value) is tuple:
+        return all(_immutable_all_the_way_down(v) for v in value)
+    if attrs.has(type(value)) and getattr(type(value), "__attrs_props__", None) is not None:
+        if not type(value).__attrs_props__.is_frozen:
+            return False
+    elif not (attrs.has(type(value)) and "__slots__" in type(value).__dict__):
+        return False
+    return all(
+        _immutable_all_the_way_down(getattr(value, f.name)) for f in attrs.fields(type(value))
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_shared_records_are_immutable_and_kept_as_they_are(seed: int) -> None:
+    """Every instance of a class that opts into sharing (reached from an engine and a model after
+    random events) is immutable all the way down, so sharing it is observably a deep copy; and
+    deep_copy keeps it as it is."""
+    from kvcheck.core.copying import SHARED_IN_COPIES
+
+    rng = random.Random(seed)
+    config = Config(convention=rng.choice(["preclaim", "honest"]), stride=4, adaptive=True)
+    engine = Engine(config, REFERENCE.resolver, not_judged=REFERENCE.shape.not_judged)
+    model = ReferenceModel(config)
+    found: list[Any] = []
+
+    def walk(value: Any, seen: set[int]) -> None:
+        if id(value) in seen or isinstance(value, (str, int, float, type(None), torch.Tensor)):
+            return
+        seen.add(id(value))
+        if type(value).__dict__.get(SHARED_IN_COPIES) is True:
+            found.append(value)
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v, seen)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            for v in value:
+                walk(v, seen)
+        elif attrs.has(type(value)):
+            for f in attrs.fields(type(value)):
+                walk(getattr(value, f.name), seen)
+        elif hasattr(value, "__dict__") and not callable(value):
+            for v in vars(value).values():
+                walk(v, seen)
+
+    for event in _random_events(rng, 12):
+        engine.apply(event)
+        model.apply(event)
+        walk(engine, set())
+        walk(model, set())
+    assert {type(v).__name__ for v in found} >= {"Config", "RequestExpectation"}
+    for value in found:
+        assert _immutable_all_the_way_down(value), value
+        assert deep_copy(value) is value
+        assert copy.deepcopy(value) == value
+
+
+def test_only_a_true_opt_in_shares() -> None:
+    """A class whose marker is anything but True is walked and copied as before."""
+    from kvcheck.core.copying import SHARED_IN_COPIES
+
+    @attrs.define
+    class Mutable:
+        items: list[int]
+
+    setattr(Mutable, SHARED_IN_COPIES, False)
+    value = Mutable([1])
+    assert deep_copy(value) is not value and deep_copy(value) == value
