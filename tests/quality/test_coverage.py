@@ -15,15 +15,18 @@ from kvcheck.strategies import (
     ADAPTIVE_COVERAGE_TARGETS,
     COVERAGE_TARGETS,
     SHAPE_COVERAGE_TARGETS,
+    ScenarioSpace,
     label_run,
     random_scenario,
     scenario_labels,
     scenarios,
+    scenarios_of,
     space_of,
 )
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
 from kvcheck.search.profiles import PROFILE_EXAMPLES
 from kvcheck.targets.builtins import reference
 from kvcheck.targets.loading import load_target
@@ -32,23 +35,28 @@ from tests.helpers import target
 CI_BUDGET = PROFILE_EXAMPLES["ci"]
 
 
-def _reached(adaptive: bool, *, today: bool = False) -> set[str]:
-    """Labels reached in the CI budget; `today`: with the strategy a target of today's shape
-    gets (every algorithm, block/cap lengths, grammars), judged on `builtin:reference-v2`."""
-    reached: set[str] = set()
-    checked = load_target("builtin:reference-v2") if today else target(reference)
+def _judged(adaptive: bool, today: bool) -> tuple[Target, ScenarioSpace]:
+    """The target judged and the scenarios drawn for it; `today`: those a target of today's
+    shape gets (every algorithm, block/cap lengths, grammars), judged on `builtin:reference-v2`."""
+    if not today:
+        return target(reference), space_of(adaptive=adaptive)
+    checked = load_target("builtin:reference-v2")
     shape = checked.shape
-    strategy = (
-        scenarios(
-            adaptive=adaptive,
-            convention=shape.convention,
-            algorithms=shape.algorithms,
-            block_cap=shape.block_cap,
-            grammar=shape.grammar,
-        )
-        if today
-        else scenarios(adaptive=adaptive)
+    space = space_of(
+        adaptive=adaptive,
+        convention=shape.convention,
+        algorithms=shape.algorithms,
+        block_cap=shape.block_cap,
+        grammar=shape.grammar,
     )
+    return checked, space
+
+
+def _reached(adaptive: bool, *, today: bool = False) -> set[str]:
+    """Labels reached in the CI budget by Hypothesis's driver."""
+    reached: set[str] = set()
+    checked, space = _judged(adaptive, today)
+    strategy = scenarios_of(space)
 
     @seed(20261130)
     @settings(
@@ -92,19 +100,7 @@ def test_todays_shape_reaches_every_algorithm_grammar_and_block_cap_situation() 
 
 
 def _reached_by_random_draws(adaptive: bool, *, today: bool = False) -> set[str]:
-    checked = load_target("builtin:reference-v2") if today else target(reference)
-    shape = checked.shape
-    space = (
-        space_of(
-            adaptive=adaptive,
-            convention=shape.convention,
-            algorithms=shape.algorithms,
-            block_cap=shape.block_cap,
-            grammar=shape.grammar,
-        )
-        if today
-        else space_of(adaptive=adaptive)
-    )
+    checked, space = _judged(adaptive, today)
     rng = random.Random(20261130)
     reached: set[str] = set()
     for _ in range(CI_BUDGET):
