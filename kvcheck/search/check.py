@@ -334,18 +334,7 @@ def search(
     final: RunResult | None = None
     shrink_runs = 0
     if failures:
-        if progress is not None:
-            progress(f"{convention}: shrinking a counterexample")
-        if not stopped:
-            require_deterministic(failures[0], target)
-        shrunk = shrink(failures[0], target)
-        final, shrink_runs = shrunk.result, shrunk.runs
-        if shrunk.stopped and not stopped:
-            stopped.append(shrunk.stopped)
-        if final.violation is None:  # shrinking kept it failing, its recorded replay passed
-            raise _nondeterministic(final.scenario, failures[0].violation, None, "shrinking")
-        if not stopped:
-            require_deterministic(final, target)
+        final, shrink_runs = shrink_failure(failures[0], target, convention, stopped, progress)
         if saving and database is not None:
             save_scenario(database, saved_key, final.scenario)
     if "interrupted" in stopped and not report_interrupt:
@@ -361,6 +350,31 @@ def search(
         shrink_runs=shrink_runs,
         stopped=stopped[0] if stopped else None,
     )
+
+
+def shrink_failure(
+    failing: RunResult,
+    target: Target,
+    convention: Convention,
+    stopped: list[str],
+    progress: Progress | None,
+) -> tuple[RunResult, int]:
+    """The failure a search found, shrunk (with the shrinker's run count), each end checked for
+    determinism unless the search was stopped; a shrinker stopped early adds its reason to
+    `stopped`. Raises `NondeterministicTargetError`."""
+    if progress is not None:
+        progress(f"{convention}: shrinking a counterexample")
+    if not stopped:
+        require_deterministic(failing, target)
+    shrunk = shrink(failing, target)
+    final = shrunk.result
+    if shrunk.stopped and not stopped:
+        stopped.append(shrunk.stopped)
+    if final.violation is None:  # shrinking kept it failing, its recorded replay passed
+        raise _nondeterministic(final.scenario, failing.violation, None, "shrinking")
+    if not stopped:
+        require_deterministic(final, target)
+    return final, shrunk.runs
 
 
 def require_deterministic(found: RunResult, target: Target) -> None:

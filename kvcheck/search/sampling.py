@@ -41,16 +41,14 @@ from kvcheck.search.check import (
     Progress,
     SearchOutcome,
     _confirmed,
-    _nondeterministic,
     _pinned,
     _stop_name,
-    require_deterministic,
     save_scenario,
     saved_scenarios,
     scenario_space,
     scenarios_key,
+    shrink_failure,
 )
-from kvcheck.search.shrink import shrink
 from kvcheck.strategies import ScenarioSpace, random_scenario, scenario_labels
 
 __all__ = ["sample_search"]
@@ -115,18 +113,7 @@ def sample_search(
     final: RunResult | None = None
     shrink_runs = 0
     if failing is not None:
-        if progress is not None:
-            progress(f"{convention}: shrinking a counterexample")
-        if not stopped:
-            require_deterministic(failing, target)
-        shrunk = shrink(failing, target)
-        final, shrink_runs = shrunk.result, shrunk.runs
-        if shrunk.stopped and not stopped:
-            stopped.append(shrunk.stopped)
-        if final.violation is None:
-            raise _nondeterministic(final.scenario, failing.violation, None, "shrinking")
-        if not stopped:
-            require_deterministic(final, target)
+        final, shrink_runs = shrink_failure(failing, target, convention, stopped, progress)
         if database is not None:
             save_scenario(database, key, final.scenario, failing_saved)
     if "interrupted" in stopped and not report_interrupt:
