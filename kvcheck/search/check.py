@@ -151,10 +151,11 @@ class _Stopped(Exception):
 Progress = Callable[[str], None]
 
 # What stops a search early, and the name `SearchOutcome.stopped` gives it.
-_STOPS: Final = (KeyboardInterrupt, TimeLimitReached)
+SEARCH_STOPS: Final = (KeyboardInterrupt, TimeLimitReached)
 
 
-def _stop_name(exc: BaseException) -> str:
+def stop_name(exc: BaseException) -> str:
+    """The name `SearchOutcome.stopped` gives what stopped a search (one of `SEARCH_STOPS`)."""
     return "interrupted" if isinstance(exc, KeyboardInterrupt) else "time limit"
 
 
@@ -270,13 +271,13 @@ def search(
         counter["examples"] += 1
         try:
             check_time_limit()
-            result = _confirmed(run_scenario(scenario, target), target)
+            result = confirmed_result(run_scenario(scenario, target), target)
         except KvcheckUsageError as exc:
             unsupported.append(exc)
             return
-        except _STOPS as exc:
+        except SEARCH_STOPS as exc:
             counter["examples"] -= 1
-            stopped.append(_stop_name(exc))
+            stopped.append(stop_name(exc))
             raise _Stopped from None
         reached.update(label_run(scenario, result.reached))
         if on_run is not None:
@@ -297,7 +298,7 @@ def search(
     saved_key = scenarios_key(target, convention, global_counters, adaptive, overlap)
     if saving and reuse and database is not None:
         for _, saved in reversed(saved_scenarios(database, saved_key)):
-            property_holds = example(_pinned(saved, overlap))(property_holds)
+            property_holds = example(with_overlap(saved, overlap))(property_holds)
     if with_witness:
         witness = Scenario(
             Config(convention, True, 4, True, global_counters=global_counters),
@@ -326,8 +327,8 @@ def search(
             if not failures:
                 raise
             raise _nondeterministic(failures[0].scenario, failures[0].violation, None) from None
-        except _STOPS as exc:  # between scenarios, inside Hypothesis
-            stopped.append(_stop_name(exc))
+        except SEARCH_STOPS as exc:  # between scenarios, inside Hypothesis
+            stopped.append(stop_name(exc))
     to_failure = time.perf_counter() - started
     if unsupported:
         raise unsupported[0]
@@ -410,7 +411,7 @@ def _what(violation: Violation | None) -> str:
     return f"{violation.invariant} at event {violation.event_index}"
 
 
-def _confirmed(result: RunResult, target: Target) -> RunResult:
+def confirmed_result(result: RunResult, target: Target) -> RunResult:
     """`result`, or when it broke `target-deadline` a second run of its scenario: a call that
     ran past its deadline only because the machine stalled once (a busy CI runner) must not
     become a verdict. A real hang costs one deadline more."""
@@ -430,7 +431,7 @@ def _scenarios(
     strategy: SearchStrategy[Scenario] = scenarios_of(space)
     if overlap is None:
         return strategy
-    return strategy.map(lambda s: _pinned(s, overlap))
+    return strategy.map(lambda s: with_overlap(s, overlap))
 
 
 def scenario_space(
@@ -453,8 +454,9 @@ def scenario_space(
     return space
 
 
-def _pinned(scenario: Scenario, overlap: bool | None) -> Scenario:
-    """`scenario` with the overlap axis pinned to `overlap` (None: as it is)."""
+def with_overlap(scenario: Scenario, overlap: bool | None) -> Scenario:
+    """`scenario` (drawn by either generator) with the overlap axis pinned to `overlap`
+    (None: as it is)."""
     if overlap is None or scenario.config.overlap == overlap:
         return scenario
     return attrs.evolve(scenario, config=attrs.evolve(scenario.config, overlap=overlap))

@@ -36,18 +36,18 @@ from kvcheck.core.scenario import (
 from kvcheck.core.target import Target
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.check import (
-    _STOPS,
+    SEARCH_STOPS,
     STRIDE_SWITCH_WITNESS,
     Progress,
     SearchOutcome,
-    _confirmed,
-    _pinned,
-    _stop_name,
+    confirmed_result,
     save_scenario,
     saved_scenarios,
     scenario_space,
     scenarios_key,
     shrink_failure,
+    stop_name,
+    with_overlap,
 )
 from kvcheck.strategies import ScenarioSpace, random_scenario, scenario_labels
 
@@ -92,7 +92,7 @@ def sample_search(
             if examples >= max_examples:
                 break
             check_time_limit()
-            result = _confirmed(run_scenario(scenario, target), target)
+            result = confirmed_result(run_scenario(scenario, target), target)
             examples += 1
             reached.update(scenario_labels(scenario, result.reached))
             if on_run is not None:
@@ -107,8 +107,8 @@ def sample_search(
                 break
             if entry is not None and database is not None:  # saved, but it passes now
                 database.delete(key, entry)
-    except _STOPS as exc:
-        stopped.append(_stop_name(exc))
+    except SEARCH_STOPS as exc:
+        stopped.append(stop_name(exc))
     to_failure = time.perf_counter() - started
     final: RunResult | None = None
     shrink_runs = 0
@@ -146,4 +146,4 @@ def _candidates(
         config = Config(convention, True, 4, True, global_counters=global_counters)
         yield None, Scenario(config, STRIDE_SWITCH_WITNESS)
     while True:
-        yield None, _pinned(random_scenario(space, rng), overlap)
+        yield None, with_overlap(random_scenario(space, rng), overlap)
