@@ -87,9 +87,9 @@ def test_the_newest_release_passes_and_the_last_unfixed_one_fails(tmp_path: Path
     # Its stale rows are applied: a finished request's or a retracted one's KV grows, or its
     # verify statistics do (with accept_len 1 under the preclaim convention only the statistics
     # move), whichever the unseeded search meets and shrinks to first.
-    assert any(
-        f"FAIL        {invariant}" in failed.stdout for invariant in STALE_ROW_INVARIANTS
-    ), failed.stdout
+    assert any(f"FAIL        {invariant}" in failed.stdout for invariant in STALE_ROW_INVARIANTS), (
+        failed.stdout
+    )
     assert "STALE row" in failed.stdout, failed.stdout
 
 
