@@ -663,7 +663,7 @@ class Engine:
 
     def _make_result(self, launch: _EngineLaunch) -> FakeResult:
         # Imported here: torch takes seconds to import, and a CLI that only reports a usage
-        # error should not pay for it.
+        # error should not pay for it (workers import it up front: `import_tensor_library`).
         import torch
 
         config = self.config
@@ -727,6 +727,13 @@ class Engine:
 _TOKEN_TEMPLATES: dict[tuple[int, int], Any] = {}
 _INT32_TEMPLATES: dict[tuple[int, ...], Any] = {}
 _TEMPLATES_MAX: Final = 4096
+
+
+def import_tensor_library() -> None:
+    """Import torch now rather than at the first decode result. A worker process calls this
+    before it says it is ready: the import takes seconds, and a worker inside it cannot see
+    that its parent told it to stop, so Ctrl-C would wait for the import to end."""
+    import torch  # noqa: F401
 
 
 def _token_ids(torch: Any, launch_no: int, rows: int, width: int) -> Any:

@@ -35,6 +35,7 @@ import attrs
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.engine import import_tensor_library
 from kvcheck.core.run import RunResult
 from kvcheck.core.scenario import Convention, GlobalCounterMode, to_json_line
 from kvcheck.counterexamples.fileformat import Counterexample, loads
@@ -254,6 +255,8 @@ def _work(plan: CampaignPlan, index: int, messages: Any, stop: Any) -> None:
     meter = meter_for(target, enabled=plan.measure_coverage)
     judged = meter.instrument(target) if meter is not None else target
     database = open_database(plan.database)
+    import_tensor_library()
+    messages.put(("started", index))  # from here on, a stop is seen between scenarios
     budget = plan.share(index)
     started = time.monotonic()
     deadline = None if plan.duration is None else started + plan.duration
@@ -374,7 +377,9 @@ def run_campaign(
     def handle(message: tuple[Any, ...]) -> None:
         kind, index = message[0], message[1]
         worker = state.workers[index]
-        if kind == "progress":
+        if kind == "started":
+            worker.state = "running"
+        elif kind == "progress":
             _, _, examples, seconds, reached, coverage = message
             worker.examples, worker.seconds = examples, seconds
             if worker.state == "starting":
@@ -418,6 +423,11 @@ def run_campaign(
     def finished(worker: WorkerStatus) -> bool:
         return worker.state in ("done", "crashed", "stopped")
 
+    def settled(worker: WorkerStatus) -> bool:
+        """Not to be waited for once stopping: finished, or still starting (loading the target
+        or torch, nothing searched yet), which the `finally` below ends."""
+        return finished(worker) or worker.state == "starting"
+
     def reap() -> None:
         for process, worker in zip(processes, state.workers, strict=True):
             if finished(worker) or process.exitcode is None:
@@ -442,13 +452,15 @@ def run_campaign(
                 stopping_since = stopping_since or time.monotonic()
                 if time.monotonic() - stopping_since > _STOP_GRACE:
                     break
+                if all(settled(w) for w in state.workers):
+                    break
     except KeyboardInterrupt:
         state.interrupted = True
         stop.set()
         tell("interrupted: stopping the workers (Ctrl-C again to end them at once)")
         with contextlib.suppress(KeyboardInterrupt):
             until = time.monotonic() + _STOP_GRACE
-            while not all(finished(w) for w in state.workers) and time.monotonic() < until:
+            while not all(settled(w) for w in state.workers) and time.monotonic() < until:
                 drain(poll)
                 reap()
     finally:

@@ -48,6 +48,7 @@ import attrs
 
 from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import time_limit as _time_limit
+from kvcheck.core.engine import import_tensor_library
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 from kvcheck.search.processes import become_worker
@@ -178,6 +179,8 @@ def search_sharded(
     last_progress = [0.0]
     why_stopped = [""]
 
+    said_ready: set[int] = set()  # a worker not yet ready has nothing to report: not waited for
+
     def on_message(message: tuple[Any, ...]) -> tuple[Any, ...] | None:
         kind, index = message[0], message[1]
         if kind == "progress":
@@ -192,6 +195,8 @@ def search_sharded(
             raise KvcheckUsageError(message[2])
         if kind == "done":
             done[index] = (message[2], message[3])
+        if kind == "ready":
+            said_ready.add(index)
         return message
 
     def watch() -> None:
@@ -292,7 +297,7 @@ def search_sharded(
             with contextlib.suppress(Exception):
                 control.put(("finish",))
         with contextlib.suppress(Exception, KeyboardInterrupt):
-            _finish(processes, messages, on_message, done)
+            _finish(processes, messages, on_message, done, said_ready)
         started_processes = [p for p in processes if p.pid is not None]
         for process in started_processes:
             if process.is_alive():
@@ -327,12 +332,15 @@ def _finish(
     messages: Any,
     on_message: Callable[[tuple[Any, ...]], Any],
     done: dict[int, Any],
+    said_ready: set[int],
 ) -> None:
-    """Wait (up to `_END_GRACE` s) for every live worker's `done` (coverage, peak memory)."""
+    """Wait (up to `_END_GRACE` s) for every live worker's `done` (coverage, peak memory); one
+    still starting (loading the target or torch) is not waited for: the caller ends it."""
     until = time.monotonic() + _END_GRACE
     while time.monotonic() < until:
         if all(
-            i in done or p.pid is None or p.exitcode is not None for i, p in enumerate(processes)
+            i in done or i not in said_ready or p.pid is None or p.exitcode is not None
+            for i, p in enumerate(processes)
         ):
             # a worker that ended said `done` first; drain what is left
             with contextlib.suppress(queue_module.Empty):
@@ -402,6 +410,7 @@ def _work(
     meter = meter_for(target, enabled=setup.measure_coverage)
     if meter is not None:
         target = meter.instrument(target)
+    import_tensor_library()
     shard = setup.shard_class(target, setup.plan, index, workers)
     messages.put(("ready", index, len(shard.frontier), len(shard.seen)))
     last = {"progress": 0.0}

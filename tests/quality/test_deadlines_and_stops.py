@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers import TESTS_DIR
 
 HANGS = TESTS_DIR / "fixtures" / "hostile" / "hangs.py"
@@ -231,5 +233,53 @@ def test_mutants_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
     children = _children(process.pid)
     process.kill()
     process.wait()
+    assert children
+    assert not _wait_gone(children, 3)
+
+
+# A resolver module that takes a minute to import in a worker process (as torch's import or a
+# heavy target's can take seconds on a busy machine), and at once in the parent.
+SLOW_TO_START = """\
+import multiprocessing
+import time
+
+if multiprocessing.current_process().name.startswith("kvcheck-"):
+    time.sleep(60)
+
+
+def resolve(self, result, batch):
+    ids = result.next_token_ids.tolist()
+    accepts = result.accept_lens.tolist()
+    stride = result.speculative_num_draft_tokens
+    for req, accepted in zip(batch.reqs, accepts):
+        if req.is_retracted or req.finished():
+            continue
+        req.kv.kv_committed_len += accepted
+        req.spec_verify_ct += 1
+        req.spec_num_correct_drafts += accepted - 1
+        req.update_spec_correct_drafts_histogram(accepted - 1)
+    return [ids[i * stride : i * stride + a] for i, a in enumerate(accepts)]
+"""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["fuzz", "--workers", "2", "--duration", "120", "--convention", "honest"],
+        ["exhaust", "--workers", "2", "--no-save", "--convention", "honest"],
+    ],
+    ids=["fuzz", "exhaust"],
+)
+def test_ctrl_c_does_not_wait_for_workers_still_starting(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """Workers that have not started searching have nothing to report: Ctrl-C ends them at
+    once instead of waiting out the stop grace (20 s) for a worker deaf inside an import."""
+    (tmp_path / "slow_start.py").write_text(SLOW_TO_START)
+    argv = [command[0], "slow_start.py::resolve", *command[1:]]
+    code, out, err, took, children = _interrupt(tmp_path, argv, None, settle=4.0)
+    _clean(out, err)
+    assert code == 130, out + err
+    assert took < 5.0, took
     assert children
     assert not _wait_gone(children, 3)
