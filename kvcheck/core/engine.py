@@ -358,7 +358,7 @@ class Engine:
         if self.allocation is not None:
             self.allocation.pool.check_changed()
             pool = self.allocation.pool.state()
-        last = getattr(self, "_last", None)
+        last: Observation | None = getattr(self, "_last", None)
         requests = refreshed(
             None if last is None else last.requests, self.reqs, changed, self._observe
         )

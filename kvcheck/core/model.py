@@ -294,7 +294,7 @@ class ReferenceModel:
                     if self.in_flight:
                         self.reached.add("stride switch with a launch in flight")
                 changed = ()
-        last = getattr(self, "_last", None)
+        last: Expectation | None = getattr(self, "_last", None)
         requests = refreshed(
             None if last is None else last.requests, self.requests, changed, self._expect_request
         )
