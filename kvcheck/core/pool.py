@@ -74,6 +74,9 @@ class KvPool:
         # Whether a method changed the pool since the last fault-free `state()`.
         self.changed = True
         self._state: PoolState | None = None
+        # Whether this is KvPool itself, no subclass: `free_range` may then free in bulk what
+        # `free_page` would free one page at a time.
+        self._plain = type(self) is KvPool
 
     # -- SGLang's allocator, at page granularity ------------------------------------------------
 
@@ -98,6 +101,11 @@ class KvPool:
         self.changed = True
         taken, self.free_pages = self.free_pages[:count], self.free_pages[count:]
         self.handed_out += count
+        if len(set(taken)) == count and self.owner.keys().isdisjoint(taken):
+            # Distinct pages nobody owns (always, unless something already broke): no fault,
+            # owned in one step.
+            self.owner.update(dict.fromkeys(taken, rid))
+            return taken
         for page in taken:
             holder = self.owner.get(page)
             if holder is not None:
@@ -165,7 +173,23 @@ class KvPool:
             self.fault("use-after-free", rid, f"{rid} frees positions of a row it does not hold")
             return
         self.changed = True
-        for slot in range(start // self.page_size, self.slots(end)):
+        slots = range(start // self.page_size, self.slots(end))
+        if self._plain and rid not in self.reading:
+            # `free_page` is KvPool's own: when every slot holds a distinct page `rid` owns,
+            # nothing faults and the pages go back in one step (what the loop below does page
+            # by page, in the same order).
+            pages = [row.get(slot) for slot in slots]
+            owner = self.owner
+            if len(set(pages)) == len(pages) and all(
+                page is not None and owner.get(page) == rid for page in pages
+            ):
+                for slot in slots:
+                    del row[slot]
+                for page in pages:
+                    del owner[page]  # type: ignore[arg-type]
+                self.free_pages.extend(pages)  # type: ignore[arg-type]
+                return
+        for slot in slots:
             page = row.pop(slot, None)
             if page is None:
                 self.fault(
@@ -217,13 +241,32 @@ class KvPool:
 
     def check(self) -> None:
         """The pool equation and row ownership, after an event."""
-        held = sum(len(row) for row in self.rows.values())
+        held = sum(map(len, self.rows.values()))
         free = set(self.free_pages)
         if len(free) != len(self.free_pages):
             self.fault("double-free", None, "a page is in the free list twice")
-        both = free & set(self.owner)
+        both = free.intersection(self.owner)
         if both:
             self.fault("double-owner", None, f"pages {sorted(both)} are free and owned at once")
+        if not self._rows_owned(held):
+            self._check_rows()
+        if len(self.free_pages) + held != self.total:
+            self.fault(
+                "pool",
+                None,
+                f"available {len(self.free_pages)} + held {held} != total {self.total} pages",
+            )
+
+    def _rows_owned(self, held: int) -> bool:
+        """Whether every row slot points at a page its request owns, tested in bulk: each page
+        in one row only, and each (page, rid) of the rows one of `owner`'s."""
+        claimed: dict[int, str] = {}
+        for rid, row in self.rows.items():
+            claimed.update(dict.fromkeys(row.values(), rid))
+        return len(claimed) == held and claimed.items() <= self.owner.items()
+
+    def _check_rows(self) -> None:
+        """Each row slot that points at a page its request does not own, as a fault."""
         for rid, row in self.rows.items():
             for slot, page in row.items():
                 if self.owner.get(page) != rid:
@@ -234,12 +277,6 @@ class KvPool:
                         rid,
                         f"{rid}'s row slot {slot} points at page {page}, owned by {holder}",
                     )
-        if len(self.free_pages) + held != self.total:
-            self.fault(
-                "pool",
-                None,
-                f"available {len(self.free_pages)} + held {held} != total {self.total} pages",
-            )
 
     def summary(self) -> tuple[object, ...]:
         """What later events depend on, for exhaustive search's state key (page identities are
