@@ -21,11 +21,17 @@ page is double-owned"):
 `check()` verifies the pool equation after every event (`available + held == total`, no page
 both free and owned). A pool whose every change goes through these methods (`exclusive`: kvcheck's
 own path over kvcheck's own pool) is checked again only once one of them changed it, and its state
-is rebuilt only then: an unchanged pool that passed passes again. The pool is unbounded unless
-given `total_pages`: pages are then created on demand and `total` counts them.
+is rebuilt only then: an unchanged pool that passed passes again. Such a pool that is KvPool
+itself is not even checked after a change until a call first faulted: every method that raises
+no fault keeps the free list and the rows a partition of the pages, each row's pages owned by its
+request (what `check()` tests), so only a fault can break it (tests/unit/core/test_pool.py checks
+this on random calls). The pool is unbounded unless given `total_pages`: pages are then created
+on demand and `total` counts them.
 """
 
 from __future__ import annotations
+
+from itertools import filterfalse
 
 import attrs
 
@@ -77,6 +83,10 @@ class KvPool:
         # Whether this is KvPool itself, no subclass: `free_range` may then free in bulk what
         # `free_page` would free one page at a time.
         self._plain = type(self) is KvPool
+        # Whether no call has faulted yet: an exclusive plain pool then needs no `check()` (the
+        # module docstring says why). `alloc_pages` and `free_page` keep it so only as called
+        # by `extend`, `free_range` and `free_row`, which is how kvcheck's own path calls them.
+        self.faultless = True
 
     # -- SGLang's allocator, at page granularity ------------------------------------------------
 
@@ -89,10 +99,11 @@ class KvPool:
         fixed pool cannot cover them."""
         if count <= 0:
             return []
-        while not self.bounded and len(self.free_pages) < count:
+        missing = count - len(self.free_pages)
+        if not self.bounded and missing > 0:  # an unbounded pool creates the pages it lacks
             self.changed = True
-            self.free_pages.append(self.total)
-            self.total += 1
+            self.free_pages.extend(range(self.total, self.total + missing))
+            self.total += missing
         if len(self.free_pages) < count:
             self.fault(
                 "out-of-memory", rid, f"{count} pages for {rid}, {len(self.free_pages)} free"
@@ -158,7 +169,9 @@ class KvPool:
         if row is None:
             self.fault("use-after-free", rid, f"{rid} allocates into a row it does not hold")
             return False
-        wanted = [slot for slot in range(self.slots(start), self.slots(end)) if slot not in row]
+        # The slots of [start, end) the row does not cover yet (filtered in C: this runs for
+        # every admission and decode launch).
+        wanted = list(filterfalse(row.__contains__, range(self.slots(start), self.slots(end))))
         pages = self.alloc_pages(rid, len(wanted))
         if pages is None:
             return False
@@ -178,10 +191,13 @@ class KvPool:
             # `free_page` is KvPool's own: when every slot holds a distinct page `rid` owns,
             # nothing faults and the pages go back in one step (what the loop below does page
             # by page, in the same order).
-            pages = [row.get(slot) for slot in slots]
+            pages = list(map(row.get, slots))
+            claimed = dict.fromkeys(pages, rid)
             owner = self.owner
-            if len(set(pages)) == len(pages) and all(
-                page is not None and owner.get(page) == rid for page in pages
+            if (
+                len(claimed) == len(pages)
+                and None not in claimed
+                and claimed.items() <= owner.items()
             ):
                 for slot in slots:
                     del row[slot]
@@ -235,8 +251,9 @@ class KvPool:
                 self.fault("use-after-free", rid, f"a launch reads {rid}'s row after its release")
 
     def check_changed(self) -> None:
-        """`check()`, unless the pool is `exclusive` and unchanged since it last passed."""
-        if self.changed or not self.exclusive:
+        """`check()`, unless the pool is `exclusive` and unchanged since it last passed, or
+        exclusive, KvPool itself and no call has faulted yet (the module docstring)."""
+        if not self.exclusive or (self.changed and not (self._plain and self.faultless)):
             self.check()
 
     def check(self) -> None:
@@ -301,4 +318,5 @@ class KvPool:
 
     def fault(self, kind: str, rid: str | None, message: str) -> None:
         """Record an ownership error (module docstring) at the call where it happens."""
+        self.faultless = False
         self.faults.append(PoolFault(kind, rid, message))
