@@ -397,6 +397,10 @@ def _draw_admit(draws: Draws, rids: Sequence[str], grammar: bool = False) -> Adm
     return Admit(rid, prompt_len, max_new_tokens, eos_at, drawn)
 
 
+_STEPS: Final[dict[int, Step]] = {}
+_STEPS_MAX: Final = 1 << 16
+
+
 def _digits(code: int, base: int) -> tuple[int, ...]:
     digits: list[int] = []
     while code:
@@ -407,9 +411,17 @@ def _digits(code: int, base: int) -> tuple[int, ...]:
 
 def _draw_step(draws: Draws, block_cap: bool = False) -> Step:
     # One integer read as base-8 digits (digit + 1 per row): shrinks towards accept length 1.
-    accepts = tuple(d + 1 for d in _digits(draws.integer(0, _MAX_ACCEPT_CODE), 8))
+    code = draws.integer(0, _MAX_ACCEPT_CODE)
     if not block_cap:
-        return Step(accepts)
+        # Steps are frozen: one per code serves every scenario that draws it (about half the
+        # draws repeat a code, and making a `Step` costs more than drawing its code).
+        step = _STEPS.get(code)
+        if step is None:
+            if len(_STEPS) >= _STEPS_MAX:
+                _STEPS.clear()
+            step = _STEPS[code] = Step(tuple(d + 1 for d in _digits(code, 8)))
+        return step
+    accepts = tuple(d + 1 for d in _digits(code, 8))
     blocks = _digits(draws.integer(0, _MAX_LENGTH_CODE), _LENGTH_BASE)
     caps = _digits(draws.integer(0, _MAX_LENGTH_CODE), _LENGTH_BASE)
     return Step(accepts, blocks, caps)
