@@ -8,7 +8,7 @@ against `builtin:reference` and a set of mutants and correct rewrites chosen to 
 part of the engine (stale rows, tensors left in counters, adaptive strides, grammar, block/cap
 lengths, each allocation and pool fault). Per scenario it writes the violations, the coverage
 labels and the whole recorded trace (every event's expectation and observation), as canonical
-JSON lines; the two files must be identical.
+JSON lines; the two files must be identical, and so must the corpus each tree draws.
 
     .venv/bin/python benchmarks/compare_replay.py --baseline d16b9ea   # this tree vs a commit
     .venv/bin/python benchmarks/compare_replay.py --baseline /some/tree
@@ -215,6 +215,12 @@ def main() -> int:
         base = other if other.is_dir() else export(args.baseline, Path(tmp))
         corpus = folder / "corpus.tsv"
         child(ROOT, "--draw", str(corpus))
+        # Both trees must draw the same scenarios from the same seeds (the fast search's
+        # verdicts for a seed depend on it).
+        child(base, "--draw", str(folder / "corpus_before.tsv"))
+        if (folder / "corpus_before.tsv").read_bytes() != corpus.read_bytes():
+            print("the two trees draw different scenarios from the same seeds")
+            return 1
         child(base, "--replay", str(corpus), str(folder / "before.jsonl"))
         child(ROOT, "--replay", str(corpus), str(folder / "after.jsonl"))
         before, after = folder / "before.jsonl", folder / "after.jsonl"

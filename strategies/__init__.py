@@ -320,14 +320,41 @@ def _draw_whole_config(draws: Draws, space: ScenarioSpace) -> Config:
 
 
 def _draw_config(draws: Draws, space: ScenarioSpace) -> Config:
+    overlap = draws.choice(_OVERLAP)
+    stride = draws.integer(MIN_GENERATED_STRIDE, MAX_GENERATED_STRIDE)
+    algorithm = draws.choice(space.algorithms) if len(space.algorithms) > 1 else "eagle"
+    block_cap = draws.boolean() if space.block_cap else False
+    return _config(
+        space.convention,
+        overlap,
+        stride,
+        space.adaptive,
+        space.global_counters,
+        algorithm,
+        block_cap,
+    )
+
+
+# Configs are frozen and drawn from a few hundred combinations, so each is made (validated) once:
+# making one costs more than drawing its values, and a scenario makes one or two.
+@functools.lru_cache(maxsize=4096, typed=True)
+def _config(
+    convention: Convention,
+    overlap: bool,
+    stride: int,
+    adaptive: bool,
+    global_counters: GlobalCounterMode,
+    algorithm: Algorithm,
+    block_cap: bool,
+) -> Config:
     return Config(
-        convention=space.convention,
-        overlap=draws.choice(_OVERLAP),
-        stride=draws.integer(MIN_GENERATED_STRIDE, MAX_GENERATED_STRIDE),
-        adaptive=space.adaptive,
-        global_counters=space.global_counters,
-        algorithm=draws.choice(space.algorithms) if len(space.algorithms) > 1 else "eagle",
-        block_cap=draws.boolean() if space.block_cap else False,
+        convention=convention,
+        overlap=overlap,
+        stride=stride,
+        adaptive=adaptive,
+        global_counters=global_counters,
+        algorithm=algorithm,
+        block_cap=block_cap,
     )
 
 
@@ -347,6 +374,7 @@ def _draw_allocation(
     return draws.choice(rules), draws.choice(_PAGE_SIZES), draws.choice(_POOL_TOKENS)
 
 
+@functools.lru_cache(maxsize=4096)  # as `_config`
 def _with_allocation(config: Config, drawn: tuple[AllocationRule, int, int]) -> Config:
     rule, page, pool_tokens = drawn
     if rule == "0.5.6" and config.adaptive:
