@@ -320,14 +320,41 @@ def _draw_whole_config(draws: Draws, space: ScenarioSpace) -> Config:
 
 
 def _draw_config(draws: Draws, space: ScenarioSpace) -> Config:
+    overlap = draws.choice(_OVERLAP)
+    stride = draws.integer(MIN_GENERATED_STRIDE, MAX_GENERATED_STRIDE)
+    algorithm = draws.choice(space.algorithms) if len(space.algorithms) > 1 else "eagle"
+    block_cap = draws.boolean() if space.block_cap else False
+    return _config(
+        space.convention,
+        overlap,
+        stride,
+        space.adaptive,
+        space.global_counters,
+        algorithm,
+        block_cap,
+    )
+
+
+# Configs are frozen and drawn from a few hundred combinations, so each is made (validated) once:
+# making one costs more than drawing its values, and a scenario makes one or two.
+@functools.lru_cache(maxsize=4096, typed=True)
+def _config(
+    convention: Convention,
+    overlap: bool,
+    stride: int,
+    adaptive: bool,
+    global_counters: GlobalCounterMode,
+    algorithm: Algorithm,
+    block_cap: bool,
+) -> Config:
     return Config(
-        convention=space.convention,
-        overlap=draws.choice(_OVERLAP),
-        stride=draws.integer(MIN_GENERATED_STRIDE, MAX_GENERATED_STRIDE),
-        adaptive=space.adaptive,
-        global_counters=space.global_counters,
-        algorithm=draws.choice(space.algorithms) if len(space.algorithms) > 1 else "eagle",
-        block_cap=draws.boolean() if space.block_cap else False,
+        convention=convention,
+        overlap=overlap,
+        stride=stride,
+        adaptive=adaptive,
+        global_counters=global_counters,
+        algorithm=algorithm,
+        block_cap=block_cap,
     )
 
 
@@ -347,6 +374,7 @@ def _draw_allocation(
     return draws.choice(rules), draws.choice(_PAGE_SIZES), draws.choice(_POOL_TOKENS)
 
 
+@functools.lru_cache(maxsize=4096)  # as `_config`
 def _with_allocation(config: Config, drawn: tuple[AllocationRule, int, int]) -> Config:
     rule, page, pool_tokens = drawn
     if rule == "0.5.6" and config.adaptive:
@@ -397,6 +425,10 @@ def _draw_admit(draws: Draws, rids: Sequence[str], grammar: bool = False) -> Adm
     return Admit(rid, prompt_len, max_new_tokens, eos_at, drawn)
 
 
+_STEPS: Final[dict[int, Step]] = {}
+_STEPS_MAX: Final = 1 << 16
+
+
 def _digits(code: int, base: int) -> tuple[int, ...]:
     digits: list[int] = []
     while code:
@@ -407,9 +439,17 @@ def _digits(code: int, base: int) -> tuple[int, ...]:
 
 def _draw_step(draws: Draws, block_cap: bool = False) -> Step:
     # One integer read as base-8 digits (digit + 1 per row): shrinks towards accept length 1.
-    accepts = tuple(d + 1 for d in _digits(draws.integer(0, _MAX_ACCEPT_CODE), 8))
+    code = draws.integer(0, _MAX_ACCEPT_CODE)
     if not block_cap:
-        return Step(accepts)
+        # Steps are frozen: one per code serves every scenario that draws it (about half the
+        # draws repeat a code, and making a `Step` costs more than drawing its code).
+        step = _STEPS.get(code)
+        if step is None:
+            if len(_STEPS) >= _STEPS_MAX:
+                _STEPS.clear()
+            step = _STEPS[code] = Step(tuple(d + 1 for d in _digits(code, 8)))
+        return step
+    accepts = tuple(d + 1 for d in _digits(code, 8))
     blocks = _digits(draws.integer(0, _MAX_LENGTH_CODE), _LENGTH_BASE)
     caps = _digits(draws.integer(0, _MAX_LENGTH_CODE), _LENGTH_BASE)
     return Step(accepts, blocks, caps)

@@ -212,10 +212,11 @@ class Engine:
         # The decode launch of the current event: (pages the memory check estimated, pages it
         # allocated), with an allocation rule.
         self.launch_pages: tuple[int, int] | None = None
-        # The requests of the last observation `apply` returned, handed on where the next
-        # event leaves them unchanged (`kvcheck.core.snapshots`); whether the target ran in
-        # this step, and the rows of the prefill it delivered.
-        self._last_requests: tuple[ObservedRequest, ...] | None = None
+        # The last observation `apply` returned: its requests are handed on where the next
+        # event leaves them unchanged (`kvcheck.core.snapshots`), and all of it where the
+        # event changed nothing; whether the target ran in this step, and the rows of the
+        # prefill it delivered.
+        self._last: Observation | None = None
         self._target_ran = False
         self._delivered_rids: tuple[str, ...] = ()
 
@@ -316,8 +317,11 @@ class Engine:
         changed: Collection[str] | None = None
         match event:
             case Admit(rid=rid, prompt_len=p, max_new_tokens=m, eos_at=e, grammar=g):
-                changed = (rid,)
+                # A rid admitted again is a no-op (most drawn admissions repeat one), and so
+                # is an abort of a finished or unknown request: no fake changes.
+                changed = ()
                 if rid not in self.reqs:
+                    changed = (rid,)
                     admitted = FakeReq(rid, p, m)
                     if g is not None:
                         admitted.grammar = FakeGrammar(g.kind, g.at)
@@ -345,8 +349,7 @@ class Engine:
                     self.retract_requested.add(rid)
                 changed = ()  # a retraction request is no part of the observation
             case Abort(rid=rid):
-                self._abort(rid)
-                changed = (rid,)
+                changed = (rid,) if self._abort(rid) else ()
             case SwitchStride(stride=stride):
                 if self.config.adaptive:
                     self.scheduler.draft_worker.speculative_num_draft_tokens = stride
@@ -355,11 +358,27 @@ class Engine:
         if self.allocation is not None:
             self.allocation.pool.check_changed()
             pool = self.allocation.pool.state()
+        last: Observation | None = getattr(self, "_last", None)
         requests = refreshed(
-            getattr(self, "_last_requests", None), self.reqs, changed, self._observe
+            None if last is None else last.requests, self.reqs, changed, self._observe
         )
-        self._last_requests = requests
-        return Observation(
+        # An event that changed nothing hands the last observation on (see the model's
+        # `apply`): `check_event` knows the pair passed.
+        if (
+            last is not None
+            and requests is last.requests
+            and pool is last.pool
+            and delivery is None
+            and last.delivery is None
+            and target_error is None
+            and last.target_error is None
+            and self.launch_pages is None
+            and last.launch_pages is None
+            and exceeded is None
+            and last.deadline_exceeded is None
+        ):
+            return last
+        self._last = Observation(
             requests,
             delivery,
             target_error,
@@ -368,6 +387,7 @@ class Engine:
             self.launch_pages,
             exceeded,
         )
+        return self._last
 
     def observe_requests(self) -> tuple[ObservedRequest, ...]:
         """Every request admitted so far as its fake now holds it, in admission order."""
@@ -376,33 +396,37 @@ class Engine:
     def _observe(self, req: FakeReq) -> ObservedRequest:
         """One request as its fake now holds it."""
         pool = None if self.allocation is None else self.allocation.pool
+        # Positional, in field order: made after nearly every event, and fourteen keyword
+        # arguments cost half as much again as the record itself.
         return ObservedRequest(
-            rid=req.rid,
-            committed=req.kv_committed_len,
-            verify_ct=req.spec_verify_ct,
-            drafts=req._spec_drafts,
-            histogram=histogram_of(req),
-            outputs=len(req.output_ids),
-            finished=is_finished(req),
-            retracted=req.is_retracted,
-            block_tokens=req.spec_num_block_accept_tokens,
-            cap_tokens=req.spec_num_cap_tokens,
-            cap_histogram=tuple(sorted(req._cap_histogram.items())),
-            allocated=req.kv_allocated_len,
-            pages=0 if pool is None else pool.held(req.rid),
-            holds_row=pool is not None and pool.has_row(req.rid),
+            req.rid,
+            req.kv_committed_len,  # committed
+            req.spec_verify_ct,  # verify_ct
+            req._spec_drafts,  # drafts
+            histogram_of(req),  # histogram
+            len(req.output_ids),  # outputs
+            is_finished(req),  # finished
+            req.is_retracted,  # retracted
+            req.spec_num_block_accept_tokens,  # block_tokens
+            req.spec_num_cap_tokens,  # cap_tokens
+            tuple(sorted(req._cap_histogram.items())),  # cap_histogram
+            req.kv_allocated_len,  # allocated
+            0 if pool is None else pool.held(req.rid),  # pages
+            pool is not None and pool.has_row(req.rid),  # holds_row
         )
 
-    def _abort(self, rid: str) -> None:
+    def _abort(self, rid: str) -> bool:
+        """Abort a request; False (nothing done) when it is unknown or finished."""
         req = self.reqs.get(rid)
         if req is None or is_finished(req):
-            return
+            return False
         if req in self.waiting:
             self.waiting.remove(req)
             req.finished_reason = "abort"
             req.finished_len = len(req.output_ids)
         else:
             req.to_finish = "abort"
+        return True
 
     def _step(self, step: Step) -> tuple[ObservedDelivery | None, str | None]:
         self._delivered_rids = ()

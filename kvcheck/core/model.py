@@ -202,9 +202,10 @@ class ReferenceModel:
         self.launches = 0
         # Labels of situations reached, for coverage reporting (Hypothesis `event()`).
         self.reached: set[str] = set()
-        # The requests of the last expectation `apply` returned, handed on where the next
-        # event leaves them unchanged (`kvcheck.core.snapshots`).
-        self._last_requests: tuple[RequestExpectation, ...] | None = None
+        # The last expectation `apply` returned: its requests are handed on where the next
+        # event leaves them unchanged (`kvcheck.core.snapshots`), and all of it where the
+        # event changed nothing.
+        self._last: Expectation | None = None
 
     # -- public -------------------------------------------------------------------------------
 
@@ -271,8 +272,9 @@ class ReferenceModel:
         changed: Collection[str] | None = None
         match event:
             case Admit():
-                self._admit(event)
-                changed = (event.rid,)
+                # Admitting a known rid again, or aborting a finished or unknown request, is a
+                # no-op (most drawn admissions repeat a rid): it changes no request.
+                changed = (event.rid,) if self._admit(event) else ()
             case Step():
                 # A step changes the unfinished requests, and finished ones only through the
                 # stale rows of the decode launch it delivers.
@@ -285,19 +287,30 @@ class ReferenceModel:
                     req.retract_pending = True
                 changed = ()  # a pending retraction is no part of the expectation
             case Abort(rid=rid):
-                self._abort(rid)
-                changed = (rid,)
+                changed = (rid,) if self._abort(rid) else ()
             case SwitchStride(stride=stride):
                 if self.config.adaptive and stride != self.worker_stride:
                     self.worker_stride = stride
                     if self.in_flight:
                         self.reached.add("stride switch with a launch in flight")
                 changed = ()
+        last: Expectation | None = getattr(self, "_last", None)
         requests = refreshed(
-            getattr(self, "_last_requests", None), self.requests, changed, self._expect_request
+            None if last is None else last.requests, self.requests, changed, self._expect_request
         )
-        self._last_requests = requests
-        return Expectation(requests, delivery, tuple(self.in_flight))
+        in_flight = tuple(self.in_flight)
+        # An event that changed nothing (most retractions and stride switches, a repeated
+        # admission) hands the last expectation on: `check_event` knows the pair passed.
+        if (
+            last is not None
+            and delivery is None
+            and last.delivery is None
+            and last.requests is requests
+            and last.in_flight == in_flight
+        ):
+            return last
+        self._last = Expectation(requests, delivery, in_flight)
+        return self._last
 
     def expectation(self, delivery: ExpectedDelivery | None = None) -> Expectation:
         """The ledger as it stands, with `delivery` when the event just applied delivered one."""
@@ -338,9 +351,10 @@ class ReferenceModel:
 
     # -- events -------------------------------------------------------------------------------
 
-    def _admit(self, event: Admit) -> None:
+    def _admit(self, event: Admit) -> bool:
+        """Admit a new request; False (nothing done) for a rid already known."""
         if event.rid in self.requests:
-            return
+            return False
         self.requests[event.rid] = RequestLedger(
             rid=event.rid,
             prompt_len=event.prompt_len,
@@ -349,11 +363,13 @@ class ReferenceModel:
             grammar=event.grammar,
         )
         self.waiting.append(event.rid)
+        return True
 
-    def _abort(self, rid: str) -> None:
+    def _abort(self, rid: str) -> bool:
+        """Abort a request; False (nothing done) when it is unknown or finished."""
         req = self.requests.get(rid)
         if req is None or req.phase == "finished":
-            return
+            return False
         self.reached.add("abort")
         if req.phase in ("waiting", "retracted"):
             # Leaves the queue at once; it holds no KV (never admitted, or reset by retraction).
@@ -361,6 +377,7 @@ class ReferenceModel:
             self._finish(req, "abort", req.outputs)
         else:
             req.abort_pending = True
+        return True
 
     def _step(self, step: Step) -> ExpectedDelivery | None:
         previous = self.in_flight.pop(0) if self.config.overlap and self.in_flight else None

@@ -21,11 +21,17 @@ page is double-owned"):
 `check()` verifies the pool equation after every event (`available + held == total`, no page
 both free and owned). A pool whose every change goes through these methods (`exclusive`: kvcheck's
 own path over kvcheck's own pool) is checked again only once one of them changed it, and its state
-is rebuilt only then: an unchanged pool that passed passes again. The pool is unbounded unless
-given `total_pages`: pages are then created on demand and `total` counts them.
+is rebuilt only then: an unchanged pool that passed passes again. Such a pool that is KvPool
+itself is not even checked after a change until a call first faulted: every method that raises
+no fault keeps the free list and the rows a partition of the pages, each row's pages owned by its
+request (what `check()` tests), so only a fault can break it (tests/unit/core/test_pool.py checks
+this on random calls). The pool is unbounded unless given `total_pages`: pages are then created
+on demand and `total` counts them.
 """
 
 from __future__ import annotations
+
+from itertools import filterfalse
 
 import attrs
 
@@ -74,6 +80,13 @@ class KvPool:
         # Whether a method changed the pool since the last fault-free `state()`.
         self.changed = True
         self._state: PoolState | None = None
+        # Whether this is KvPool itself, no subclass: `free_range` may then free in bulk what
+        # `free_page` would free one page at a time.
+        self._plain = type(self) is KvPool
+        # Whether no call has faulted yet: an exclusive plain pool then needs no `check()` (the
+        # module docstring says why). `alloc_pages` and `free_page` keep it so only as called
+        # by `extend`, `free_range` and `free_row`, which is how kvcheck's own path calls them.
+        self.faultless = True
 
     # -- SGLang's allocator, at page granularity ------------------------------------------------
 
@@ -86,10 +99,11 @@ class KvPool:
         fixed pool cannot cover them."""
         if count <= 0:
             return []
-        while not self.bounded and len(self.free_pages) < count:
+        missing = count - len(self.free_pages)
+        if not self.bounded and missing > 0:  # an unbounded pool creates the pages it lacks
             self.changed = True
-            self.free_pages.append(self.total)
-            self.total += 1
+            self.free_pages.extend(range(self.total, self.total + missing))
+            self.total += missing
         if len(self.free_pages) < count:
             self.fault(
                 "out-of-memory", rid, f"{count} pages for {rid}, {len(self.free_pages)} free"
@@ -98,6 +112,11 @@ class KvPool:
         self.changed = True
         taken, self.free_pages = self.free_pages[:count], self.free_pages[count:]
         self.handed_out += count
+        if len(set(taken)) == count and self.owner.keys().isdisjoint(taken):
+            # Distinct pages nobody owns (always, unless something already broke): no fault,
+            # owned in one step.
+            self.owner.update(dict.fromkeys(taken, rid))
+            return taken
         for page in taken:
             holder = self.owner.get(page)
             if holder is not None:
@@ -150,7 +169,9 @@ class KvPool:
         if row is None:
             self.fault("use-after-free", rid, f"{rid} allocates into a row it does not hold")
             return False
-        wanted = [slot for slot in range(self.slots(start), self.slots(end)) if slot not in row]
+        # The slots of [start, end) the row does not cover yet (filtered in C: this runs for
+        # every admission and decode launch).
+        wanted = list(filterfalse(row.__contains__, range(self.slots(start), self.slots(end))))
         pages = self.alloc_pages(rid, len(wanted))
         if pages is None:
             return False
@@ -165,7 +186,26 @@ class KvPool:
             self.fault("use-after-free", rid, f"{rid} frees positions of a row it does not hold")
             return
         self.changed = True
-        for slot in range(start // self.page_size, self.slots(end)):
+        slots = range(start // self.page_size, self.slots(end))
+        if self._plain and rid not in self.reading:
+            # `free_page` is KvPool's own: when every slot holds a distinct page `rid` owns,
+            # nothing faults and the pages go back in one step (what the loop below does page
+            # by page, in the same order).
+            pages = list(map(row.get, slots))
+            claimed = dict.fromkeys(pages, rid)
+            owner = self.owner
+            if (
+                len(claimed) == len(pages)
+                and None not in claimed
+                and claimed.items() <= owner.items()
+            ):
+                for slot in slots:
+                    del row[slot]
+                for page in pages:
+                    del owner[page]  # type: ignore[arg-type]
+                self.free_pages.extend(pages)  # type: ignore[arg-type]
+                return
+        for slot in slots:
             page = row.pop(slot, None)
             if page is None:
                 self.fault(
@@ -211,19 +251,39 @@ class KvPool:
                 self.fault("use-after-free", rid, f"a launch reads {rid}'s row after its release")
 
     def check_changed(self) -> None:
-        """`check()`, unless the pool is `exclusive` and unchanged since it last passed."""
-        if self.changed or not self.exclusive:
+        """`check()`, unless the pool is `exclusive` and unchanged since it last passed, or
+        exclusive, KvPool itself and no call has faulted yet (the module docstring)."""
+        if not self.exclusive or (self.changed and not (self._plain and self.faultless)):
             self.check()
 
     def check(self) -> None:
         """The pool equation and row ownership, after an event."""
-        held = sum(len(row) for row in self.rows.values())
+        held = sum(map(len, self.rows.values()))
         free = set(self.free_pages)
         if len(free) != len(self.free_pages):
             self.fault("double-free", None, "a page is in the free list twice")
-        both = free & set(self.owner)
+        both = free.intersection(self.owner)
         if both:
             self.fault("double-owner", None, f"pages {sorted(both)} are free and owned at once")
+        if not self._rows_owned(held):
+            self._check_rows()
+        if len(self.free_pages) + held != self.total:
+            self.fault(
+                "pool",
+                None,
+                f"available {len(self.free_pages)} + held {held} != total {self.total} pages",
+            )
+
+    def _rows_owned(self, held: int) -> bool:
+        """Whether every row slot points at a page its request owns, tested in bulk: each page
+        in one row only, and each (page, rid) of the rows one of `owner`'s."""
+        claimed: dict[int, str] = {}
+        for rid, row in self.rows.items():
+            claimed.update(dict.fromkeys(row.values(), rid))
+        return len(claimed) == held and claimed.items() <= self.owner.items()
+
+    def _check_rows(self) -> None:
+        """Each row slot that points at a page its request does not own, as a fault."""
         for rid, row in self.rows.items():
             for slot, page in row.items():
                 if self.owner.get(page) != rid:
@@ -234,12 +294,6 @@ class KvPool:
                         rid,
                         f"{rid}'s row slot {slot} points at page {page}, owned by {holder}",
                     )
-        if len(self.free_pages) + held != self.total:
-            self.fault(
-                "pool",
-                None,
-                f"available {len(self.free_pages)} + held {held} != total {self.total} pages",
-            )
 
     def summary(self) -> tuple[object, ...]:
         """What later events depend on, for exhaustive search's state key (page identities are
@@ -264,4 +318,5 @@ class KvPool:
 
     def fault(self, kind: str, rid: str | None, message: str) -> None:
         """Record an ownership error (module docstring) at the call where it happens."""
+        self.faultless = False
         self.faults.append(PoolFault(kind, rid, message))

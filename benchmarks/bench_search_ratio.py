@@ -1,0 +1,142 @@
+"""This tree against another: the fast search's rate and replay's cost per step on
+builtin:reference, measured alternately in child processes with `time.process_time`, as medians
+and ratios (a script, not a timed test).
+
+    .venv/bin/python benchmarks/bench_search_ratio.py --baseline d16b9ea --rounds 5
+
+The machines are noisy (two shared cores): each round runs the other tree, then this one, so load
+drifts hit both alike, and the ratio of the medians is the figure to read. The search is
+`sample_search(builtin:reference, convention="preclaim", adaptive=True, max_examples=1500,
+seed=1)` (issue 11's "fast search"); replay runs the first 1,000 scenarios the same generator
+draws from seed 1234 (allocation drawn), with the target's own time subtracted for the "outside
+the target" figure. The child imports the other tree as bench_scale.py and compare_replay.py do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SEARCH_EXAMPLES = 1500
+REPLAY_SCENARIOS = 1000
+REPLAY_SEED = 1234
+
+
+def use_tree(root: Path) -> None:
+    """Import kvcheck and `kvcheck.strategies` from `root` (see bench_scale.py)."""
+    sys.path.insert(0, str(root))
+    spec = importlib.util.spec_from_file_location(
+        "kvcheck.strategies",
+        root / "strategies" / "__init__.py",
+        submodule_search_locations=[str(root / "strategies")],
+    )
+    assert spec is not None and spec.loader is not None
+    import kvcheck
+
+    assert Path(kvcheck.__file__).resolve().is_relative_to(root.resolve()), kvcheck.__file__
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kvcheck.strategies"] = module
+    spec.loader.exec_module(module)
+
+
+def measure() -> dict[str, float]:
+    """One round in this process (whichever tree `use_tree` chose)."""
+    import attrs
+    from kvcheck.strategies import random_scenario
+
+    from kvcheck.core.run import run_scenario
+    from kvcheck.core.scenario import Step
+    from kvcheck.search.check import scenario_space
+    from kvcheck.search.sampling import sample_search
+    from kvcheck.targets.loading import load_target
+
+    target = load_target("builtin:reference")
+    sample_search(target, convention="preclaim", adaptive=True, max_examples=200, seed=5)
+    started = time.process_time()
+    outcome = sample_search(
+        target, convention="preclaim", adaptive=True, max_examples=SEARCH_EXAMPLES, seed=1
+    )
+    search = outcome.examples / (time.process_time() - started)
+    assert outcome.failure is None, outcome.failure
+
+    space = scenario_space(target, "preclaim", "ideal", True)
+    rng = random.Random(REPLAY_SEED)
+    corpus = [random_scenario(space, rng) for _ in range(REPLAY_SCENARIOS)]
+    steps = sum(isinstance(event, Step) for scenario in corpus for event in scenario.events)
+    inner, spent = target.resolver, [0.0]
+
+    def resolver(scheduler: Any, result: Any, batch: Any) -> Any:
+        begun = time.process_time()
+        try:
+            return inner(scheduler, result, batch)
+        finally:
+            spent[0] += time.process_time() - begun
+
+    timed = attrs.evolve(target, resolver=resolver)
+    started = time.process_time()
+    for scenario in corpus:
+        run_scenario(scenario, timed)
+    elapsed = time.process_time() - started
+    return {
+        "search_per_s": search,
+        "replay_us_per_step": elapsed / steps * 1e6,
+        "replay_outside_us_per_step": (elapsed - spent[0]) / steps * 1e6,
+    }
+
+
+def export(commit: str, folder: Path) -> Path:
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit], check=True, stdout=subprocess.PIPE
+    )
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return folder
+
+
+def child(root: Path) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--tree", str(root)], check=True, stdout=subprocess.PIPE
+    )
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", help="a commit, or a folder holding the other tree")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.tree:
+        use_tree(Path(args.tree))
+        print(json.dumps(measure()))
+        return 0
+    if not args.baseline:
+        parser.error("--baseline COMMIT_OR_FOLDER is required")
+    with tempfile.TemporaryDirectory() as tmp:
+        other = Path(args.baseline)
+        base = other if other.is_dir() else export(args.baseline, Path(tmp))
+        before: list[dict[str, float]] = []
+        after: list[dict[str, float]] = []
+        for _ in range(args.rounds):
+            before.append(child(base))
+            after.append(child(ROOT))
+    for key in before[0]:
+        old = statistics.median(run[key] for run in before)
+        new = statistics.median(run[key] for run in after)
+        better = new / old if key == "search_per_s" else old / new
+        print(f"{key}: before {old:,.1f}  after {new:,.1f}  ({better:.2f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
