@@ -67,6 +67,7 @@ import hashlib
 import itertools
 import marshal
 import time
+import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -76,6 +77,7 @@ from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import check_time_limit as _check_time
 from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.engine import Engine
+from kvcheck.core.fakes import FakeKvInfo
 from kvcheck.core.invariants import Violation, check_event
 from kvcheck.core.jsonable import jsonable
 from kvcheck.core.model import Expectation, Launch, ReferenceModel
@@ -105,7 +107,12 @@ from kvcheck.core.scenario import (
 )
 from kvcheck.core.target import Target, allocation_path
 from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
-from kvcheck.search.exhaust_parallel import Outcome, peak_memory_mb, search_sharded
+from kvcheck.search.exhaust_parallel import (
+    Outcome,
+    collected_by_hand,
+    peak_memory_mb,
+    search_sharded,
+)
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 
 _COLLECT_EVERY: Final = 20_000
@@ -463,8 +470,10 @@ class Shard:
                     look()
                 if violation is not None:
                     found.append((node.origin, child.events, violation))
+                    release(child)
                     continue
                 if found:
+                    release(child)
                     continue  # this level already has a counterexample: only collect
                 key = self.key(child)
                 steps, origin, events = child.steps, child.origin, child.events
@@ -472,15 +481,22 @@ class Shard:
                 if owner == index:
                     best = seen.get(key)
                     if best is not None and best <= steps:
+                        release(child)
                         continue
                     kept = pending.get(key)
                     if kept is None or better(steps, origin, events, kept):
                         pending[key] = (steps, origin, events, child)
+                        release(kept)
+                    else:
+                        release(child)
                 else:
                     out = self.outgoing[owner]
                     kept = out.get(key)
                     if kept is None or better(steps, origin, events, kept):
                         out[key] = (steps, origin, events, child)
+                        release(kept)
+                    else:
+                        release(child)
 
     def offers(self) -> list[dict[bytes, tuple[int, int, tuple[Event, ...]]]]:
         """What this level's children owned by other shards are, by owner: steps, start config
@@ -501,6 +517,7 @@ class Shard:
                 kept = pending.get(key)
                 if kept is None or better(steps, origin, events, kept):
                     pending[key] = (steps, origin, events, sender)
+                    release(kept)
         wanted: dict[int, list[bytes]] = {}
         for key, kept in pending.items():
             if type(kept[3]) is int:
@@ -528,6 +545,9 @@ class Shard:
                 node = decode((*candidate[:3], states[key]))
             frontier.append(node)
         self.pending = {}
+        for out in self.outgoing:  # sent (or not wanted): this shard drops them
+            for kept in out.values():
+                release(kept)
         self.outgoing = [{} for _ in range(self.shards)]
         self.frontier = frontier
 
@@ -628,10 +648,8 @@ def exhaust(
     # cyclic collector runs constantly, mostly over live states: a quarter of the time.
     # Instead: the youngest generation every `_COLLECT_EVERY` transitions (the copies that
     # merged into known states), everything once per level (the previous level's states).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
     try:
-        with _time_limit(time_limit):
+        with collected_by_hand(), _time_limit(time_limit):
             while shard.frontier and (bounds.events is None or depth < bounds.events):
                 shard.expand(look)
                 depth += 1
@@ -650,9 +668,6 @@ def exhaust(
         if not report_interrupt:
             raise
         complete, stopped = False, "interrupted"
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     if not shard.found and not complete:
         states = shard.states
     outcome = Outcome(
@@ -797,6 +812,32 @@ def _child(
     steps = node.steps + (1 if isinstance(event, Step) else 0)
     child = _Node(node.config, engine, model, (*node.events, event), steps, node.origin)
     return child, expected, violations[0].invariant if violations else None
+
+
+def release(state: _Node | Candidate | int | None) -> None:
+    """Break the reference cycles of a state the search drops (a child whose state is known, a
+    path replaced by a better one, a child sent to its owner), so that reference counting frees
+    it at once instead of a cyclic collection walking every live state to find it.
+
+    The cycles of an engine are kvcheck's own: each request and its `req.kv` (which reads
+    through to the request), and the fake scheduler and the resolver's sibling methods bound
+    onto it. Nothing reads a dropped state again: its last users (the child's checks, its key)
+    have run, and a node's engine passes to its last child, which is released only if that
+    child is dropped in turn. A cycle a target made itself is left to the collections the search
+    still runs (`exhaust`)."""
+    node = state[3] if type(state) is tuple else state
+    if not isinstance(node, _Node):
+        return  # nothing, or a state another shard holds or sent
+    engine = node.engine
+    for req in engine.reqs.values():
+        fields = vars(req)
+        kv = fields.get("kv")
+        if type(kv) is FakeKvInfo and vars(kv).get("_req") is req:
+            del vars(kv)["_req"]
+    scheduler = vars(engine.scheduler)
+    for name, value in list(scheduler.items()):
+        if type(value) is types.MethodType and value.__self__ is engine.scheduler:
+            del scheduler[name]
 
 
 def inert_requests(engine: Engine, model: ReferenceModel) -> frozenset[str]:
