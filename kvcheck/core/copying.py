@@ -73,24 +73,48 @@ def _copy(value: Any, memo: dict[int, Any]) -> Any:
         return found
     # One dict look-up picks the copier of a class seen before (the exhaustive search copies
     # the same few classes millions of times): cheaper than testing the kinds in turn.
-    copier = _COPIERS.get(cls)
-    if copier is None:
-        copier = _COPIERS[cls] = _copier_for(cls)
-    return copier(value, memo, key)
+    return (_COPIERS.get(cls) or _copier_of(cls))(value, memo, key)
+
+
+def _copier_of(cls: type) -> _Copier:
+    """The copier of a class seen for the first time, kept for the next instances."""
+    copier = _COPIERS[cls] = _copier_for(cls)
+    return copier
+
+
+# The containers' and plain objects' copiers look each value up themselves (shared, memoised,
+# else its copier) instead of calling `_copy` for it: one Python call less per object copied.
 
 
 def _copy_list(value: list[Any], memo: dict[int, Any], key: int) -> Any:
-    shared = _SHARED
-    new_list: list[Any] = []
+    shared, copiers, missing = _SHARED, _COPIERS, _MISSING
+    new_list = value.copy()
     memo[key] = new_list  # before the items: a list may hold itself
-    new_list.extend([v if type(v) in shared else _copy(v, memo) for v in value])
+    for index, v in enumerate(new_list):
+        cls = type(v)
+        if cls in shared:
+            continue
+        ident = id(v)
+        found = memo.get(ident, missing)
+        if found is missing:
+            found = (copiers.get(cls) or _copier_of(cls))(v, memo, ident)
+        new_list[index] = found
     return new_list
 
 
 def _copy_dict(value: dict[Any, Any], memo: dict[int, Any], key: int) -> Any:
-    shared = _SHARED
-    new_dict = {k: v if type(v) in shared else _copy(v, memo) for k, v in value.items()}
+    shared, copiers, missing = _SHARED, _COPIERS, _MISSING
+    new_dict = value.copy()
     memo[key] = new_dict
+    for name, v in new_dict.items():
+        cls = type(v)
+        if cls in shared:
+            continue
+        ident = id(v)
+        found = memo.get(ident, missing)
+        if found is missing:
+            found = (copiers.get(cls) or _copier_of(cls))(v, memo, ident)
+        new_dict[name] = found
     return new_dict
 
 
@@ -121,13 +145,19 @@ def _copy_plain(value: Any, memo: dict[int, Any], key: int) -> Any:
     """An object with a plain __dict__: a new instance with a copy of the dict, whose values
     are then copied in place where they need it (a C-level dict copy and a loop in this frame
     cost less than building the dict item by item)."""
-    shared = _SHARED
+    shared, copiers, missing = _SHARED, _COPIERS, _MISSING
     new = object.__new__(type(value))
     memo[key] = new  # before the fields: a field may lead back here (req.kv -> req)
     fields = value.__dict__.copy()
     for name, v in fields.items():
-        if type(v) not in shared:
-            fields[name] = _copy(v, memo)
+        cls = type(v)
+        if cls in shared:
+            continue
+        ident = id(v)
+        found = memo.get(ident, missing)
+        if found is missing:
+            found = (copiers.get(cls) or _copier_of(cls))(v, memo, ident)
+        fields[name] = found
     new.__dict__.update(fields)
     return new
 

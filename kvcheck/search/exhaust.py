@@ -77,7 +77,7 @@ from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import check_time_limit as _check_time
 from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.engine import Engine
-from kvcheck.core.fakes import FakeKvInfo
+from kvcheck.core.fakes import FakeKvInfo, is_finished
 from kvcheck.core.invariants import Violation, check_event
 from kvcheck.core.jsonable import jsonable
 from kvcheck.core.model import Expectation, Launch, ReferenceModel
@@ -433,6 +433,8 @@ class Shard:
         self.outgoing: list[dict[bytes, Candidate]] = [{} for _ in range(shards)]
         self.scenarios = 0
         self.found: list[Found] = []
+        # Whether the periodic young collections run (`collect`): on until one finds nothing.
+        self.collect_young = True
         for origin, config in enumerate(self.configs):
             engine, model = fresh_state(target, config)
             node = _Node(config, engine, model, (), 0, origin)
@@ -447,6 +449,13 @@ class Shard:
             text = repr((node.origin, node.events)).encode()
             return hashlib.blake2b(text, digest_size=16).digest()
         return state_key(node.engine, node.model, reduce=self.plan.reduce)
+
+    def collect(self) -> None:
+        """The collection at the end of a level. The states the search drops are freed as it
+        drops them (`release`), so a collection only finds cycles a target made itself; the
+        periodic young collections within a level (which walk every state kept since the last
+        one) run again only once a collection has found some."""
+        self.collect_young = gc.collect() > 0
 
     @property
     def states(self) -> int:
@@ -464,8 +473,8 @@ class Shard:
             _check_time()
             for child, violation in _expand(node, bounds):
                 self.scenarios += 1
-                if self.scenarios % _COLLECT_EVERY == 0:
-                    gc.collect(_COLLECT_GENERATION)
+                if self.collect_young and self.scenarios % _COLLECT_EVERY == 0:
+                    self.collect_young = gc.collect(_COLLECT_GENERATION) > 0
                 if self.scenarios % _LOOK_EVERY == 0:
                     look()
                 if violation is not None:
@@ -645,9 +654,10 @@ def exhaust(
             raise _Stop("state limit")
 
     # States are full of reference cycles (a request and its `req.kv`), so the automatic
-    # cyclic collector runs constantly, mostly over live states: a quarter of the time.
-    # Instead: the youngest generation every `_COLLECT_EVERY` transitions (the copies that
-    # merged into known states), everything once per level (the previous level's states).
+    # cyclic collector ran constantly, mostly over live states: a quarter of the time.
+    # Instead: the states the search drops have their cycles broken (`release`), everything is
+    # collected once per level (cycles a target made), and the youngest generation every
+    # `_COLLECT_EVERY` transitions while collections find anything (`Shard.collect`).
     try:
         with collected_by_hand(), _time_limit(time_limit):
             while shard.frontier and (bounds.events is None or depth < bounds.events):
@@ -659,7 +669,7 @@ def exhaust(
                 states = len(shard.seen)
                 if max_states is not None and states >= max_states:
                     raise _Stop("state limit")
-                gc.collect()
+                shard.collect()
     except _Stop as stop:
         complete, stopped = False, str(stop.args[0])
     except TimeLimitReached:
@@ -845,7 +855,19 @@ def inert_requests(engine: Engine, model: ReferenceModel) -> frozenset[str]:
     finished in both model and engine, in no queue, batch or launch of either, with nothing
     pending; only without an allocation rule (the pool's checks read a request's lengths)."""
     if model.config.allocation != "off":
-        return frozenset()
+        return _NONE_INERT
+    # The ledgers' own conditions first: most states have no finished request, and then the
+    # queues need not be looked at (this runs for every transition).
+    finished = [
+        rid
+        for rid, ledger in model.requests.items()
+        if ledger.phase == "finished"
+        and not ledger.decode_in_flight
+        and not ledger.abort_pending
+        and not ledger.retract_pending
+    ]
+    if not finished:
+        return _NONE_INERT
     busy = set(model.waiting) | set(model.running) | set(model.merge_next)
     for launch in model.in_flight:
         busy.update(launch.rids)
@@ -855,18 +877,15 @@ def inert_requests(engine: Engine, model: ReferenceModel) -> frozenset[str]:
         busy.update(req.rid for req in engine.pending.batch.reqs)
     busy.update(engine.retract_requested)
     inert = []
-    for rid, ledger in model.requests.items():
-        if (
-            ledger.phase == "finished"
-            and rid not in busy
-            and not ledger.decode_in_flight
-            and not ledger.abort_pending
-            and not ledger.retract_pending
-        ):
+    for rid in finished:
+        if rid not in busy:
             req = engine.reqs.get(rid)
-            if req is not None and req.finished():
+            if req is not None and is_finished(req):
                 inert.append(rid)
     return frozenset(inert)
+
+
+_NONE_INERT: Final[frozenset[str]] = frozenset()
 
 
 def state_key(engine: Engine, model: ReferenceModel, *, reduce: bool = True) -> bytes:

@@ -489,7 +489,7 @@ def _work(
                 shard.merge(states, decode)
                 del states
                 level += 1
-                gc.collect()
+                shard.collect()
             except _Stopped:
                 why = "stopped"
             except TimeLimitReached:
