@@ -2,11 +2,15 @@
 
 `copy.deepcopy` spends most of its time in generic machinery. This is the same deep copy,
 specialised for what kvcheck's states are made of (plain objects, attrs classes, lists, dicts,
-tuples), about four times faster on an engine. Functions and immutable values (frozen attrs
-instances and tuples whose contents need no copy, and without a walk instances of classes that
-promise immutability with `SHARED_IN_COPIES`) are shared; anything else, such as a tensor a
-target stored on a fake, goes to `copy.deepcopy`. tests/unit/core/test_copying.py checks that it
-behaves exactly like `copy.deepcopy` on engines and models.
+tuples), about six times faster on an engine: each class gets its copier once (`_COPIERS`, one
+dict look-up per object after that), an attrs class a copier written out for its fields, a
+plain object a C-level copy of its `__dict__` whose values are then copied where they need it.
+Functions and immutable values (frozen attrs instances and tuples whose contents need no copy,
+and without a walk instances of classes that promise immutability with `SHARED_IN_COPIES`) are
+shared; an object with a `__deepcopy__` copies itself (as `copy.deepcopy` has it do); anything
+else goes to `copy.deepcopy`. tests/unit/core/test_copying.py checks that it behaves exactly
+like `copy.deepcopy` on engines and models, tests/unit/search/test_exhaust_copies.py that what a
+target writes on the fakes in one branch of a search never reaches another.
 """
 
 from __future__ import annotations

@@ -105,3 +105,31 @@ def test_the_original_is_untouched_by_its_copies() -> None:
         child = node.engine.clone()
         child.apply(Step(accepts))
     assert (list(req._calls), int(req._tally), vars(node.engine.scheduler)["_books"]) == before
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_dropped_states_leave_no_cycles_behind(
+    monkeypatch: pytest.MonkeyPatch, released: bool
+) -> None:
+    """What makes the search's collections cheap: the states it drops are freed by reference
+    counting (`release`), so the collection after a level finds nothing; without `release`,
+    every dropped engine is a cycle for the collector to find."""
+    import gc
+
+    from kvcheck.search import exhaust as exhaust_module
+    from kvcheck.search.exhaust import Plan, Shard
+    from kvcheck.search.exhaust_parallel import collected_by_hand
+
+    if not released:
+        monkeypatch.setattr(exhaust_module, "release", lambda state: None)
+    shard = Shard(
+        load_target("builtin:reference"), Plan(Bounds(events=4), "preclaim", "ideal", True)
+    )
+    found = []
+    with collected_by_hand():
+        gc.collect()
+        for _ in range(4):
+            shard.expand(lambda: None)
+            shard.merge()
+            found.append(gc.collect())
+    assert (sum(found) == 0) is released, found
