@@ -67,6 +67,7 @@ import hashlib
 import itertools
 import marshal
 import time
+import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -76,6 +77,7 @@ from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import check_time_limit as _check_time
 from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.engine import Engine
+from kvcheck.core.fakes import FakeKvInfo, is_finished
 from kvcheck.core.invariants import Violation, check_event
 from kvcheck.core.jsonable import jsonable
 from kvcheck.core.model import Expectation, Launch, ReferenceModel
@@ -105,7 +107,12 @@ from kvcheck.core.scenario import (
 )
 from kvcheck.core.target import Target, allocation_path
 from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
-from kvcheck.search.exhaust_parallel import Outcome, peak_memory_mb, search_sharded
+from kvcheck.search.exhaust_parallel import (
+    Outcome,
+    collected_by_hand,
+    peak_memory_mb,
+    search_sharded,
+)
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 
 _COLLECT_EVERY: Final = 20_000
@@ -426,6 +433,8 @@ class Shard:
         self.outgoing: list[dict[bytes, Candidate]] = [{} for _ in range(shards)]
         self.scenarios = 0
         self.found: list[Found] = []
+        # Whether the periodic young collections run (`collect`): on until one finds nothing.
+        self.collect_young = True
         for origin, config in enumerate(self.configs):
             engine, model = fresh_state(target, config)
             node = _Node(config, engine, model, (), 0, origin)
@@ -440,6 +449,13 @@ class Shard:
             text = repr((node.origin, node.events)).encode()
             return hashlib.blake2b(text, digest_size=16).digest()
         return state_key(node.engine, node.model, reduce=self.plan.reduce)
+
+    def collect(self) -> None:
+        """The collection at the end of a level. The states the search drops are freed as it
+        drops them (`release`), so a collection only finds cycles a target made itself; the
+        periodic young collections within a level (which walk every state kept since the last
+        one) run again only once a collection has found some."""
+        self.collect_young = gc.collect() > 0
 
     @property
     def states(self) -> int:
@@ -457,14 +473,16 @@ class Shard:
             _check_time()
             for child, violation in _expand(node, bounds):
                 self.scenarios += 1
-                if self.scenarios % _COLLECT_EVERY == 0:
-                    gc.collect(_COLLECT_GENERATION)
+                if self.collect_young and self.scenarios % _COLLECT_EVERY == 0:
+                    self.collect_young = gc.collect(_COLLECT_GENERATION) > 0
                 if self.scenarios % _LOOK_EVERY == 0:
                     look()
                 if violation is not None:
                     found.append((node.origin, child.events, violation))
+                    release(child)
                     continue
                 if found:
+                    release(child)
                     continue  # this level already has a counterexample: only collect
                 key = self.key(child)
                 steps, origin, events = child.steps, child.origin, child.events
@@ -472,15 +490,22 @@ class Shard:
                 if owner == index:
                     best = seen.get(key)
                     if best is not None and best <= steps:
+                        release(child)
                         continue
                     kept = pending.get(key)
                     if kept is None or better(steps, origin, events, kept):
                         pending[key] = (steps, origin, events, child)
+                        release(kept)
+                    else:
+                        release(child)
                 else:
                     out = self.outgoing[owner]
                     kept = out.get(key)
                     if kept is None or better(steps, origin, events, kept):
                         out[key] = (steps, origin, events, child)
+                        release(kept)
+                    else:
+                        release(child)
 
     def offers(self) -> list[dict[bytes, tuple[int, int, tuple[Event, ...]]]]:
         """What this level's children owned by other shards are, by owner: steps, start config
@@ -501,6 +526,7 @@ class Shard:
                 kept = pending.get(key)
                 if kept is None or better(steps, origin, events, kept):
                     pending[key] = (steps, origin, events, sender)
+                    release(kept)
         wanted: dict[int, list[bytes]] = {}
         for key, kept in pending.items():
             if type(kept[3]) is int:
@@ -528,6 +554,9 @@ class Shard:
                 node = decode((*candidate[:3], states[key]))
             frontier.append(node)
         self.pending = {}
+        for out in self.outgoing:  # sent (or not wanted): this shard drops them
+            for kept in out.values():
+                release(kept)
         self.outgoing = [{} for _ in range(self.shards)]
         self.frontier = frontier
 
@@ -625,13 +654,12 @@ def exhaust(
             raise _Stop("state limit")
 
     # States are full of reference cycles (a request and its `req.kv`), so the automatic
-    # cyclic collector runs constantly, mostly over live states: a quarter of the time.
-    # Instead: the youngest generation every `_COLLECT_EVERY` transitions (the copies that
-    # merged into known states), everything once per level (the previous level's states).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
+    # cyclic collector ran constantly, mostly over live states: a quarter of the time.
+    # Instead: the states the search drops have their cycles broken (`release`), everything is
+    # collected once per level (cycles a target made), and the youngest generation every
+    # `_COLLECT_EVERY` transitions while collections find anything (`Shard.collect`).
     try:
-        with _time_limit(time_limit):
+        with collected_by_hand(), _time_limit(time_limit):
             while shard.frontier and (bounds.events is None or depth < bounds.events):
                 shard.expand(look)
                 depth += 1
@@ -641,7 +669,7 @@ def exhaust(
                 states = len(shard.seen)
                 if max_states is not None and states >= max_states:
                     raise _Stop("state limit")
-                gc.collect()
+                shard.collect()
     except _Stop as stop:
         complete, stopped = False, str(stop.args[0])
     except TimeLimitReached:
@@ -650,9 +678,6 @@ def exhaust(
         if not report_interrupt:
             raise
         complete, stopped = False, "interrupted"
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     if not shard.found and not complete:
         states = shard.states
     outcome = Outcome(
@@ -799,12 +824,50 @@ def _child(
     return child, expected, violations[0].invariant if violations else None
 
 
+def release(state: _Node | Candidate | int | None) -> None:
+    """Break the reference cycles of a state the search drops (a child whose state is known, a
+    path replaced by a better one, a child sent to its owner), so that reference counting frees
+    it at once instead of a cyclic collection walking every live state to find it.
+
+    The cycles of an engine are kvcheck's own: each request and its `req.kv` (which reads
+    through to the request), and the fake scheduler and the resolver's sibling methods bound
+    onto it. Nothing reads a dropped state again: its last users (the child's checks, its key)
+    have run, and a node's engine passes to its last child, which is released only if that
+    child is dropped in turn. A cycle a target made itself is left to the collections the search
+    still runs (`exhaust`)."""
+    node = state[3] if type(state) is tuple else state
+    if not isinstance(node, _Node):
+        return  # nothing, or a state another shard holds or sent
+    engine = node.engine
+    for req in engine.reqs.values():
+        fields = vars(req)
+        kv = fields.get("kv")
+        if type(kv) is FakeKvInfo and vars(kv).get("_req") is req:
+            del vars(kv)["_req"]
+    scheduler = vars(engine.scheduler)
+    for name, value in list(scheduler.items()):
+        if type(value) is types.MethodType and value.__self__ is engine.scheduler:
+            del scheduler[name]
+
+
 def inert_requests(engine: Engine, model: ReferenceModel) -> frozenset[str]:
     """The requests that can no longer influence anything (module docstring, "Reductions"):
     finished in both model and engine, in no queue, batch or launch of either, with nothing
     pending; only without an allocation rule (the pool's checks read a request's lengths)."""
     if model.config.allocation != "off":
-        return frozenset()
+        return _NONE_INERT
+    # The ledgers' own conditions first: most states have no finished request, and then the
+    # queues need not be looked at (this runs for every transition).
+    finished = [
+        rid
+        for rid, ledger in model.requests.items()
+        if ledger.phase == "finished"
+        and not ledger.decode_in_flight
+        and not ledger.abort_pending
+        and not ledger.retract_pending
+    ]
+    if not finished:
+        return _NONE_INERT
     busy = set(model.waiting) | set(model.running) | set(model.merge_next)
     for launch in model.in_flight:
         busy.update(launch.rids)
@@ -814,18 +877,15 @@ def inert_requests(engine: Engine, model: ReferenceModel) -> frozenset[str]:
         busy.update(req.rid for req in engine.pending.batch.reqs)
     busy.update(engine.retract_requested)
     inert = []
-    for rid, ledger in model.requests.items():
-        if (
-            ledger.phase == "finished"
-            and rid not in busy
-            and not ledger.decode_in_flight
-            and not ledger.abort_pending
-            and not ledger.retract_pending
-        ):
+    for rid in finished:
+        if rid not in busy:
             req = engine.reqs.get(rid)
-            if req is not None and req.finished():
+            if req is not None and is_finished(req):
                 inert.append(rid)
     return frozenset(inert)
+
+
+_NONE_INERT: Final[frozenset[str]] = frozenset()
 
 
 def state_key(engine: Engine, model: ReferenceModel, *, reduce: bool = True) -> bytes:

@@ -41,7 +41,7 @@ import queue as queue_module
 import resource
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -58,7 +58,7 @@ from kvcheck.targets.loading import load_target
 if TYPE_CHECKING:  # `kvcheck.search.exhaust` imports this module: its classes come as arguments
     from kvcheck.search.exhaust import Candidate, Found, Plan, Shard, _Node
 
-__all__ = ["Outcome", "peak_memory_mb", "search_sharded"]
+__all__ = ["Outcome", "collected_by_hand", "peak_memory_mb", "search_sharded"]
 
 # How often the parent looks at its messages, the workers and the limits (seconds).
 _POLL: Final = 0.2
@@ -79,6 +79,26 @@ def peak_memory_mb() -> float:
     macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+@contextlib.contextmanager
+def collected_by_hand() -> Iterator[None]:
+    """The automatic cyclic collector off while a search runs (the search collects at its own
+    times), and what was alive before it started frozen out of every collection: torch and the
+    loaded modules are some 170,000 objects, which each full collection (one per level) walked
+    again for nothing. Both undone at the end; left alone when someone else froze objects."""
+    enabled = gc.isenabled()
+    freeze = gc.get_freeze_count() == 0
+    gc.disable()
+    if freeze:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 @attrs.frozen
@@ -453,9 +473,9 @@ def _work(
                 inboxes[other].put((level, phase, index, payloads.get(other, empty)))
 
     remaining = None if setup.stop_at is None else max(0.0, setup.stop_at - time.time())
-    gc.disable()  # as in the single-process search: collected per level and every so often
     level = 0
-    with _time_limit(remaining):
+    # As in the single-process search: collected per level and every so often.
+    with collected_by_hand(), _time_limit(remaining):
         while True:
             command = control.get()
             if command[0] == "finish":
@@ -478,7 +498,7 @@ def _work(
                 shard.merge(states, decode)
                 del states
                 level += 1
-                gc.collect()
+                shard.collect()
             except _Stopped:
                 why = "stopped"
             except TimeLimitReached:

@@ -1,0 +1,135 @@
+"""The exhaustive search's copies of a state are independent: what a target writes on the fakes
+in one child never reaches a sibling or the parent (`kvcheck.core.copying`, `Engine.clone`, and
+`release`, which breaks the cycles of the states the search drops).
+
+The target here keeps its own books on the fakes, in places a broken copy would share: a list on
+each request, a dict on the scheduler (the resolver's `self`), and a tensor on the request that
+it adds to in place. Each call checks the books against the request's own counters and raises
+when they disagree, which the search reports as `target-raised`. Correct copies: the search
+passes. A copy that shares any of them between siblings: a sibling sees another branch's entry,
+the search stops on a violation that replaying its scenario does not show, and that is an error.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from kvcheck.core import engine as engine_module
+from kvcheck.errors import NondeterministicTargetError
+from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.targets.builtins import reference
+from kvcheck.targets.loading import load_target
+
+BOUNDS = Bounds(events=5, max_new=(4,), eos=(None,))
+
+
+def bookkeeping(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """`builtin:reference`, plus books kept on the fakes and checked at every call."""
+    books = vars(self).setdefault("_books", {})  # the scheduler's: shared by its requests
+    for req in batch.reqs:
+        if req.is_retracted or req.finished():
+            continue
+        calls = getattr(req, "_calls", None)
+        if calls is None:
+            req._calls = calls = []
+            req._tally = torch.zeros(1, dtype=torch.int64)
+        # Live rows so far: the request's own verify count, which its copy carries along.
+        if not len(calls) == books.get(req.rid, 0) == int(req._tally) == req.spec_verify_ct:
+            raise RuntimeError(
+                f"books disagree for {req.rid}: {len(calls)} calls, {books.get(req.rid)} "
+                f"booked, {int(req._tally)} tallied, {req.spec_verify_ct} verified"
+            )
+        calls.append(len(req.output_ids))
+        books[req.rid] = books.get(req.rid, 0) + 1
+        req._tally += 1  # in place: a shared tensor would count every branch
+    return reference(self, result, batch)
+
+
+TARGET = f"{__name__}:bookkeeping"
+
+
+def test_a_target_writing_on_the_fakes_does_not_leak_between_branches() -> None:
+    result = exhaust(load_target(TARGET), BOUNDS, convention="preclaim", measure_coverage=False)
+    assert result.verdict == "pass", result.violation
+    assert result.states > 100  # many branches, each with its own books
+
+
+@pytest.mark.parametrize("shared", ["list", "dict", "tensor"])
+def test_a_copy_that_shares_the_books_is_caught(
+    monkeypatch: pytest.MonkeyPatch, shared: str
+) -> None:
+    """The same search with a broken clone that hands one of the books on as it is."""
+    good = engine_module.Engine.clone
+
+    def leaky_clone(self: engine_module.Engine) -> engine_module.Engine:
+        copied = good(self)
+        for rid, req in self.reqs.items():
+            fields, into = vars(req), vars(copied.reqs[rid])
+            if shared == "list" and "_calls" in fields:
+                into["_calls"] = fields["_calls"]
+            if shared == "tensor" and "_tally" in fields:
+                into["_tally"] = fields["_tally"]
+        books = vars(self.scheduler).get("_books")
+        if shared == "dict" and books is not None:
+            vars(copied.scheduler)["_books"] = books
+        return copied
+
+    monkeypatch.setattr(engine_module.Engine, "clone", leaky_clone)
+    with pytest.raises(NondeterministicTargetError, match="target-raised"):
+        exhaust(load_target(TARGET), BOUNDS, convention="preclaim", measure_coverage=False)
+
+
+def test_the_original_is_untouched_by_its_copies() -> None:
+    # The parent side of the same guarantee: a child's writes never reach the state it was
+    # copied from (the search reuses a parent's engine for its last child only).
+    from kvcheck.core.scenario import Admit, Step
+    from kvcheck.search.exhaust import Plan, Shard
+
+    target = load_target(TARGET)
+    shard = Shard(target, Plan(BOUNDS, "preclaim", "ideal", False))
+    node = shard.frontier[0]
+    for event in (Admit("r0", 3, 4, None), Step(()), Step(()), Step(())):
+        node.model.apply(event)
+        node.engine.apply(event)
+    req = node.engine.reqs["r0"]
+    before = (
+        list(req._calls),
+        int(req._tally),
+        copy.deepcopy(vars(node.engine.scheduler)["_books"]),
+    )
+    for accepts in ((), (2,), (3,)):
+        child = node.engine.clone()
+        child.apply(Step(accepts))
+    assert (list(req._calls), int(req._tally), vars(node.engine.scheduler)["_books"]) == before
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_dropped_states_leave_no_cycles_behind(
+    monkeypatch: pytest.MonkeyPatch, released: bool
+) -> None:
+    """What makes the search's collections cheap: the states it drops are freed by reference
+    counting (`release`), so the collection after a level finds nothing; without `release`,
+    every dropped engine is a cycle for the collector to find."""
+    import gc
+
+    from kvcheck.search import exhaust as exhaust_module
+    from kvcheck.search.exhaust import Plan, Shard
+    from kvcheck.search.exhaust_parallel import collected_by_hand
+
+    if not released:
+        monkeypatch.setattr(exhaust_module, "release", lambda state: None)
+    shard = Shard(
+        load_target("builtin:reference"), Plan(Bounds(events=4), "preclaim", "ideal", True)
+    )
+    found = []
+    with collected_by_hand():
+        gc.collect()
+        for _ in range(4):
+            shard.expand(lambda: None)
+            shard.merge()
+            found.append(gc.collect())
+    assert (sum(found) == 0) is released, found
