@@ -34,7 +34,7 @@ from kvcheck.cli.options import (
 )
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import replay, replay_command
-from kvcheck.errors import FileWriteError, KvcheckUsageError
+from kvcheck.errors import FileWriteError, KvcheckUsageError, NondeterministicTargetError
 from kvcheck.reporting.text import failure_to_json, format_failure
 from kvcheck.targets.loading import load_target
 
@@ -209,6 +209,17 @@ def _run(args: argparse.Namespace) -> int:
         display.close()
     if state.error:
         raise KvcheckUsageError(state.error)
+    unreproduced = [r for r in reports if r["not_reproduced"]]
+    if unreproduced:
+        # The worker ran the scenario (twice: its search checks) and this process once more, and
+        # they disagree: as `check` does on the same sign, no verdict.
+        first = unreproduced[0]
+        saved = f"; saved to {first['counterexample_file']}" if first["counterexample_file"] else ""
+        raise NondeterministicTargetError(
+            f"worker {first['worker']}'s counterexample gives {first['not_reproduced']} when "
+            "replayed in this process: the target gave two different results on the same "
+            f"scenario; kvcheck judges deterministic resolvers only, so no verdict{saved}"
+        )
     if state.crashed and len(state.crashed) == len(state.workers) and not state.failures:
         raise KvcheckUsageError(
             f"every worker crashed; the first: {state.crashed[0].error} (kvcheck's fault or the "
@@ -231,9 +242,11 @@ def _report_failure(found: Found, target: Target, args: argparse.Namespace) -> d
     except KvcheckUsageError as exc:
         replayed = None
         warn(f"worker {found.worker}'s counterexample does not replay in this process: {exc}")
+    not_reproduced = ""
     if replayed is not None and replayed.status != "same":
+        not_reproduced = replayed.summary()
         warn(
-            f"worker {found.worker}'s counterexample gives {replayed.summary()} when replayed "
+            f"worker {found.worker}'s counterexample gives {not_reproduced} when replayed "
             "in this process: the target may be nondeterministic"
         )
     path = ""
@@ -249,6 +262,7 @@ def _report_failure(found: Found, target: Target, args: argparse.Namespace) -> d
         "counterexample_file": path or None,
         "replay_command": replay_command(path) if path else None,
         "explanation": counterexample.explanation,
+        "not_reproduced": not_reproduced,
     }
     violation = None if replayed is None else replayed.violation
     if violation is not None:
@@ -297,7 +311,9 @@ def campaign_json(
         "coverage": state.coverage.to_dict() if state.coverage is not None else None,
         "examples_to_first_failure": first,
         "duplicate_failures": state.duplicates,
-        "failures": [{k: v for k, v in r.items() if k != "text"} for r in reports],
+        "failures": [
+            {k: v for k, v in r.items() if k not in ("text", "not_reproduced")} for r in reports
+        ],
     }
 
 

@@ -141,6 +141,31 @@ def test_a_worker_that_cannot_judge_the_target_ends_the_campaign_with_exit_2(
     assert done.stdout == ""
 
 
+WORKERS_ONLY = """
+import multiprocessing
+
+from kvcheck.targets.builtins import reference, seed_prefix
+
+
+def resolve(self, result, batch):
+    if multiprocessing.current_process().name.startswith("kvcheck-fuzz"):
+        return seed_prefix(self, result, batch)
+    return reference(self, result, batch)
+"""
+
+
+def test_a_failure_the_parent_cannot_reproduce_is_no_verdict(tmp_path: Path) -> None:
+    # Deterministic within each process, different between them: the workers' own checks agree,
+    # the parent's replay does not. Not a verdict (exit 2), but the file is kept.
+    done = fuzz_module(tmp_path, WORKERS_ONLY, "--duration", "20")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "two different results on the same scenario" in done.stderr
+    assert "no verdict; saved to .kvcheck/counterexamples/" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stdout == ""
+    assert list((tmp_path / ".kvcheck" / "counterexamples").glob("*.kvcheck.json"))
+
+
 def _children(pid: int) -> set[int]:
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
