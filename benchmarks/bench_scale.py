@@ -310,14 +310,19 @@ def run_tree(
     return result
 
 
-def export_baseline(folder: Path) -> Path:
-    root = folder / "baseline"
+def export_tree(commit: str, root: Path) -> Path:
+    """`commit`'s source, exported with `git archive` into the new folder `root` (also used by
+    bench_search_ratio.py and compare_replay.py)."""
     root.mkdir()
     archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", BASELINE], check=True, stdout=subprocess.PIPE
+        ["git", "-C", str(ROOT), "archive", commit], check=True, stdout=subprocess.PIPE
     )
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
     return root
+
+
+def export_baseline(folder: Path) -> Path:
+    return export_tree(BASELINE, folder / "baseline")
 
 
 ROWS: tuple[tuple[str, str, str], ...] = (

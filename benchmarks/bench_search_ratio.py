@@ -15,7 +15,6 @@ the target" figure. The child imports the other tree as bench_scale.py and compa
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import random
 import statistics
@@ -26,27 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Run as a script: benchmarks/ is on the path. One way to import and export another tree.
+from bench_scale import export_tree, use_tree
+
 ROOT = Path(__file__).resolve().parent.parent
 SEARCH_EXAMPLES = 1500
 REPLAY_SCENARIOS = 1000
 REPLAY_SEED = 1234
-
-
-def use_tree(root: Path) -> None:
-    """Import kvcheck and `kvcheck.strategies` from `root` (see bench_scale.py)."""
-    sys.path.insert(0, str(root))
-    spec = importlib.util.spec_from_file_location(
-        "kvcheck.strategies",
-        root / "strategies" / "__init__.py",
-        submodule_search_locations=[str(root / "strategies")],
-    )
-    assert spec is not None and spec.loader is not None
-    import kvcheck
-
-    assert Path(kvcheck.__file__).resolve().is_relative_to(root.resolve()), kvcheck.__file__
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kvcheck.strategies"] = module
-    spec.loader.exec_module(module)
 
 
 def measure() -> dict[str, float]:
@@ -94,14 +79,6 @@ def measure() -> dict[str, float]:
     }
 
 
-def export(commit: str, folder: Path) -> Path:
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit], check=True, stdout=subprocess.PIPE
-    )
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
-    return folder
-
-
 def child(root: Path) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, __file__, "--tree", str(root)], check=True, stdout=subprocess.PIPE
@@ -124,7 +101,7 @@ def main() -> int:
         parser.error("--baseline COMMIT_OR_FOLDER is required")
     with tempfile.TemporaryDirectory() as tmp:
         other = Path(args.baseline)
-        base = other if other.is_dir() else export(args.baseline, Path(tmp))
+        base = other if other.is_dir() else export_tree(args.baseline, Path(tmp) / "tree")
         before: list[dict[str, float]] = []
         after: list[dict[str, float]] = []
         for _ in range(args.rounds):

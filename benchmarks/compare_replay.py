@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import re
 import subprocess
@@ -29,6 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+# Run as a script: benchmarks/ is on the path. One way to import and export another tree.
+from bench_scale import export_tree, use_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 20261201
@@ -60,23 +62,6 @@ ENTRIES = (
     "grammar-0.5.20",
     "sglang-counters-0.5.13",
 )
-
-
-def use_tree(root: Path) -> None:
-    """Import kvcheck and `kvcheck.strategies` from `root` (see bench_scale.py)."""
-    sys.path.insert(0, str(root))
-    spec = importlib.util.spec_from_file_location(
-        "kvcheck.strategies",
-        root / "strategies" / "__init__.py",
-        submodule_search_locations=[str(root / "strategies")],
-    )
-    assert spec is not None and spec.loader is not None
-    import kvcheck
-
-    assert Path(kvcheck.__file__).resolve().is_relative_to(root.resolve()), kvcheck.__file__
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kvcheck.strategies"] = module
-    spec.loader.exec_module(module)
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
@@ -167,16 +152,6 @@ def replay(corpus: Path, out: Path) -> None:
             sink.write(json.dumps([name, record], sort_keys=True) + "\n")
 
 
-def export(commit: str, folder: Path) -> Path:
-    root = folder / "tree"
-    root.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit], check=True, stdout=subprocess.PIPE
-    )
-    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
-    return root
-
-
 def child(root: Path, *args: str) -> None:
     subprocess.run([sys.executable, __file__, "--tree", str(root), *args], check=True)
 
@@ -212,7 +187,7 @@ def main() -> int:
         folder = Path(args.keep) if args.keep else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         other = Path(args.baseline)
-        base = other if other.is_dir() else export(args.baseline, Path(tmp))
+        base = other if other.is_dir() else export_tree(args.baseline, Path(tmp) / "tree")
         corpus = folder / "corpus.tsv"
         child(ROOT, "--draw", str(corpus))
         # Both trees must draw the same scenarios from the same seeds (the fast search's
