@@ -382,8 +382,6 @@ def run_campaign(
         elif kind == "progress":
             _, _, examples, seconds, reached, coverage = message
             worker.examples, worker.seconds = examples, seconds
-            if worker.state == "starting":
-                worker.state = "running"
             state.reached |= reached
             if coverage is not None:
                 coverages[index] = coverage
