@@ -359,11 +359,13 @@ def _config(
 
 
 _OVERLAP: Final = (True, False)
-# Allocation rules (off first, so shrinking drops allocation) and page sizes. The 0.5.6 rule has
-# no clamp and never met adaptive switching in SGLang (adaptive spec v2 starts with 0.5.12), so
-# it is drawn without adaptive only; pages larger than 1 only with the 0.5.16 page rounding.
-# The pool is unbounded (first) or holds 128 or 192 tokens, small enough that six requests
-# meet memory pressure (retraction, admission waiting for memory).
+# Allocation rules (off first, so shrinking drops allocation) and page sizes. Adaptive switching
+# meets only what a scheduler can run safely (`kvcheck.core.scenario.adaptive_allocation_problem`):
+# the 0.5.6 rule never met it in SGLang (adaptive spec v2 starts with 0.5.12), so 0.5.13 takes
+# its place; the 0.5.12 rule runs without overlap, where its clamp still shows; the others
+# reserve for MAX_GENERATED_STRIDE, the largest stride a switch draws. Pages larger than 1 only
+# with the 0.5.16 page rounding. The pool is unbounded (first) or holds 128 or 192 tokens, small
+# enough that six requests meet memory pressure (retraction, admission waiting for memory).
 _PAGE_SIZES: Final = (1, 2, 4)
 _POOL_TOKENS: Final = (0, MIN_POOL_TOKENS, MIN_POOL_TOKENS * 3 // 2)
 
@@ -377,10 +379,14 @@ def _draw_allocation(
 @functools.lru_cache(maxsize=4096)  # as `_config`
 def _with_allocation(config: Config, drawn: tuple[AllocationRule, int, int]) -> Config:
     rule, page, pool_tokens = drawn
+    overlap = config.overlap
     if rule == "0.5.6" and config.adaptive:
-        rule = "0.5.12"
+        rule = "0.5.13"
+    elif rule == "0.5.12" and config.adaptive:
+        overlap = False
     return attrs.evolve(
         config,
+        overlap=overlap,
         allocation=rule,
         page_size=page if rule == "0.5.16" else 1,
         max_stride=MAX_GENERATED_STRIDE if config.adaptive and rule != "off" else None,

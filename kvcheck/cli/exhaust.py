@@ -437,6 +437,11 @@ def format_exhaust(
         f"options     global counters {result.global_counters}, "
         f"adaptive {'on' if result.adaptive else 'off'}{why}",
         f"bounds      {result.bounds.describe()}",
+        *(
+            f"not run     allocation {rule} with overlap {'on' if overlap else 'off'}: "
+            "under adaptive switching a scheduler fault, not judged (docs/semantics.md §5)"
+            for rule, overlap in result.skipped
+        ),
         f"explored    {result.scenarios} scenarios, {result.states} distinct states, "
         f"lengths up to {result.depth}, in {result.seconds:.2f} s "
         f"({result.states_per_second:.0f} states/s"
@@ -477,6 +482,7 @@ def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
         "global_counters": result.global_counters,
         "adaptive": result.adaptive,
         "bounds": result.bounds.to_dict(),
+        "not_run": [{"allocation": rule, "overlap": overlap} for rule, overlap in result.skipped],
         "scenarios": result.scenarios,
         "states": result.states,
         "depth": result.depth,

@@ -7,14 +7,23 @@ the first event with a violation: later events would only report consequences of
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 import attrs
 
+from kvcheck.core.allocation import RuleAllocation
 from kvcheck.core.engine import Engine, Observation, UnsupportedTargetError
-from kvcheck.core.invariants import Violation, check_event
+from kvcheck.core.invariants import INVARIANTS, Violation, check_event
 from kvcheck.core.model import Expectation, ReferenceModel
-from kvcheck.core.scenario import Event, Scenario
+from kvcheck.core.scenario import Event, Scenario, to_json_line
 from kvcheck.core.target import Target, allocation_path
+from kvcheck.errors import KvcheckInternalError
+
+# The invariants that judge the scheduler's allocation and pool rather than the resolver: every
+# `alloc-*` and `kv-*` but the resolver's own `alloc-untouched-by-resolver`.
+SCHEDULER_INVARIANTS: Final = frozenset(
+    i for i in INVARIANTS if i.startswith(("alloc-", "kv-")) and i != "alloc-untouched-by-resolver"
+)
 
 
 @attrs.frozen
@@ -84,6 +93,7 @@ def run_scenario(
         violations = check_event(index, expected, observed)
         if violations:
             _refuse_outside_model(engine, violations[0])
+            _refuse_own_scheduler_fault(engine, violations, scenario)
             return RunResult(scenario, tuple(violations), tuple(trace), frozenset(model.reached))
     return RunResult(scenario, (), tuple(trace), frozenset(model.reached))
 
@@ -101,4 +111,26 @@ def _refuse_outside_model(engine: Engine, violation: Violation) -> None:
         f"the run then showed {violation.invariant} at event "
         f"{violation.event_index}, which may follow from that fallback, so kvcheck gives no "
         "verdict (see `kvcheck spellings` for what is modelled)"
+    )
+
+
+def _refuse_own_scheduler_fault(
+    engine: Engine, violations: list[Violation], scenario: Scenario
+) -> None:
+    """No verdict when only scheduler invariants broke while kvcheck itself played the
+    scheduler (its own allocation path on its own pool): the resolver agreed with the model on
+    everything it is judged by, so the fault is kvcheck's (docs/semantics.md §5.6 tells of
+    one), and blaming the target for it would be a false verdict. A target that brings its own
+    allocation path is judged on it as before."""
+    allocation = engine.allocation
+    if type(allocation) is not RuleAllocation or not allocation.pool.exclusive:
+        return
+    if any(v.invariant not in SCHEDULER_INVARIANTS for v in violations):
+        return
+    first = violations[0]
+    raise KvcheckInternalError(
+        f"kvcheck's own scheduler broke {first.invariant} at event {first.event_index} "
+        f"({first.message}) while the target agreed with the reference model: a fault of "
+        "kvcheck's scenario, not of the target, so no verdict; please report it with the "
+        f"scenario: {to_json_line(scenario)}"
     )

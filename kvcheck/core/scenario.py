@@ -120,6 +120,11 @@ class Config:
                 f"allocation rule {self.allocation} is modelled at page size 1 only "
                 f"(page rounding starts with 0.5.16), got page_size {self.page_size}"
             )
+        unsafe = adaptive_allocation_problem(
+            self.allocation, adaptive=self.adaptive, overlap=self.overlap
+        )
+        if unsafe:
+            raise ValueError(unsafe)
 
     @property
     def preclaims(self) -> bool:
@@ -135,6 +140,63 @@ class Config:
     def output_width(self, stride: int) -> int:
         """Row width of `next_token_ids` for a launch at `stride` draft tokens (UNO: one more)."""
         return stride + 1 if self.algorithm == "uno" else stride
+
+
+# Adaptive switching and the allocation rules (docs/semantics.md §5, "Scheduler-side bugs kvcheck
+# does not judge"). Under overlap a decode launch must reserve room for the run of the launch
+# still in flight plus its own: `2A` does that only while `A` is at least both strides. The rules
+# before 0.5.13 size `A` by the current draft count, so after a down-switch the launch in flight
+# (old, larger count) and the new one can write past `Al` (SGLang 0.5.12's own under-reservation,
+# fixed in 0.5.13 by reserving for the adaptive maximum; sglang#23336/#24055). That is a fault of
+# the scheduler, which kvcheck plays itself, and judging a resolver there would blame it for
+# kvcheck's scheduler (a false verdict found by CI on 0.5.23). So those combinations are refused:
+# - "0.5.6" never met adaptive switching (it starts with 0.5.12) and shrinks `Al` on a
+#   down-switch: refused with adaptive switching at all;
+# - "0.5.12" with adaptive switching is judged without overlap only (its clamp, the reason to
+#   keep it, shows there);
+# - "0.5.13"/"0.5.16" reserve for the candidates' maximum, which bounds every switch in SGLang:
+#   a scenario switching above it under overlap is refused (`Scenario`).
+
+
+def adaptive_allocation_problem(
+    allocation: AllocationRule, *, adaptive: bool, overlap: bool
+) -> str | None:
+    """Why `allocation` cannot run with adaptive switching under `overlap` (None: it can, or
+    there is no switching)."""
+    if not adaptive:
+        return None
+    if allocation == "0.5.6":
+        return (
+            "allocation rule 0.5.6 with adaptive switching shrinks Al on a down-switch (no "
+            "clamp; adaptive speculation starts with 0.5.12): a scheduler fault kvcheck does not "
+            "judge a resolver under; use rule 0.5.12 or later"
+        )
+    if allocation == "0.5.12" and overlap:
+        return (
+            "allocation rule 0.5.12 with adaptive switching under overlap reserves for the "
+            "current draft count, so after a down-switch the launch in flight and the next one "
+            "can write past Al (SGLang 0.5.12's own under-reservation, fixed in 0.5.13): a "
+            "scheduler fault kvcheck does not judge a resolver under; use rule 0.5.13 or later, "
+            "or overlap off"
+        )
+    return None
+
+
+def switch_above_maximum(config: Config, events: Iterable[Event]) -> str | None:
+    """Why `events` cannot run under `config`: a stride switch above the adaptive maximum that
+    rules 0.5.13+ reserve for, under overlap (None: nothing wrong)."""
+    if not (config.adaptive and config.overlap and config.allocation in ("0.5.13", "0.5.16")):
+        return None
+    maximum = config.max_stride or config.stride
+    for index, event in enumerate(events):
+        if isinstance(event, SwitchStride) and event.stride > maximum:
+            return (
+                f"event {index} switches the stride to {event.stride}, above the adaptive "
+                f"maximum {maximum} that allocation rule {config.allocation} reserves for "
+                "(max_stride, else the initial stride); in SGLang that maximum bounds every "
+                "switch, and above it a launch in flight and the next one can write past Al"
+            )
+    return None
 
 
 # Fields schema version 1 cannot say, with their defaults: written only when they differ.
@@ -293,6 +355,11 @@ class Scenario:
 
     config: Config
     events: tuple[Event, ...] = attrs.field(converter=_event_tuple)
+
+    def __attrs_post_init__(self) -> None:
+        unsafe = switch_above_maximum(self.config, self.events)
+        if unsafe:
+            raise ValueError(unsafe)
 
 
 def accept_for_row(step: Step, row: int, width: int, non_draft: int = 1) -> int:
@@ -547,7 +614,11 @@ def scenario_from_dict(data: Mapping[str, Any]) -> Scenario:
     config = data.get("config")
     if not isinstance(config, Mapping):
         raise ScenarioFormatError("scenario 'config' must be an object")
-    return Scenario(config_from_dict(config), tuple(event_from_dict(e) for e in events))
+    parsed = config_from_dict(config)
+    try:
+        return Scenario(parsed, tuple(event_from_dict(e) for e in events))
+    except ValueError as exc:
+        raise ScenarioFormatError(f"invalid scenario: {exc}") from None
 
 
 def to_json(scenario: Scenario) -> str:

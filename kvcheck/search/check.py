@@ -456,10 +456,18 @@ def scenario_space(
 
 def with_overlap(scenario: Scenario, overlap: bool | None) -> Scenario:
     """`scenario` (drawn by either generator) with the overlap axis pinned to `overlap`
-    (None: as it is)."""
-    if overlap is None or scenario.config.overlap == overlap:
+    (None: as it is). The 0.5.12 allocation rule under adaptive switching runs without overlap
+    only (`kvcheck.core.scenario.adaptive_allocation_problem`), so pinned on, it becomes the
+    0.5.13 rule, reserving for the largest stride the scenario switches to."""
+    config = scenario.config
+    if overlap is None or config.overlap == overlap:
         return scenario
-    return attrs.evolve(scenario, config=attrs.evolve(scenario.config, overlap=overlap))
+    if not (overlap and config.adaptive and config.allocation == "0.5.12"):
+        return attrs.evolve(scenario, config=attrs.evolve(config, overlap=overlap))
+    strides = [e.stride for e in scenario.events if isinstance(e, SwitchStride)]
+    maximum = max([config.max_stride or config.stride, *strides])
+    rule = attrs.evolve(config, overlap=True, allocation="0.5.13", max_stride=maximum)
+    return attrs.evolve(scenario, config=rule)
 
 
 def detect_convention(target: Target) -> tuple[Convention, str]:

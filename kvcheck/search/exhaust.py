@@ -103,6 +103,7 @@ from kvcheck.core.scenario import (
     Scenario,
     Step,
     SwitchStride,
+    adaptive_allocation_problem,
     to_json_line,
 )
 from kvcheck.core.target import Target, allocation_path
@@ -296,6 +297,12 @@ class ExhaustResult:
         return self.failure.scenario if self.failure is not None else None
 
     @property
+    def skipped(self) -> tuple[tuple[AllocationRule, bool], ...]:
+        """The (allocation rule, overlap) pairs of the bounds not enumerated
+        (`skipped_allocations`)."""
+        return skipped_allocations(self.bounds, self.adaptive)
+
+    @property
     def states_per_second(self) -> float:
         """Distinct states reached per second of search, for the report (0.0 if none was timed)."""
         return self.states / self.seconds if self.seconds > 0 else 0.0
@@ -347,28 +354,51 @@ class Plan:
 
 
 def start_configs(plan: Plan) -> list[Config]:
-    """The configs every scenario starts from, in a fixed order (a node's `origin` indexes it)."""
+    """The configs every scenario starts from, in a fixed order (a node's `origin` indexes it).
+
+    With adaptive switching, rules 0.5.13+ reserve for the largest stride of the bounds (the
+    candidates' maximum, which every switch stays within), and an allocation rule that cannot
+    run with adaptive switching under an overlap setting is not combined with it
+    (`kvcheck.core.scenario.adaptive_allocation_problem`; `skipped_allocations` names them)."""
     bounds = plan.bounds
     block_caps = (False, True) if bounds.block_cap_lengths else (False,)
-    return [
-        Config(
-            convention=plan.convention,
-            overlap=overlap,
-            stride=stride,
-            adaptive=plan.adaptive,
-            global_counters=plan.global_counters,
-            algorithm=algorithm,
-            block_cap=block_cap,
-            allocation=allocation,
+    maximum = max(bounds.strides) if plan.adaptive else None
+    skipped = skipped_allocations(bounds, plan.adaptive)
+    configs = []
+    for algorithm, block_cap, overlap, stride, allocation in itertools.product(
+        dict.fromkeys(bounds.algorithms),
+        block_caps,
+        dict.fromkeys(bounds.overlap),
+        dict.fromkeys(bounds.strides),
+        dict.fromkeys(bounds.allocations),
+    ):
+        if (allocation, overlap) in skipped:
+            continue
+        configs.append(
+            Config(
+                convention=plan.convention,
+                overlap=overlap,
+                stride=stride,
+                adaptive=plan.adaptive,
+                global_counters=plan.global_counters,
+                algorithm=algorithm,
+                block_cap=block_cap,
+                allocation=allocation,
+                max_stride=maximum if allocation in ("0.5.13", "0.5.16") else None,
+            )
         )
-        for algorithm, block_cap, overlap, stride, allocation in itertools.product(
-            dict.fromkeys(bounds.algorithms),
-            block_caps,
-            dict.fromkeys(bounds.overlap),
-            dict.fromkeys(bounds.strides),
-            dict.fromkeys(bounds.allocations),
-        )
-    ]
+    return configs
+
+
+def skipped_allocations(bounds: Bounds, adaptive: bool) -> tuple[tuple[AllocationRule, bool], ...]:
+    """The (allocation rule, overlap) pairs of `bounds` that `start_configs` leaves out: the
+    rules that cannot run with `adaptive` switching under that overlap setting."""
+    return tuple(
+        (allocation, overlap)
+        for allocation in dict.fromkeys(bounds.allocations)
+        for overlap in dict.fromkeys(bounds.overlap)
+        if adaptive_allocation_problem(allocation, adaptive=adaptive, overlap=overlap)
+    )
 
 
 def fresh_state(target: Target, config: Config) -> tuple[Engine, ReferenceModel]:
@@ -620,6 +650,11 @@ def exhaust(
     if workers < 1:
         raise KvcheckUsageError(f"workers must be >= 1, got {workers}")
     adaptive = default_adaptive(bounds) if adaptive is None else adaptive
+    skipped = skipped_allocations(bounds, adaptive)
+    if len(skipped) == len(set(bounds.allocations)) * len(set(bounds.overlap)):
+        rule, overlap = skipped[0]
+        problem = adaptive_allocation_problem(rule, adaptive=adaptive, overlap=overlap)
+        raise KvcheckUsageError(f"bounds: nothing to enumerate: {problem}")
     plan = Plan(bounds, convention, global_counters, adaptive, merge, reduce)
     if workers > 1:
         started = time.perf_counter()

@@ -4,6 +4,7 @@ while kvcheck's own path passes the same scenario."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attrs
@@ -28,6 +29,7 @@ from kvcheck.core.scenario import (
     from_json,
     to_json,
 )
+from kvcheck.errors import KvcheckInternalError
 from kvcheck.mutants.allocation import (
     EstimateIgnoresAllocated,
     ForgetsOverallocated,
@@ -73,7 +75,7 @@ BROKEN_PATHS: list[
         NoClamp,
         None,
         DOWN,
-        attrs.evolve(BASE, allocation="0.5.12", adaptive=True),
+        attrs.evolve(BASE, allocation="0.5.12", adaptive=True, overlap=False),
     ),
     ("alloc-page-aligned", NoPageRounding, None, TWO, PAGED),
     ("alloc-expected", OverReserve, None, TWO, PAGED),
@@ -171,12 +173,25 @@ def test_uno_reserves_f_plus_one() -> None:
     assert model.requests["r0"].allocated == 10 + 2 * 5
 
 
-def test_clamp_keeps_al_on_down_switch_and_0_5_6_shrinks() -> None:
+def test_clamp_keeps_al_on_down_switch() -> None:
     events = (Admit("r0", 10, 50), Step(), Step((1,)), SwitchStride(2), Step((1,)))
-    clamped = _model(Config(convention="honest", allocation="0.5.12", adaptive=True), *events)
-    assert clamped.requests["r0"].allocated == 18  # max(18, 10 + 4)
-    unclamped = _model(Config(convention="honest", allocation="0.5.6", adaptive=True), *events)
-    assert unclamped.requests["r0"].allocated == 10 + 4  # C lags the undelivered verify
+    config = Config(convention="honest", allocation="0.5.12", adaptive=True, overlap=False)
+    clamped = _model(config, *events)
+    assert clamped.requests["r0"].allocated == 18  # max(10 + 8, 11 + 4)
+
+
+@pytest.mark.parametrize(("rule", "overlap"), [("0.5.6", False), ("0.5.6", True), ("0.5.12", True)])
+def test_rules_that_under_reserve_with_adaptive_switching_are_refused(
+    rule: str, overlap: bool
+) -> None:
+    """0.5.6 shrinks Al on a down-switch; 0.5.12 under overlap reserves for the current count,
+    so the launch in flight and the next one can write past Al: the scheduler's fault, never a
+    resolver's verdict (found by CI as a double free blamed on SGLang 0.5.23)."""
+    with pytest.raises(
+        ValueError, match=re.escape(f"allocation rule {rule} with adaptive switching")
+    ):
+        Config(allocation=rule, adaptive=True, overlap=overlap)  # type: ignore[arg-type]
+    Config(allocation=rule, adaptive=False, overlap=overlap)  # type: ignore[arg-type]
 
 
 def test_release_leaves_al_by_generation_and_retraction_zeroes() -> None:
@@ -212,7 +227,7 @@ def test_pool_faults_at_the_call() -> None:
 
 
 def test_engine_conserves_pool_on_a_long_run() -> None:
-    config = Config(convention="preclaim", allocation="0.5.12", adaptive=True, max_stride=8)
+    config = Config(convention="preclaim", allocation="0.5.13", adaptive=True, max_stride=8)
     events = (
         Admit("r0", 7, 9),
         Admit("r1", 3, 20, eos_at=6),
@@ -380,3 +395,103 @@ def test_an_exclusive_pool_is_checked_again_once_a_method_changes_it() -> None:
     pool.free_range("a", 0, 2)
     pool.check_changed()
     assert pool.state() == PoolState(available=1, held=(("a", 1),), total=2, faults=())
+
+
+# --- the scheduler kvcheck plays never writes past its own allocation -----------------------------
+
+# CI's false verdict on SGLang 0.5.23 (kv-released-once, blamed on the resolver): DFLASH, block/cap
+# lengths, stride 5 switched down to 2 with the stride-5 launch in flight, under allocation rule
+# 0.5.12, which reserves 2 * 2 where the two launches can write 5 + 2 past the committed length.
+CI_DOWN_SWITCH = (
+    Admit("r0", 1, 22),
+    Admit("r1", 30, 14),
+    Admit("r2", 59, 4),
+    Step(),
+    Step((5, 2, 2)),
+    Step((6, 8)),
+    Step((8, 8, 8, 8, 8, 8), blocks=(5, 8, 4, 1, 2, 4), caps=(3, 1, 2, 3)),
+    Step((5, 3, 6, 8), blocks=(3, 3, 3, 1, 5, 4), caps=(5, 7, 6)),
+    SwitchStride(2),
+    Step((4, 8, 5, 2), blocks=(1, 6, 0, 2, 0, 8), caps=(8, 8, 8, 8, 8, 8)),
+    Step((8, 4, 3, 4, 1, 4), blocks=(0, 0, 0, 2, 1), caps=(5, 8, 6, 2, 6, 1)),
+)
+CI_CONFIG = {
+    "convention": "honest",
+    "stride": 5,
+    "adaptive": True,
+    "algorithm": "dflash",
+    "block_cap": True,
+    "max_stride": 8,
+    "pool_pages": 128,
+}
+
+
+class TargetsOwnPath(RuleAllocation):
+    """kvcheck's path brought by a target as its own allocation code."""
+
+
+def test_the_ci_down_switch_is_refused_under_0_5_12_and_passes_under_the_later_rules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ValueError, match=re.escape("0.5.12 with adaptive switching under overlap")):
+        Config(allocation="0.5.12", **CI_CONFIG)  # type: ignore[arg-type]
+    v2 = load_target("builtin:reference-v2")
+    for rule, page in (("0.5.13", 1), ("0.5.16", 1), ("0.5.16", 4)):
+        config = Config(allocation=rule, page_size=page, **CI_CONFIG)  # type: ignore[arg-type]
+        assert run_scenario(Scenario(config, CI_DOWN_SWITCH), v2).violation is None, rule
+    # Model and scheduler both reserving for the current count, as 0.5.12 does, agree on every
+    # length and still fault the pool: the events reach the under-reservation. Were it not
+    # refused, the fault would still be no verdict: kvcheck's own scheduler broke, not the target.
+    monkeypatch.setattr(ReferenceModel, "_reserve", lambda self, stride: 2 * stride)
+    monkeypatch.setattr(RuleAllocation, "reserve", lambda self, stride: 2 * stride)
+    config = Config(allocation="0.5.13", **CI_CONFIG)  # type: ignore[arg-type]
+    own_fault = "kvcheck's own scheduler broke kv-released-once at event 10"
+    with pytest.raises(KvcheckInternalError, match=re.escape(own_fault)):
+        run_scenario(Scenario(config, CI_DOWN_SWITCH), v2)
+    # A target bringing its own allocation path is judged on it: the same fault is its verdict.
+    broken = attrs.evolve(v2, allocation=TargetsOwnPath)
+    violation = run_scenario(Scenario(config, CI_DOWN_SWITCH), broken).violation
+    assert violation is not None and violation.invariant == "kv-released-once", violation
+
+
+@pytest.mark.parametrize(
+    ("convention", "algorithm"),
+    [("preclaim", "eagle"), ("honest", "eagle"), ("honest", "dflash"), ("honest", "uno")],
+)
+@pytest.mark.parametrize(
+    ("rule", "overlap", "page"),
+    [("0.5.12", False, 1), ("0.5.13", True, 1), ("0.5.16", True, 1), ("0.5.16", True, 4)],
+)
+def test_down_switches_with_every_draft_accepted_never_fault_a_correct_resolver(
+    convention: str, algorithm: str, rule: str, overlap: bool, page: int
+) -> None:
+    """The worst case for the reserve: every launch at the largest stride accepts all of it, then
+    the stride drops to 2 with that launch in flight; r0 finishes on the delivery that follows
+    the switch, so its release frees exactly what it committed."""
+    config = Config(
+        convention=convention,  # type: ignore[arg-type]
+        overlap=overlap,
+        stride=8,
+        adaptive=True,
+        algorithm=algorithm,  # type: ignore[arg-type]
+        allocation=rule,  # type: ignore[arg-type]
+        page_size=page,
+        max_stride=None if rule == "0.5.12" else 8,
+    )
+    full = Step((9, 9))
+    events = (Admit("r0", 3, 19), Admit("r1", 5, 40), Step(), full, full)
+    events += (
+        SwitchStride(2),
+        full,
+        Admit("r2", 2, 5),
+        full,
+        SwitchStride(8),
+        full,
+        SwitchStride(3),
+        full,
+        full,
+    )
+    events += (Step(), Step(), Step())
+    correct = "builtin:reference" if convention == "preclaim" else "builtin:reference-v2"
+    result = run_scenario(Scenario(config, events), load_target(correct))
+    assert result.violation is None, result.violation

@@ -5,6 +5,9 @@ tests/unit/core/test_copying.py and the command tests/unit/cli/test_exhaust_comm
 
 from __future__ import annotations
 
+import re
+
+import attrs
 import pytest
 
 from kvcheck.search.exhaust import Bounds, exhaust
@@ -57,6 +60,35 @@ def test_allocation_rules_are_enumerated() -> None:
 
     with pytest.raises(KvcheckUsageError, match="allocation rules"):
         Bounds(allocations=("0.4",))  # type: ignore[arg-type]
+
+
+def test_rules_that_cannot_run_with_adaptive_switching_are_left_out_and_said() -> None:
+    # 0.5.12 under overlap with switching can write past Al (a scheduler fault): only its
+    # sequential configs are enumerated, the report says so, and bounds with nothing else are
+    # refused. 0.5.13+ reserve for the largest stride of the bounds.
+    from kvcheck.errors import KvcheckUsageError
+    from kvcheck.search.exhaust import Plan, skipped_allocations, start_configs
+
+    bounds = Bounds(events=4, requests=1, allocations=("0.5.12", "0.5.13"), strides=(2, 4))
+    assert skipped_allocations(bounds, adaptive=True) == (("0.5.12", True),)
+    assert skipped_allocations(bounds, adaptive=False) == ()
+    configs = start_configs(Plan(bounds, "preclaim", "ideal", True))
+    assert {(c.allocation, c.overlap) for c in configs} == {
+        ("0.5.12", False),
+        ("0.5.13", True),
+        ("0.5.13", False),
+    }
+    assert {c.max_stride for c in configs if c.allocation == "0.5.13"} == {4}
+    result = exhaust(REFERENCE, bounds, convention="preclaim")
+    assert result.verdict == "pass" and result.skipped == (("0.5.12", True),)
+    from kvcheck.cli.exhaust import exhaust_to_json, format_exhaust
+
+    assert "not run     allocation 0.5.12 with overlap on" in format_exhaust(result)
+    assert exhaust_to_json(result)["not_run"] == [{"allocation": "0.5.12", "overlap": True}]
+    with pytest.raises(
+        KvcheckUsageError, match=re.escape("nothing to enumerate: allocation rule 0.5.12")
+    ):
+        exhaust(REFERENCE, attrs.evolve(bounds, allocations=("0.5.12",), overlap=(True,)))
 
 
 def test_a_finished_delivered_request_is_inert_and_keyed_by_id() -> None:
