@@ -61,6 +61,10 @@ class Finding:
     observed: Any
     message: str
     aspect: str | None = None
+    # Which of an invariant's quantities differs, where it judges several (`global-counters`:
+    # the draft total, the per-row list, the controller's samples or batch_size, the block/cap
+    # totals); the explanation names it.
+    quantity: str | None = None
 
 
 # What a checker looks at: the whole event (the target's call, the delivery), each delivery, or
@@ -771,7 +775,9 @@ def global_counters_hold(
         feeds, want = obs.controller_feeds, list(exp.controller_feed)
         if len(feeds) != 1 or _int_list(feeds[0].per_req) != want:
             return False
-        if feeds[0].batch_size is not None and not _values_equal(len(want), feeds[0].batch_size):
+        if feeds[0].batch_size is not None and not _values_equal(
+            exp.controller_batch_size, feeds[0].batch_size
+        ):
             return False
     if exp.block_cap_totals is None or "result-block-cap" in not_judged:
         return True
@@ -797,6 +803,7 @@ def check_global_counters(exp: ExpectedDelivery, obs: ObservedDelivery) -> Itera
             f"{show(exp.global_drafts, obs.global_drafts)}, the resolver wrote "
             f"{show(obs.global_drafts, exp.global_drafts)}{why}",
             aspect="result-drafts-total",
+            quantity="drafts-total",
         )
     per_row = _int_list(obs.per_row_drafts)
     if per_row != list(exp.per_row_drafts):
@@ -808,9 +815,10 @@ def check_global_counters(exp: ExpectedDelivery, obs: ObservedDelivery) -> Itera
             f"{list(exp.per_row_drafts)} (accept_len - 1 for every row, stale ones included), "
             f"the resolver wrote {per_row!r}",
             aspect="result-drafts-per-row",
+            quantity="drafts-per-row",
         )
     if exp.controller_feed is not None:
-        yield from _check_controller_feed(list(exp.controller_feed), obs, launch, why)
+        yield from _check_controller_feed(exp, obs, why)
     if exp.block_cap_totals is None:
         return
     names = ("num_block_accept_tokens", "num_cap_tokens")
@@ -828,12 +836,16 @@ def check_global_counters(exp: ExpectedDelivery, obs: ObservedDelivery) -> Itera
                 f"launch {launch}: result.{name} should be {show(want, value)} ({rule}), the "
                 f"resolver wrote {show(value, want)}{why}",
                 aspect="result-block-cap",
+                quantity=name,
             )
 
 
 def _check_controller_feed(
-    want: list[int], obs: ObservedDelivery, launch: int, why: str
+    exp: ExpectedDelivery, obs: ObservedDelivery, why: str
 ) -> Iterator[Finding]:
+    """The controller's samples (the counted rows' drafts, in row order) and its `batch_size=`,
+    the launched batch's row count: SGLang routes the samples to that batch size's slot."""
+    launch, want = exp.launch.number, list(exp.controller_feed or ())
     feeds = [(_int_list(f.per_req), f.batch_size) for f in obs.controller_feeds]
     if len(feeds) != 1 or feeds[0][0] != want:
         fed = ", ".join(repr(f[0]) for f in feeds) or "nothing"
@@ -842,18 +854,22 @@ def _check_controller_feed(
             None,
             want,
             [f[0] for f in feeds],
-            f"launch {launch}: the adaptive controller should be fed {want}, the resolver "
+            f"launch {launch}: the adaptive controller's samples should be {want}, the resolver "
             f"fed {fed}{times}{why}",
             aspect="controller-feed",
+            quantity="controller-samples",
         )
-    elif feeds[0][1] is not None and not _values_equal(len(want), feeds[0][1]):
+    elif feeds[0][1] is not None and not _values_equal(exp.controller_batch_size, feeds[0][1]):
+        size = exp.controller_batch_size
         yield Finding(
             None,
-            len(want),
+            size,
             feeds[0][1],
-            f"launch {launch}: the adaptive controller was fed {len(want)} rows with "
-            f"batch_size={show(feeds[0][1], len(want))}{why}",
+            f"launch {launch}: the adaptive controller was fed with "
+            f"batch_size={show(feeds[0][1], size)}, where the launched batch had {size} rows "
+            f"(batch_size routes the samples to that batch size's slot){why}",
             aspect="controller-feed",
+            quantity="controller-batch-size",
         )
 
 
@@ -1147,3 +1163,20 @@ def check_event(index: int, expected: Expectation, observed: Observation) -> lis
         for f in invariant.check(expected, observed)
         if f.aspect is None or f.aspect not in not_judged
     ]
+
+
+def first_judged_finding(
+    invariant_id: str, expected: Expectation, observed: Observation
+) -> Finding | None:
+    """The first finding of one invariant on a recorded pair that `check_event` would report
+    (its aspect judged), for a report that must say which of its quantities is wrong."""
+    invariant = INVARIANTS[invariant_id]
+    not_judged = observed.not_judged
+    return next(
+        (
+            f
+            for f in invariant.check(expected, observed)
+            if f.aspect is None or f.aspect not in not_judged
+        ),
+        None,
+    )

@@ -145,6 +145,11 @@ class ExpectedDelivery:
     # Per row, the tokens the row's grammar must be offered during the call: None without a
     # grammar, () for a stale row, else the retained run plus a refused token.
     grammar_offered: tuple[tuple[int, ...] | None, ...] = ()
+    # The `batch_size=` the controller must be given with its feed: the launched batch's row
+    # count, stale rows included, in every mode. SGLang routes the samples by it to the slot of
+    # that batch size (the slot the launch read its step count from); it is no sample count.
+    # None when global counters are off.
+    controller_batch_size: int | None = None
 
 
 @attrs.frozen
@@ -574,6 +579,7 @@ class ReferenceModel:
         counted = self._counted_rows(stale)
         global_drafts = None if counted is None else sum(per_row_drafts[i] for i in counted)
         controller_feed = None if counted is None else tuple(per_row_drafts[i] for i in counted)
+        controller_batch_size = None if counted is None else len(launch.rids)
         block_cap_totals = self._expected_block_cap_totals(launch, counted)
         for row, rid in enumerate(launch.rids):
             req = self.requests[rid]
@@ -618,6 +624,7 @@ class ReferenceModel:
             controller_feed,
             block_cap_totals,
             tuple(offered),
+            controller_batch_size,
         )
 
     def _offer(self, req: RequestLedger, count: int) -> tuple[int, bool]:

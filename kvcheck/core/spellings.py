@@ -241,7 +241,7 @@ SPELLINGS: Final[tuple[Spelling, ...]] = (
         "adaptive controller feed",
         "0.5.13",
         None,
-        "batch_size must equal len(per_req)",
+        "batch_size must be the launched batch's row count (a routing key)",
         record=CONTROLLER_CALL_WITH_BATCH_SIZE,
     ),
     Spelling(

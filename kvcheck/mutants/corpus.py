@@ -847,15 +847,29 @@ def per_row_list_live_only(g: Generation, self: Any, result: Any, batch: Any) ->
     return padded_runs(tokens, accepts, g.stride(self, result))
 
 
-@mutant("controller-batch-size-all-rows", G0_5_13, expect="global-counters", origin="new")
+@rewrite("controller-batch-size-all-rows", G0_5_13)
 def controller_batch_size_all_rows(g: Generation, self: Any, result: Any, batch: Any) -> Any:
-    """Feeds the controller the live rows only, as the stale-row fix should, but keeps
-    batch_size=batch.batch_size(), which still counts the stale rows."""
+    """Feeds the controller the live rows only, with batch_size=batch.batch_size(): the launched
+    batch's size, stale rows included, which picks the controller's slot for that size (SGLang
+    routes by it; it is no count of the samples)."""
     tokens, accepts = _tensors(result)
     _correct_rows(g, batch, accepts, 1)
     live = [a - 1 for req, a in zip(batch.reqs, accepts, strict=True) if not _stale(req)]
     g.write_totals(result, sum(live), [a - 1 for a in accepts])
     g.feed_controller(self, live, batch_size=batch.batch_size())
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+@mutant("controller-batch-size-live-rows", G0_5_13, expect="global-counters", origin="new")
+def controller_batch_size_live_rows(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Feeds the controller the live rows only, as the stale-row fix should, but gives it
+    batch_size=len(live): the samples of a batch launched with stale rows land in the slot of a
+    smaller batch size, and that slot's step count drifts."""
+    tokens, accepts = _tensors(result)
+    _correct_rows(g, batch, accepts, 1)
+    live = [a - 1 for req, a in zip(batch.reqs, accepts, strict=True) if not _stale(req)]
+    g.write_totals(result, sum(live), [a - 1 for a in accepts])
+    g.feed_controller(self, live, batch_size=len(live))
     return padded_runs(tokens, accepts, g.stride(self, result))
 
 

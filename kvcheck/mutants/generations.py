@@ -166,11 +166,13 @@ class Generation:
             result.num_cap_tokens = 0 if cap is None else sum(int(cap[i]) for i in rows)
 
     def feed_controller(self, scheduler: Any, per_row: list[int], batch_size: Any = None) -> None:
-        """Feed the adaptive controller (0.5.12+); `batch_size` defaults to the rows fed."""
+        """Feed the adaptive controller (0.5.12+); `batch_size` defaults to the launched batch's
+        row count, stale rows included, as every release from 0.5.13 passes it (a routing key
+        that picks the controller's slot, not a count of the samples)."""
         if self.controller == "per-req":
             scheduler.model_worker.on_verify_complete_cpu(per_row)
         elif self.controller == "batch-size":
-            size = len(per_row) if batch_size is None else batch_size
+            size = len(_CALL.get().batch.reqs) if batch_size is None else batch_size
             scheduler.model_worker.on_verify_complete_cpu(per_row, batch_size=size)
 
     def abort_for_grammar(self, scheduler: Any, req: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from kvcheck.core.invariants import first_judged_finding
 from kvcheck.core.scenario import describe_event
 from kvcheck.reporting.facts import RunFacts, short
 
@@ -89,20 +90,14 @@ def _explain(facts: RunFacts, violation: Violation) -> str | None:
 
     if invariant == "global-counters" and delivery is not None:
         stale = [r for r, s in zip(delivery.launch.rids, delivery.stale, strict=True) if s]
-        mode = facts.scenario.config.global_counters
-        rule = "stale rows excluded" if mode == "ideal" else "every row counted"
+        what = _wrong_batch_value(facts, index, violation)
         if stale:
             why = "; ".join(_lifecycle(facts, r, index) for r in stale)
             return (
                 f"{why}; {launch_text} with stale rows for {', '.join(stale)}, and the resolver "
-                f"wrote the batch-global accepted-draft counter as {short(violation.observed)} "
-                f"where the {mode} rule ({rule}) gives {short(violation.expected)}."
+                f"{what}."
             )
-        return _sentence(
-            f"{launch_text} and the resolver wrote the batch-global "
-            f"accepted-draft counter as {short(violation.observed)}, expected "
-            f"{short(violation.expected)} ({rule})."
-        )
+        return _sentence(f"{launch_text} and the resolver {what}")
 
     if invariant == "runs-aligned" and delivery is not None and rid is not None:
         row = delivery.launch.rids.index(rid)
@@ -198,3 +193,39 @@ def _live_formula(facts: RunFacts, index: int, rid: str) -> str:
         launches = ", ".join(numbers)
         terms.append(f"+ {req.decode_in_flight} pre-claimed for decode launch {launches} in flight")
     return f" ({' '.join(terms)})"
+
+
+# What `global-counters` judges, by `Finding.quantity`: the words for each value.
+_BATCH_VALUES: Final = {
+    "drafts-total": "the batch-global accepted-draft total on the result",
+    "drafts-per-row": "the per-row accepted-draft list on the result",
+    "controller-samples": "the adaptive controller's samples",
+    "num_block_accept_tokens": "result.num_block_accept_tokens",
+    "num_cap_tokens": "result.num_cap_tokens",
+}
+
+
+def _wrong_batch_value(facts: RunFacts, index: int, violation: Violation) -> str:
+    """`global-counters`: which batch value is wrong, as "wrote X as A where B", in words.
+
+    The checker is asked again on the recorded pair for its first judged finding, so the
+    sentence names the value the violation is about (the draft total, the controller's samples
+    or its batch_size, ...), not the first one kvcheck happens to know."""
+    entry = facts.trace[index]
+    mode = facts.scenario.config.global_counters
+    rule = "stale rows excluded" if mode == "ideal" else "every row counted"
+    exp, obs = entry.expected.delivery, entry.observed.delivery
+    finding = None
+    if exp is not None and obs is not None:
+        finding = first_judged_finding("global-counters", entry.expected, entry.observed)
+    quantity = finding.quantity if finding is not None else None
+    got, want = short(violation.observed), short(violation.expected)
+    if quantity == "controller-batch-size":
+        return (
+            f"fed the adaptive controller with batch_size={got}; batch_size routes the samples "
+            f"to the controller's slot for that batch size, and launch "
+            f"{exp.launch.number if exp else '?'} had {want} rows, so it should be {want} "
+            f"whatever the number of samples"
+        )
+    name = _BATCH_VALUES.get(quantity or "", "a batch-level value")
+    return f"wrote {name} as {got} where the {mode} rule ({rule}) gives {want}"

@@ -152,7 +152,11 @@ def reference_v2(self: Any, result: Any, batch: Any) -> list[list[int]]:
     result.num_correct_drafts = sum(per_row[row] for row in live)
     result.num_block_accept_tokens = sum(blocks[row] for row in live) if blocks else 0
     result.num_cap_tokens = sum(caps[row] for row in live) if caps else 0
-    self.model_worker.on_verify_complete_cpu([per_row[row] for row in live], batch_size=len(live))
+    # batch_size is the launched batch's size, stale rows included: it routes the samples to the
+    # controller's slot for that size, the one the launch read its step count from.
+    self.model_worker.on_verify_complete_cpu(
+        [per_row[row] for row in live], batch_size=len(batch.reqs)
+    )
     return runs
 
 

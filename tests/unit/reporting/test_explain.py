@@ -40,7 +40,7 @@ def test_explains_a_stale_row_of_a_retracted_request() -> None:
 
 def test_explains_global_counters_and_a_misread_row() -> None:
     counters = explain(failing_run(STALE_FINISHED, "builtin:seed-fixed"))
-    assert "batch-global accepted-draft counter as 2" in counters
+    assert "batch-global accepted-draft total on the result as 2" in counters
     assert "ideal rule (stale rows excluded) gives 0" in counters
 
     switched = scenario(*STRIDE_SWITCH_BEFORE_DELIVERY, stride=4, adaptive=True)

@@ -64,7 +64,7 @@ def test_feeding_stale_rows_to_the_controller_is_a_global_counters_finding(
     target = honest(tmp_path, histogram=hist, counters=counters)
     ideal = check(target, global_counters="ideal", max_examples=200, seed=2)
     assert ideal.violation is not None and ideal.violation.invariant == "global-counters"
-    assert "adaptive controller should be fed" in ideal.violation.message
+    assert "adaptive controller's samples should be" in ideal.violation.message
     assert ideal.adaptive  # auto: it feeds the controller, so strides switch
     # In sglang mode the controller gets every row, which is what it was given; only the
     # live-row total is now wrong.
