@@ -557,7 +557,8 @@ def _as_ints(values: Any) -> tuple[int, ...] | str:
 
 @attrs.frozen
 class ControllerFeed:
-    """One call of the adaptive controller: the per-row list and the `batch_size=` given."""
+    """One call of the adaptive controller: the per-row list and the `batch_size=` given (None
+    when the call left it out, where SGLang 0.5.13+'s callee defaults it to 0)."""
 
     per_req: tuple[int, ...] | str
     batch_size: Any = None
@@ -572,24 +573,17 @@ class FakeModelWorker(StrictFake):
     def __init__(self) -> None:
         self.verify_feeds: list[ControllerFeed] = []
 
-    def on_verify_complete_cpu(self, *args: Any, **kwargs: Any) -> None:
+    def on_verify_complete_cpu(
+        self, num_correct_drafts_per_req: Any, batch_size: Any = None
+    ) -> None:
         """The adaptive controller's feed (0.5.12+), recorded as a `ControllerFeed`.
 
-        Modelled calls: `(per_req)` and `(per_req, batch_size=n)` (0.5.13+), `per_req` positional or
-        by keyword. Any other shape (e.g. an unreleased `route=`) raises `UnmodeledAttributeError`.
-        A per-row list that is not ints is kept as its repr, for the checker to report.
+        The release's own signature (0.5.12 `BaseSpecWorker.on_verify_complete_cpu`; 0.5.13+
+        adds `batch_size: int = 0`, 0.5.23 base_spec_worker.py line 379), so a call SGLang
+        would reject (an unknown keyword such as `per_req=`) raises `TypeError` in the target, as
+        it would there. A per-row list that is not ints is kept as its repr, for the checker.
         """
-        unknown = set(kwargs) - {"batch_size", "per_req"}
-        if len(args) + ("per_req" in kwargs) != 1 or unknown or len(args) > 1:
-            raise UnmodeledAttributeError(
-                self._owner,
-                "on_verify_complete_cpu",
-                "calls",
-                f" with {len(args)} positional and keywords {sorted(kwargs)}"
-                " (modelled: (per_req, batch_size=n))",
-            )
-        per_req = args[0] if args else kwargs["per_req"]
-        self.verify_feeds.append(ControllerFeed(_as_ints(per_req), kwargs.get("batch_size")))
+        self.verify_feeds.append(ControllerFeed(_as_ints(num_correct_drafts_per_req), batch_size))
 
 
 class FakeMetricsReporter(StrictFake):

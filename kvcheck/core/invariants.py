@@ -771,14 +771,11 @@ def global_counters_hold(
         exp.per_row_drafts
     ):
         return False
-    if exp.controller_feed is not None and "controller-feed" not in not_judged:
-        feeds, want = obs.controller_feeds, list(exp.controller_feed)
-        if len(feeds) != 1 or _int_list(feeds[0].per_req) != want:
-            return False
-        if feeds[0].batch_size is not None and not _values_equal(
-            exp.controller_batch_size, feeds[0].batch_size
-        ):
-            return False
+    if (
+        exp.controller_feed is not None
+        and next(_controller_findings(exp, obs, "", not_judged), None) is not None
+    ):
+        return False
     if exp.block_cap_totals is None or "result-block-cap" in not_judged:
         return True
     (want_blocks, want_caps), (blocks, caps) = exp.block_cap_totals, obs.block_cap_totals
@@ -818,7 +815,7 @@ def check_global_counters(exp: ExpectedDelivery, obs: ObservedDelivery) -> Itera
             quantity="drafts-per-row",
         )
     if exp.controller_feed is not None:
-        yield from _check_controller_feed(exp, obs, why)
+        yield from _controller_findings(exp, obs, why, frozenset())
     if exp.block_cap_totals is None:
         return
     names = ("num_block_accept_tokens", "num_cap_tokens")
@@ -840,37 +837,57 @@ def check_global_counters(exp: ExpectedDelivery, obs: ObservedDelivery) -> Itera
             )
 
 
-def _check_controller_feed(
-    exp: ExpectedDelivery, obs: ObservedDelivery, why: str
+def _samples(per_req: Any) -> Any:
+    """A controller feed's samples as the controller uses them: SGLang's slot update reads only
+    their sum and count (0.5.23 adaptive_spec_params.py `update`, lines 187-202), so their order
+    is no part of the contract; compared sorted."""
+    items = _int_list(per_req)
+    return sorted(items) if isinstance(items, list) else items
+
+
+def _controller_findings(
+    exp: ExpectedDelivery, obs: ObservedDelivery, why: str, not_judged: frozenset[str]
 ) -> Iterator[Finding]:
-    """The controller's samples (the counted rows' drafts, in row order) and its `batch_size=`,
-    the launched batch's row count: SGLang routes the samples to that batch size's slot."""
+    """The controller's samples (the counted rows' drafts, in any order: one call, or none when
+    there are none, since an empty feed changes nothing) and its `batch_size=`, the launched
+    batch's row count: SGLang routes the samples to that batch size's slot. An omitted
+    `batch_size` is the callee's default 0 (0.5.13+), judged under `controller-routing`."""
     launch, want = exp.launch.number, list(exp.controller_feed or ())
-    feeds = [(_int_list(f.per_req), f.batch_size) for f in obs.controller_feeds]
-    if len(feeds) != 1 or feeds[0][0] != want:
-        fed = ", ".join(repr(f[0]) for f in feeds) or "nothing"
+    # With nothing to feed, a call with an empty list is as good as none.
+    feeds = [f for f in obs.controller_feeds if want or _int_list(f.per_req) != []]
+    if not want and not feeds:
+        return  # nothing to learn from, and nothing fed: the controller is untouched either way
+    if len(feeds) != 1 or _samples(feeds[0].per_req) != sorted(want):
+        if "controller-feed" in not_judged:
+            return
+        fed = ", ".join(repr(_int_list(f.per_req)) for f in feeds) or "nothing"
         times = "" if len(feeds) == 1 else f" in {len(feeds)} calls"
         yield Finding(
             None,
             want,
-            [f[0] for f in feeds],
+            [_int_list(f.per_req) for f in feeds],
             f"launch {launch}: the adaptive controller's samples should be {want}, the resolver "
             f"fed {fed}{times}{why}",
             aspect="controller-feed",
             quantity="controller-samples",
         )
-    elif feeds[0][1] is not None and not _values_equal(exp.controller_batch_size, feeds[0][1]):
-        size = exp.controller_batch_size
-        yield Finding(
-            None,
-            size,
-            feeds[0][1],
-            f"launch {launch}: the adaptive controller was fed with "
-            f"batch_size={show(feeds[0][1], size)}, where the launched batch had {size} rows "
-            f"(batch_size routes the samples to that batch size's slot){why}",
-            aspect="controller-feed",
-            quantity="controller-batch-size",
-        )
+        return
+    size, given = exp.controller_batch_size, feeds[0].batch_size
+    omitted = given is None
+    aspect = "controller-routing" if omitted else "controller-feed"
+    if aspect in not_judged or _values_equal(size, 0 if omitted else given):
+        return
+    shown = " left out (the callee's default, 0)" if omitted else f"={show(given, size)}"
+    yield Finding(
+        None,
+        size,
+        0 if omitted else given,
+        f"launch {launch}: the adaptive controller was fed with batch_size{shown}, where the "
+        f"launched batch had {size} rows (batch_size routes the samples to that batch size's "
+        f"slot){why}",
+        aspect=aspect,
+        quantity="controller-batch-size",
+    )
 
 
 # --- the table ----------------------------------------------------------------------------------
@@ -1036,9 +1053,10 @@ _TABLE: Final[tuple[Invariant, ...]] = (
     ),
     on_delivery(
         "global-counters",
-        "the batch-global accepted-draft counter the resolver writes on the result and the feed "
-        "it gives the adaptive controller match the configured mode (ideal: stale rows "
-        "excluded; sglang: all rows); the per-row draft list has one entry per row",
+        "the batch-global accepted-draft counter the resolver writes on the result and the "
+        "samples it feeds the adaptive controller match the configured mode (ideal: stale rows "
+        "excluded; sglang: all rows), with batch_size the launched batch's row count; the "
+        "per-row draft list has one entry per row",
         check_global_counters,
         global_counters_hold,
     ),

@@ -84,6 +84,9 @@ RESULT_DRAFT_PER_REQ_NAMES: Final = (
 RESULT_BLOCK_CAP_TOTAL_NAMES: Final = ("num_block_accept_tokens", "num_cap_tokens")  # >= 0.5.16
 CONTROLLER_CALL: Final = "self.model_worker.on_verify_complete_cpu"
 CONTROLLER_CALL_WITH_BATCH_SIZE: Final = CONTROLLER_CALL + "(batch_size=)"
+# The first release whose controller routes its feed by `batch_size=` (per-batch-size slots);
+# its callee defaults an omitted one to 0.
+CONTROLLER_ROUTING_SINCE: Final = "0.5.13"
 
 _DRAFTS = "accepted drafts per request (one stored value)"
 _HISTOGRAM = "acceptance histogram, bucket = accepted drafts"

@@ -26,6 +26,7 @@ ASPECTS: Final[dict[str, str]] = {
     "result-drafts-total": "result draft total",
     "result-drafts-per-row": "result per-row drafts",
     "controller-feed": "adaptive-controller feed",
+    "controller-routing": "adaptive-controller batch_size default (0.5.13+)",
     "result-block-cap": "result block/cap totals",
 }
 

@@ -41,6 +41,7 @@ from kvcheck.core.scenario import (
 )
 from kvcheck.core.spellings import (
     CONTROLLER_CALL,
+    CONTROLLER_ROUTING_SINCE,
     REQ_HISTOGRAM_METHODS,
     RESULT_BLOCK_CAP_TOTAL_NAMES,
     RESULT_DRAFT_PER_REQ_NAMES,
@@ -284,6 +285,13 @@ def detect_api_shape(
     feeds_controller = CONTROLLER_CALL in log.calls
     if not feeds_controller:
         why_not.append(("controller-feed", "never called"))
+        why_not.append(("controller-routing", "the controller is never called"))
+    elif window.empty or window.low < _v(CONTROLLER_ROUTING_SINCE):
+        # A call without batch_size= is right for 0.5.12, whose controller keeps no
+        # per-batch-size slots; from 0.5.13 the callee defaults it to 0, the smallest slot.
+        why_not.append(
+            ("controller-routing", f"its spellings allow SGLang before {CONTROLLER_ROUTING_SINCE}")
+        )
     if not written & set(RESULT_BLOCK_CAP_TOTAL_NAMES):
         why_not.append(("result-block-cap", "never written"))
 

@@ -117,3 +117,64 @@ def test_a_wrong_sample_list_is_named_as_the_samples(tmp_path: Path) -> None:
     assert result.violation is not None and result.violation.invariant == "global-counters"
     text = explain(result)
     assert "the adaptive controller's samples" in text and "batch_size" not in text
+
+
+def _variant(tmp_path: Path, old: str, new: str) -> str:
+    body = _LIVE_ROWS.format(batch_size="len(batch.reqs)").replace(old, new)
+    assert body != _LIVE_ROWS.format(batch_size="len(batch.reqs)")
+    return source_target(tmp_path, textwrap.dedent(body))
+
+
+def test_an_omitted_batch_size_is_the_callees_default_0_from_0_5_13(tmp_path: Path) -> None:
+    """0.5.13+'s `on_verify_complete_cpu(..., batch_size: int = 0)`: left out, every sample
+    lands in the smallest slot. The target's spellings are 0.5.19+, so it is judged."""
+    spec = _variant(tmp_path, ", batch_size=len(batch.reqs))", ")")
+    target = load_target(spec)
+    assert "controller-routing" not in target.shape.not_judged
+    result = run_scenario(ONE_STALE_ROW, target, record=True)
+    assert result.violation is not None and result.violation.invariant == "global-counters"
+    assert (result.violation.expected, result.violation.observed) == (2, 0)
+    assert "left out" in result.violation.message
+    assert "batch_size" in explain(result)
+
+
+def test_an_omitted_batch_size_is_right_for_0_5_12(tmp_path: Path) -> None:
+    """0.5.12's controller has no per-batch-size slots, and its callee takes no batch_size."""
+    spec = _variant(tmp_path, ", batch_size=len(batch.reqs))", ")").replace("\n", "\n")
+    body = (
+        Path(spec.split("::")[0])
+        .read_text()
+        .replace("req.kv.kv_committed_len", "req.kv_committed_len")
+    )
+    Path(spec.split("::")[0]).write_text(body)
+    target = load_target(spec)
+    assert "controller-routing" in target.shape.not_judged
+    assert run_scenario(ONE_STALE_ROW, target).violation is None
+
+
+def test_the_release_keyword_and_any_sample_order_are_accepted(tmp_path: Path) -> None:
+    """SGLang's parameter is `num_correct_drafts_per_req`; the slot update reads only the
+    samples' sum and count, so their order is free."""
+    spec = _variant(
+        tmp_path,
+        "on_verify_complete_cpu(live,",
+        "on_verify_complete_cpu(num_correct_drafts_per_req=live[::-1],",
+    )
+    assert run_scenario(ONE_STALE_ROW, load_target(spec)).violation is None
+
+
+def test_no_call_is_as_good_as_an_empty_feed(tmp_path: Path) -> None:
+    """With every row stale (ideal mode) there is nothing to feed: skipping the call leaves the
+    controller exactly as a call with [] does (its update returns at once on an empty list)."""
+    spec = _variant(
+        tmp_path,
+        "    self.model_worker.on_verify_complete_cpu(",
+        "    if live: self.model_worker.on_verify_complete_cpu(",
+    )
+    # r0 finishes while launch 3 (r0 only) is in flight: its delivery has no live row.
+    alone = scenario(
+        Admit("r0", 10, 2), Step(), Step((2,)), Step((2,)), Step(), stride=4, convention="honest"
+    )
+    target = load_target(spec)
+    assert run_scenario(alone, target).violation is None
+    assert run_scenario(ONE_STALE_ROW, target).violation is None

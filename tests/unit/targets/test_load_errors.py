@@ -68,7 +68,7 @@ def test_wrong_signature_imported(capsys: pytest.CaptureFixture[str]) -> None:
         ("result.num_drafts = 0", "target writes `result.num_drafts`, which kvcheck does not"),
         (
             "self.model_worker.on_verify_complete_cpu([], 1, 2)",
-            "target calls `self.model_worker.on_verify_complete_cpu` with 3 positional",
+            "`self.model_worker.on_verify_complete_cpu(num_correct_drafts_per_req, batch_size=",
         ),
         ("batch.spec_algorithm.is_medusa()", "target reads `batch.spec_algorithm.is_medusa`"),
     ],
