@@ -27,6 +27,8 @@ import attrs
 
 from kvcheck.core.jsonable import jsonable
 from kvcheck.core.scenario import (
+    MAX_EVENTS,
+    MAX_ID_CHARS,
     Scenario,
     check_schema_version,
     parse_json_document,
@@ -259,8 +261,16 @@ def from_dict(data: Any) -> Counterexample:
             raise ScenarioFormatError(
                 "'violation' needs a string 'invariant' and a non-negative integer 'event_index'"
             )
+        if index >= MAX_EVENTS:
+            raise ScenarioFormatError(
+                f"'violation.event_index' is {index}, above the bound {MAX_EVENTS - 1}"
+            )
         if rid is not None and not isinstance(rid, str):
             raise ScenarioFormatError("'violation.rid' must be a string or null")
+        if rid is not None and len(rid) > MAX_ID_CHARS:
+            raise ScenarioFormatError(
+                f"'violation.rid' is {len(rid)} characters long, more than the bound {MAX_ID_CHARS}"
+            )
         violation = SavedViolation(
             invariant,
             index,
