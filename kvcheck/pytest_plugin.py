@@ -255,8 +255,10 @@ class ReplayItem(_KvcheckItem):
     def reportinfo(self) -> tuple[Path, int | None, str]:
         """The item's location in reports: the file, and the target it is replayed against."""
         saved = self.counterexample.violation
+        from kvcheck.reporting.render import printable  # light plugin
+
         what = f" (saved: {saved.where()})" if saved is not None else ""
-        return self.path, None, f"kvcheck replay against {self.target.spec}{what}"
+        return self.path, None, printable(f"kvcheck replay against {self.target.spec}{what}")
 
 
 # --- property items -----------------------------------------------------------------------------
