@@ -7,9 +7,14 @@ installed and nothing of SGLang is imported), kept in kvcheck's cache (`$KVCHECK
 known places SGLang has kept it (docs/semantics.md §1.1), newest first, and read from source like
 any `file.py::Qualname` target (`kvcheck.targets.source`), with the sibling methods it calls.
 
+The unpacked files are verified against the sha256 recorded when they were unpacked on every
+load, and unpacked again (the wheel fetched again if it is damaged too) when they differ
+(docs/release-cache.md). Versions are normalized as PEP 440 does (`0.5.011` is `0.5.11`).
+
 Errors are one line (exit 2): a version that is not on the index or predates the spec-v2
-resolver (the message names the ones that exist), no index and nothing cached, a directory that
-is not an SGLang package.
+resolver (the message names the ones that exist), no pip, an index pip cannot reach with nothing
+cached, a cache kvcheck cannot use (named, with `KVCHECK_CACHE`), a directory that is not an
+SGLang package.
 """
 
 from __future__ import annotations
