@@ -144,13 +144,13 @@ def _number(text: str, expected: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected {expected} (a finite number), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected} as a finite number, got {text!r}")
     return value
 
 
 def seconds(text: str) -> float:
     """A positive, finite number of seconds."""
-    value = _number(text, "a positive number of seconds")
+    value = _number(text, "seconds")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
@@ -165,7 +165,7 @@ def seconds_or_forever(text: str) -> float:
 
 def deadline_seconds(text: str) -> float | None:
     """A per-call deadline in seconds; 0 means none (None)."""
-    value = _number(text, "a number of seconds >= 0")
+    value = _number(text, "seconds")
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
     return value or None
@@ -217,7 +217,7 @@ def event_kinds(text: str) -> tuple[str, ...]:
 
 def percent(text: str) -> float:
     """A percentage, 0 to 100."""
-    value = _number(text, "a percentage from 0 to 100")
+    value = _number(text, "a percentage")
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
     return value
