@@ -504,10 +504,13 @@ _GRAMMAR_FIELD_TYPES: Final[dict[str, _FieldType]] = {"kind": "str", "at": "int?
 MAX_REQUEST_TOKENS: Final = 65_536
 MAX_EVENTS: Final = 10_000
 MAX_ROW_VALUE: Final = 1_024
-MAX_ROWS: Final = 1_024
+MAX_ROWS: Final = 256
 MAX_PAGE_SIZE: Final = 1_024
 MAX_POOL_PAGES: Final = 1 << 20
 MAX_ID_CHARS: Final = 256
+# The whole document, in characters: what bounds its free text (messages, explanations, the
+# saved expected and observed values) and what is read before any field is looked at.
+MAX_DOCUMENT_CHARS: Final = 32 * 1024 * 1024
 _FIELD_BOUNDS: Final[dict[str, int]] = {
     "prompt_len": MAX_REQUEST_TOKENS,
     "max_new_tokens": MAX_REQUEST_TOKENS,
@@ -731,6 +734,11 @@ def parse_json_document(text: str) -> Any:
     """`json.loads(text)` for a scenario or counterexample document, refusing one nested deeper
     than `MAX_JSON_DEPTH` with a `ScenarioFormatError` instead of a `RecursionError` now or
     later (every reader of the parsed value recurses). `json.JSONDecodeError` passes through."""
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise ScenarioFormatError(
+            f"the document is {len(text):,} characters long, more than the bound "
+            f"{MAX_DOCUMENT_CHARS:,} (damaged, or not a kvcheck document)"
+        )
     # A UTF-8 byte order mark (some editors write one) is no part of the document.
     text = text.removeprefix("\ufeff")
     try:

@@ -13,6 +13,7 @@ import pytest
 
 from kvcheck.cli.main import main
 from kvcheck.core.scenario import (
+    MAX_DOCUMENT_CHARS,
     MAX_EVENTS,
     MAX_ID_CHARS,
     MAX_PAGE_SIZE,
@@ -164,3 +165,15 @@ def test_a_number_of_thousands_of_digits_is_one_line(
 def test_exhaust_never_finds_what_a_file_cannot_hold(bounds: dict[str, Any]) -> None:
     with pytest.raises(KvcheckUsageError, match="must be <="):
         Bounds(**bounds)
+
+
+def test_a_huge_document_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioFormatError, match="more than the bound"):
+        from_json(" " * (MAX_DOCUMENT_CHARS + 1))
+    path = tmp_path / "huge.kvcheck.json"
+    with path.open("wb") as sparse:  # takes no disk: nothing is written but the size
+        sparse.truncate(MAX_DOCUMENT_CHARS * 4 + 1)
+    started = time.monotonic()
+    with pytest.raises(ScenarioFormatError, match="far more than a counterexample file holds"):
+        load(path)
+    assert time.monotonic() - started < 1
