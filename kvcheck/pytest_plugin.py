@@ -20,6 +20,7 @@ nothing but the replay items, and it imports neither Hypothesis nor torch until 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -151,8 +152,10 @@ def _one_line(error: BaseException) -> str:
 def _deadline(config: pytest.Config) -> float | None:
     """`--kvcheck-deadline`: seconds per call of the target, None for none (0)."""
     value = config.getoption("kvcheck_deadline", DEFAULT_DEADLINE)
-    if value is None or value != value or value < 0:
-        raise pytest.UsageError(f"--kvcheck-deadline must be >= 0 seconds, got {value}")
+    if value is None or not math.isfinite(value) or value < 0:
+        raise pytest.UsageError(
+            f"--kvcheck-deadline must be a finite number >= 0 of seconds, got {value}"
+        )
     return float(value) or None
 
 
@@ -252,8 +255,10 @@ class ReplayItem(_KvcheckItem):
     def reportinfo(self) -> tuple[Path, int | None, str]:
         """The item's location in reports: the file, and the target it is replayed against."""
         saved = self.counterexample.violation
+        from kvcheck.reporting.render import printable  # light plugin
+
         what = f" (saved: {saved.where()})" if saved is not None else ""
-        return self.path, None, f"kvcheck replay against {self.target.spec}{what}"
+        return self.path, None, printable(f"kvcheck replay against {self.target.spec}{what}")
 
 
 # --- property items -----------------------------------------------------------------------------

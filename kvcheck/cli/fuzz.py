@@ -28,7 +28,7 @@ from kvcheck.cli.options import (
     add_judging_options,
     add_save_options,
     positive_int,
-    seconds,
+    seconds_or_forever,
     seed,
     warn,
 )
@@ -92,7 +92,7 @@ def add_parser(commands: Any) -> None:
     )
     campaign.add_argument(
         "--duration",
-        type=seconds,
+        type=seconds_or_forever,
         default=None,
         metavar="SECONDS",
         help="each worker searches this long, from when it has loaded the target; `inf` runs "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -134,24 +135,38 @@ def seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
 
 
-def seconds(text: str) -> float:
-    """A positive number of seconds."""
+def _number(text: str, expected: str) -> float:
+    """`text` as a finite float; `nan` and `inf` are refused here, so no option of kvcheck's
+    takes a number that no comparison or timer can use (`--duration` alone spells `inf`, by
+    `seconds_or_forever`)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {expected} as a finite number, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    value = _number(text, "seconds")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
 
 
+def seconds_or_forever(text: str) -> float:
+    """A positive number of seconds, or `inf` for no limit (`math.inf`)."""
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    return seconds(text)
+
+
 def deadline_seconds(text: str) -> float | None:
     """A per-call deadline in seconds; 0 means none (None)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
+    value = _number(text, "seconds")
+    if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
     return value or None
 
@@ -202,10 +217,7 @@ def event_kinds(text: str) -> tuple[str, ...]:
 
 def percent(text: str) -> float:
     """A percentage, 0 to 100."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
+    value = _number(text, "a percentage")
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
     return value

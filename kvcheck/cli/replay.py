@@ -25,7 +25,7 @@ from kvcheck.errors import FileWriteError
 from kvcheck.files import check_destination
 from kvcheck.reporting.explain import explain
 from kvcheck.reporting.html import write_html
-from kvcheck.reporting.render import print_timeline
+from kvcheck.reporting.render import print_timeline, printable
 from kvcheck.reporting.timeline import build_timeline
 from kvcheck.targets.loading import spec_path
 
@@ -109,18 +109,20 @@ def _inputs(file: str, spec: str | None) -> tuple[str, ...]:
 def _print_replay(replayed: Replay) -> None:
     counterexample = replayed.counterexample
     which = "saved target" if replayed.target == counterexample.target else "given target"
-    print(f"replaying {replayed.path} against {replayed.target} ({which})")
+    # Every string here but the verdict words may come from the file: printed escaped.
+    print(printable(f"replaying {replayed.path} against {replayed.target} ({which})"))
     if counterexample.violation is not None:
         against = counterexample.found_against or counterexample.target
-        print(
+        saved = (
             f"saved:    {counterexample.violation.where()} against {against} "
             f"(kvcheck {counterexample.kvcheck_version})"
         )
+        print(printable(saved, keep_newlines=False))
     print()
     sys.stdout.flush()
     print_timeline(build_timeline(replayed.result, target=replayed.target))
     print()
-    print(replayed.summary())
+    print(printable(replayed.summary(), keep_newlines=False))
 
 
 def replay_to_json(replayed: Replay) -> dict[str, Any]:

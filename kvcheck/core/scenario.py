@@ -475,6 +475,9 @@ _CONFIG_FIELD_TYPES: Final[dict[str, _FieldType]] = {
     "global_counters": "str",
     "algorithm": "str",
     "block_cap": "bool",
+    "allocation": "str",
+    "max_stride": "int?",
+    "pool_pages": "int",
 }
 _EVENT_FIELD_TYPES: Final[dict[str, dict[str, _FieldType]]] = {
     "admit": {
@@ -490,6 +493,39 @@ _EVENT_FIELD_TYPES: Final[dict[str, dict[str, _FieldType]]] = {
     "switch_stride": {"stride": "int"},
 }
 _GRAMMAR_FIELD_TYPES: Final[dict[str, _FieldType]] = {"kind": "str", "at": "int?"}
+
+# The largest value each numeric field of a document may hold, and the longest list or string
+# (docs/file-bounds.md). A file is read by `replay`, `regress` and the pytest plugin, which
+# collects every `*.kvcheck.json` under the test paths: one file asking for a prompt of 1e9
+# tokens must not take a CI runner's memory. The bounds are far above anything the generators
+# (prompts <= 64, outputs <= 24, 32 events, strides <= 8, pools <= 192 tokens) or a practical
+# `exhaust` produce, and `exhaust` refuses bounds past them, so every file kvcheck writes is read
+# back; a scenario at every bound replays in well under a second.
+MAX_REQUEST_TOKENS: Final = 65_536
+MAX_EVENTS: Final = 10_000
+MAX_ROW_VALUE: Final = 1_024
+MAX_ROWS: Final = 256
+MAX_PAGE_SIZE: Final = 1_024
+MAX_POOL_PAGES: Final = 1 << 20
+MAX_ID_CHARS: Final = 256
+# The whole document, in characters: what bounds its free text (messages, explanations, the
+# saved expected and observed values) and what is read before any field is looked at.
+MAX_DOCUMENT_CHARS: Final = 32 * 1024 * 1024
+_FIELD_BOUNDS: Final[dict[str, int]] = {
+    "prompt_len": MAX_REQUEST_TOKENS,
+    "max_new_tokens": MAX_REQUEST_TOKENS,
+    "eos_at": MAX_REQUEST_TOKENS,
+    "at": MAX_REQUEST_TOKENS,
+    "accepts": MAX_ROW_VALUE,
+    "blocks": MAX_ROW_VALUE,
+    "caps": MAX_ROW_VALUE,
+    "page_size": MAX_PAGE_SIZE,
+    "pool_pages": MAX_POOL_PAGES,
+    "stride": MAX_STRIDE,
+    "max_stride": MAX_STRIDE,
+    "rid": MAX_ID_CHARS,
+}
+
 _TYPE_NAMES: Final[dict[_FieldType, str]] = {
     "int": "an integer",
     "int?": "an integer or null",
@@ -516,18 +552,61 @@ def _has_type(value: Any, expected: _FieldType) -> bool:
             return value is None or isinstance(value, Grammar | Mapping)
 
 
-def _check_types(where: str, data: Mapping[str, Any], types: Mapping[str, _FieldType]) -> None:
-    """Refuse a field whose JSON type is wrong (`ScenarioFormatError` naming field, value and
-    type). Unknown fields are left to the constructor, which refuses them too."""
+def _check_types(
+    where: str, data: Mapping[str, Any], types: Mapping[str, _FieldType], required: Sequence[str]
+) -> None:
+    """Refuse an unknown or missing field, a field whose JSON type is wrong, and a value past its
+    bound (`ScenarioFormatError` naming the field, and the value, type or bound)."""
+    unknown = [name for name in data if name not in types]
+    if unknown:
+        raise ScenarioFormatError(
+            f"invalid {where}: unknown field(s) {', '.join(map(repr, unknown))}; known fields: "
+            f"{', '.join(types)}"
+        )
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise ScenarioFormatError(
+            f"invalid {where}: missing field(s) {', '.join(map(repr, missing))}"
+        )
     for name, value in data.items():
-        expected = types.get(name)
-        if expected is not None and not _has_type(value, expected):
+        expected = types[name]
+        if not _has_type(value, expected):
             raise ScenarioFormatError(
                 f"invalid {where}: {name!r} must be {_TYPE_NAMES[expected]}, got {value!r} "
                 f"({type(value).__name__})"
             )
+        _check_bound(where, name, value)
     if where == "admit event" and isinstance(data.get("grammar"), Mapping):
-        _check_types("admit event grammar", data["grammar"], _GRAMMAR_FIELD_TYPES)
+        _check_types("admit event grammar", data["grammar"], _GRAMMAR_FIELD_TYPES, ("kind",))
+
+
+def _check_bound(where: str, name: str, value: Any) -> None:
+    """Refuse a value of a well-typed field past `_FIELD_BOUNDS` (or a list longer than
+    `MAX_ROWS`), naming the field and the bound."""
+    bound = _FIELD_BOUNDS.get(name)
+    if isinstance(value, list | tuple):
+        if len(value) > MAX_ROWS:
+            raise ScenarioFormatError(
+                f"invalid {where}: {name!r} has {len(value)} entries, more than the bound "
+                f"{MAX_ROWS}"
+            )
+        largest = max((v for v in value if type(v) is int), default=None)
+        if bound is not None and largest is not None and largest > bound:
+            raise ScenarioFormatError(
+                f"invalid {where}: {name!r} holds {largest}, above the bound {bound}"
+            )
+    elif bound is not None and type(value) is int and value > bound:
+        raise ScenarioFormatError(f"invalid {where}: {name!r} is {value}, above the bound {bound}")
+    elif bound is not None and type(value) is str and len(value) > bound:
+        raise ScenarioFormatError(
+            f"invalid {where}: {name!r} is {len(value)} characters long, more than the bound "
+            f"{bound}"
+        )
+
+
+def _required_fields(cls: type[Any]) -> tuple[str, ...]:
+    """The fields of an attrs class that have no default."""
+    return tuple(f.name for f in attrs.fields(cls) if f.default is attrs.NOTHING)
 
 
 def event_from_dict(data: Mapping[str, Any]) -> Event:
@@ -545,7 +624,7 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         raise ScenarioFormatError(
             f"unknown event kind {kind!r}; known kinds: {', '.join(EVENT_TYPES)}"
         )
-    _check_types(f"{kind} event", fields, _EVENT_FIELD_TYPES[kind])
+    _check_types(f"{kind} event", fields, _EVENT_FIELD_TYPES[kind], _required_fields(cls))
     try:
         return cls(**fields)
     except (TypeError, ValueError) as exc:
@@ -568,7 +647,7 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
     Raises `ScenarioFormatError` for unknown fields or rejected values (a stride outside
     `MIN_STRIDE`..`MAX_STRIDE`, an unknown convention or global-counter mode).
     """
-    _check_types("config", data, _CONFIG_FIELD_TYPES)
+    _check_types("config", data, _CONFIG_FIELD_TYPES, ())
     try:
         return Config(**data)
     except (TypeError, ValueError) as exc:
@@ -596,10 +675,12 @@ def check_schema_version(data: Mapping[str, Any]) -> None:
     `SUPPORTED_SCHEMA_VERSIONS` (a missing one is refused too).
     """
     version = data.get("schema_version")
-    if version not in SUPPORTED_SCHEMA_VERSIONS:
+    # Exactly an integer: JSON's `true` and `1.0` compare equal to 1 in Python, and are not it.
+    if type(version) is not int or version not in SUPPORTED_SCHEMA_VERSIONS:
         supported = ", ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)
         raise ScenarioFormatError(
-            f"unsupported schema_version {version!r}; this kvcheck reads version(s) {supported}"
+            f"unsupported schema_version {version!r} ({type(version).__name__}); this kvcheck "
+            f"reads version(s) {supported}, as integers"
         )
 
 
@@ -611,6 +692,10 @@ def scenario_from_dict(data: Mapping[str, Any]) -> Scenario:
     events = data.get("events")
     if not isinstance(events, Sequence) or isinstance(events, str):
         raise ScenarioFormatError("scenario 'events' must be a list")
+    if len(events) > MAX_EVENTS:
+        raise ScenarioFormatError(
+            f"scenario has {len(events)} events, more than the bound {MAX_EVENTS}"
+        )
     config = data.get("config")
     if not isinstance(config, Mapping):
         raise ScenarioFormatError("scenario 'config' must be an object")
@@ -649,11 +734,25 @@ def parse_json_document(text: str) -> Any:
     """`json.loads(text)` for a scenario or counterexample document, refusing one nested deeper
     than `MAX_JSON_DEPTH` with a `ScenarioFormatError` instead of a `RecursionError` now or
     later (every reader of the parsed value recurses). `json.JSONDecodeError` passes through."""
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise ScenarioFormatError(
+            f"the document is {len(text):,} characters long, more than the bound "
+            f"{MAX_DOCUMENT_CHARS:,} (damaged, or not a kvcheck document)"
+        )
+    # A UTF-8 byte order mark (some editors write one) is no part of the document.
+    text = text.removeprefix("\ufeff")
     try:
         data = json.loads(text)
     except RecursionError:
         data = None
         deep = True
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer of thousands of digits, past Python's conversion limit
+        raise ScenarioFormatError(
+            "a number in the JSON has thousands of digits, too long to read (damaged, or not a "
+            "kvcheck document)"
+        ) from None
     else:
         deep = _deeper_than(data, MAX_JSON_DEPTH)
     if deep:

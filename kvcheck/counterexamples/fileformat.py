@@ -27,6 +27,9 @@ import attrs
 
 from kvcheck.core.jsonable import jsonable
 from kvcheck.core.scenario import (
+    MAX_DOCUMENT_CHARS,
+    MAX_EVENTS,
+    MAX_ID_CHARS,
     Scenario,
     check_schema_version,
     parse_json_document,
@@ -221,6 +224,14 @@ def loads(text: str, source: str = "counterexample") -> Counterexample:
 def load(path: str | os.PathLike[str]) -> Counterexample:
     """Read a counterexample file. Raises `ScenarioFormatError` with one line naming the file."""
     try:
+        # Refused before it is read: a file of gigabytes would take the memory it is meant to
+        # be protected from (UTF-8 has at least one byte per character).
+        size = Path(path).stat().st_size
+        if size > MAX_DOCUMENT_CHARS * 4:
+            raise ScenarioFormatError(
+                f"{str(path)!r} is {size:,} bytes, far more than a counterexample file holds "
+                f"(at most {MAX_DOCUMENT_CHARS:,} characters)"
+            )
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioFormatError(f"no such counterexample file: {str(path)!r}") from None
@@ -259,8 +270,16 @@ def from_dict(data: Any) -> Counterexample:
             raise ScenarioFormatError(
                 "'violation' needs a string 'invariant' and a non-negative integer 'event_index'"
             )
+        if index >= MAX_EVENTS:
+            raise ScenarioFormatError(
+                f"'violation.event_index' is {index}, above the bound {MAX_EVENTS - 1}"
+            )
         if rid is not None and not isinstance(rid, str):
             raise ScenarioFormatError("'violation.rid' must be a string or null")
+        if rid is not None and len(rid) > MAX_ID_CHARS:
+            raise ScenarioFormatError(
+                f"'violation.rid' is {len(rid)} characters long, more than the bound {MAX_ID_CHARS}"
+            )
         violation = SavedViolation(
             invariant,
             index,

@@ -21,7 +21,7 @@ from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import Counterexample, SavedViolation, load
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
 from kvcheck.reporting.explain import explain
-from kvcheck.reporting.render import render_plain
+from kvcheck.reporting.render import escaped_timeline, printable, render_plain
 from kvcheck.reporting.timeline import build_timeline
 from kvcheck.targets.loading import absolute_spec, load_target
 
@@ -94,7 +94,8 @@ class Replay:
 
     def failure_report(self, *, plain: bool = True) -> str:
         """Timeline, summary, file and replay command: what a failing test should show."""
-        lines = [render_plain(build_timeline(self.result, target=self.target)), self.summary()]
+        timeline = escaped_timeline(build_timeline(self.result, target=self.target))
+        lines = [render_plain(timeline), printable(self.summary(), keep_newlines=False)]
         if self.path is not None:
             lines.append(f"counterexample file: {self.path}")
         lines.append(f"replay with: {replay_command(self.path or '<file>', self)}")

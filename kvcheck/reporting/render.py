@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
-from kvcheck.reporting.timeline import Timeline
+import attrs
+
+from kvcheck.core.invariants import Violation
+from kvcheck.reporting.timeline import Cell, Line, Row, Timeline
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -17,6 +21,48 @@ LEGEND: Final = (
     "cells: phase and committed KV length C (exp = reference model, obs = target when they "
     "differ); STALE = a row delivered after its request finished or was retracted"
 )
+
+
+# Characters that would act on a terminal instead of showing: C0 and C1 controls (escape
+# sequences, bell, carriage return), DEL, and the invisible format characters that reorder or
+# hide text (bidirectional overrides, zero-width characters, the byte order mark). A request id
+# or a message read from a counterexample file may hold any of them.
+_UNPRINTABLE: Final = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
+)
+
+
+def printable(text: str, *, keep_newlines: bool = True) -> str:
+    """`text` safe to print: each character that would act on the terminal is written as its
+    Python escape (`\\x1b`, `\\u202e`); newlines are kept unless `keep_newlines` is off."""
+
+    def escape(match: re.Match[str]) -> str:
+        return match.group().encode("unicode_escape").decode("ascii")
+
+    escaped = _UNPRINTABLE.sub(escape, text)
+    return escaped if keep_newlines else escaped.replace("\n", "\\n")
+
+
+def escaped_timeline(timeline: Timeline) -> Timeline:
+    """`timeline` with every string in it (request ids, events, notes, the violation and the
+    explanation) made `printable` on one line: what the renderers draw."""
+    return _escaped(timeline)  # type: ignore[no-any-return]
+
+
+_ESCAPED_CLASSES: Final = (Timeline, Row, Cell, Line, Violation)
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value, keep_newlines=False)
+    if isinstance(value, tuple):
+        return tuple(_escaped(item) for item in value)
+    if isinstance(value, _ESCAPED_CLASSES):
+        fields = attrs.fields(type(value))
+        return attrs.evolve(
+            value, **{f.name: _escaped(getattr(value, f.name)) for f in fields if f.init}
+        )
+    return value
 
 
 def _violation_line(timeline: Timeline) -> str | None:
@@ -143,9 +189,10 @@ def use_rich(stream: IO[str]) -> bool:
 def print_timeline(timeline: Timeline, stream: IO[str] | None = None) -> None:
     """Print with rich on a terminal, as plain text otherwise."""
     out = stream if stream is not None else sys.stdout
+    shown = escaped_timeline(timeline)
     if use_rich(out):
         from rich.console import Console
 
-        Console(file=out).print(render_rich(timeline))
+        Console(file=out).print(render_rich(shown))
     else:
-        out.write(render_plain(timeline) + "\n")
+        out.write(render_plain(shown) + "\n")

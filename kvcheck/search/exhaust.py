@@ -88,6 +88,9 @@ from kvcheck.core.scenario import (
     CONVENTIONS,
     EVENT_KINDS,
     GLOBAL_COUNTER_MODES,
+    MAX_EVENTS,
+    MAX_REQUEST_TOKENS,
+    MAX_ROW_VALUE,
     MAX_STRIDE,
     MIN_STRIDE,
     Abort,
@@ -195,8 +198,29 @@ class Bounds:
                 f"allocation rules must be among {', '.join(ALLOCATION_RULES)}, "
                 f"got {self.allocations}"
             )
+        problems.extend(self._past_file_bounds())
         if problems:
             raise KvcheckUsageError("bounds: " + "; ".join(problems))
+
+    def _past_file_bounds(self) -> list[str]:
+        """Bounds that would find scenarios no counterexample file may hold
+        (`kvcheck.core.scenario.MAX_REQUEST_TOKENS` and the rest): a finding must replay."""
+        problems = []
+        if self.events is not None and self.events > MAX_EVENTS:
+            problems.append(f"events must be <= {MAX_EVENTS}, got {self.events}")
+        if self.steps is not None and self.steps > MAX_EVENTS:
+            problems.append(f"steps must be <= {MAX_EVENTS}, got {self.steps}")
+        lengths = (*self.prompt_lens, *self.max_new, *(e for e in self.eos if e is not None))
+        if any(value > MAX_REQUEST_TOKENS for value in lengths):
+            problems.append(
+                f"prompt lengths, max_new_tokens values and EOS positions must be <= "
+                f"{MAX_REQUEST_TOKENS}"
+            )
+        if self.max_accept > MAX_ROW_VALUE:
+            problems.append(f"max accept must be <= {MAX_ROW_VALUE}, got {self.max_accept}")
+        if any(v > MAX_ROW_VALUE for v in self.block_cap_lengths):
+            problems.append(f"block/cap lengths must be <= {MAX_ROW_VALUE}")
+        return problems
 
     @property
     def rids(self) -> tuple[str, ...]:

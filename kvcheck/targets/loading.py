@@ -54,11 +54,40 @@ def load_target(
         return _load_source(spec, allow_unavailable, deadline)
     if spec.count(":") == 1:
         return _load_import(spec, deadline)
-    if Path(spec).is_dir():
+    if _expanded(spec).is_dir():
         return _load_package(spec, allow_unavailable, deadline)
+    _refuse_missing_directory(spec)
     raise TargetLoadError(
         f"malformed target {spec!r}; expected builtin:NAME, sglang==VERSION, "
         "package.module:Qualname, path/to/file.py::Qualname or an SGLang checkout directory"
+    )
+
+
+def _expanded(path: str) -> Path:
+    """`path` with a leading `~` expanded, as for every path kvcheck is given (a quoted `~`
+    reaches kvcheck unexpanded)."""
+    return Path(path).expanduser()
+
+
+def _refuse_missing_directory(spec: str) -> None:
+    """A spec written as a path (it has a separator, or starts with `~` or `.`) that names no
+    directory: say what is at that path instead of calling the spec malformed."""
+    if not (os.sep in spec or "/" in spec or spec.startswith(("~", "."))):
+        return
+    path = _expanded(spec)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise TargetLoadError(
+            f"no such directory {spec!r} (an SGLang checkout target must be an existing directory)"
+        ) from None
+    except OSError as exc:  # a symlink loop, a name too long, a folder kvcheck may not enter
+        raise TargetLoadError(
+            f"cannot read the directory {spec!r}: {exc.strerror or exc}"
+        ) from None
+    raise TargetLoadError(
+        f"{spec!r} is a file, not a directory: give an SGLang checkout directory, or a resolver "
+        "in a file as path/to/file.py::Qualname"
     )
 
 
@@ -71,7 +100,7 @@ def spec_path(spec: str) -> str | None:
         return None
     if "::" in spec:
         return spec.partition("::")[0] or None
-    if spec.count(":") == 1 or not Path(spec).is_dir():
+    if spec.count(":") == 1 or not _expanded(spec).is_dir():
         return None
     return spec
 
@@ -94,7 +123,7 @@ def _load_release(spec: str, allow_unavailable: bool, deadline: float | None) ->
 
 
 def _load_package(spec: str, allow_unavailable: bool, deadline: float | None) -> Target:
-    package = sglang_release.package_dir(Path(spec))
+    package = sglang_release.package_dir(_expanded(spec))
     what = f"the SGLang package at {spec}"
     return _load_sglang(spec, package, what, allow_unavailable, deadline)
 

@@ -7,19 +7,26 @@ installed and nothing of SGLang is imported), kept in kvcheck's cache (`$KVCHECK
 known places SGLang has kept it (docs/semantics.md §1.1), newest first, and read from source like
 any `file.py::Qualname` target (`kvcheck.targets.source`), with the sibling methods it calls.
 
+The unpacked files are verified against the sha256 recorded when they were unpacked on every
+load, and unpacked again (the wheel fetched again if it is damaged too) when they differ
+(docs/release-cache.md). Versions are normalized as PEP 440 does (`0.5.011` is `0.5.11`).
+
 Errors are one line (exit 2): a version that is not on the index or predates the spec-v2
-resolver (the message names the ones that exist), no index and nothing cached, a directory that
-is not an SGLang package.
+resolver (the message names the ones that exist), no pip, an index pip cannot reach with nothing
+cached, a cache kvcheck cannot use (named, with `KVCHECK_CACHE`), a directory that is not an
+SGLang package.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -73,6 +80,16 @@ OUT_OF_SCOPE_BRANCHES: Final[dict[str, str]] = {
 }
 _UNPACKED_FILES: Final = frozenset(place[0] for place in RESOLVER_PLACES)
 _VERSION: Final = re.compile(r"^\d+(\.\d+)*(\.post\d+)?$")
+# The spellings PEP 440 reads as a final or post release: an optional `v`, release numbers with
+# any leading zeros, and a post release as `.post1`, `post1`, `-post1`, `_post.1`, `.rev1`,
+# `.r1` or `-1`; letters in any case.
+_SPELLED_VERSION: Final = re.compile(
+    r"^v?(?P<release>\d+(?:\.\d+)*)"
+    r"(?:(?:[-_.]?(?:post|rev|r)[-_.]?(?P<post>\d+))|(?:-(?P<implicit_post>\d+)))?$"
+)
+# The release numbers a version keeps even when they are zeros (`0.5.0` stays, `0.5.11.0` is
+# `0.5.11`, as pip finds it).
+_KEPT_RELEASE_PARTS: Final = 3
 
 
 @attrs.frozen
@@ -105,10 +122,24 @@ def version_key(version: str) -> tuple[int, ...]:
     return (*(int(part) for part in release.split(".")), int(post) if post else -1)
 
 
+def normalize_version(text: str) -> str | None:
+    """`text` in the one spelling PEP 440 normalizes it to, which is also how a release's wheel
+    and cache folder are named (`0.5.011` and `0.5.11.0` are `0.5.11`, `0.5.12-POST01` is
+    `0.5.12.post1`); None for a version that is not a final or post release."""
+    match = _SPELLED_VERSION.match(text.strip().lower())
+    if match is None:
+        return None
+    parts = [int(part) for part in match["release"].split(".")]
+    while len(parts) > _KEPT_RELEASE_PARTS and parts[-1] == 0:
+        parts.pop()
+    post = match["post"] or match["implicit_post"]
+    return ".".join(map(str, parts)) + (f".post{int(post)}" if post is not None else "")
+
+
 def parse_spec(spec: str) -> str:
-    """The version of an `sglang==VERSION` spec; `TargetLoadError` when it is malformed or older
-    than the spec-v2 resolver."""
-    version = spec.strip().removeprefix(SPEC_PREFIX).strip()
+    """The version of an `sglang==VERSION` spec, normalized (`normalize_version`);
+    `TargetLoadError` when it is malformed or older than the spec-v2 resolver."""
+    version = normalize_version(spec.strip().removeprefix(SPEC_PREFIX)) or ""
     if not _VERSION.match(version):
         raise TargetLoadError(
             f"malformed SGLang release {spec!r}; expected sglang==VERSION, e.g. sglang==0.5.23"
@@ -165,38 +196,147 @@ def _method_line(file: Path, cls: str, method: str) -> int | None:
 # --- releases from the package index ------------------------------------------------------------
 
 
+MARKER: Final = ".complete"
+
+
 def release_package(version: str, *, cache: Path | None = None) -> Path:
     """The unpacked `sglang` package of a release, fetched into the cache on first use.
 
-    Unpacking ends by writing `.complete`, so an interrupted one is redone, never half used.
+    Unpacking ends by writing `MARKER` with the sha256 of every file unpacked, so an interrupted
+    unpack is redone, never half used, and a file changed since (a truncated copy, a disk fault,
+    an edit) is noticed on the next load: it is unpacked again from the cached wheel, or the wheel
+    downloaded again when that is damaged too, saying so on stderr. A cache kvcheck cannot use (a
+    file, a folder it may not write) is a one-line `TargetLoadError` naming it and
+    `KVCHECK_CACHE`.
     """
-    root = (cache or cache_dir()) / "sglang" / version
-    if not (root / ".complete").is_file():
-        _unpack(_download(version, (cache or cache_dir()) / "wheels"), root)
+    cache = cache or cache_dir()
+    root = cache / "sglang" / version
+    try:
+        damage = unpacked_damage(root)
+        if damage is None:
+            return root / "sglang"
+        if damage != _NOT_UNPACKED:
+            _warn(
+                f"the cached SGLang {version} in {str(root)!r} cannot be trusted ({damage}); "
+                "unpacking it again from the release's wheel"
+            )
+        wheels = cache / "wheels"
+        wheel = _download(version, wheels)
+        try:
+            _unpack(wheel, root)
+        except _DamagedWheel as exc:
+            _warn(
+                f"the cached wheel {str(wheel)!r} is damaged ({exc}); downloading SGLang "
+                f"{version} again"
+            )
+            wheel.unlink()
+            _unpack(_download(version, wheels), root)
+    except _DamagedWheel as exc:
+        raise TargetLoadError(
+            f"the wheel of SGLang {version} in kvcheck's cache {str(cache)!r} is damaged even "
+            f"when downloaded again ({exc}); delete {str(cache / 'wheels')!r} and retry, or set "
+            "KVCHECK_CACHE to use another cache"
+        ) from None
+    except OSError as exc:
+        raise _unusable_cache(cache, exc) from None
     return root / "sglang"
 
 
+class _DamagedWheel(Exception):
+    """A cached wheel that is not a readable zip, or whose resolver file fails its CRC check."""
+
+
+# What `unpacked_damage` says of a release never unpacked, or whose unpack was interrupted.
+_NOT_UNPACKED: Final = "not unpacked"
+
+
+def unpacked_damage(root: Path) -> str | None:
+    """What is wrong with the release unpacked under `root` (None: every file it records is
+    there with the hash recorded when it was unpacked)."""
+    marker = root / MARKER
+    if not marker.is_file():
+        return _NOT_UNPACKED
+    recorded = _read_marker(marker)
+    if recorded is None:
+        return f"{MARKER} records no file hashes (written by an older kvcheck, or damaged)"
+    for relative, digest in recorded.items():
+        file = root / "sglang" / relative
+        if not file.is_file():
+            return f"{relative} is missing"
+        if _sha256(file) != digest:
+            return f"{relative} does not match the hash recorded when it was unpacked"
+    return None
+
+
+def write_marker(root: Path) -> None:
+    """Mark the release unpacked under `root` complete, recording the sha256 of each resolver
+    file it holds (atomically: the marker is there whole or not at all)."""
+    lines = [
+        f"{_sha256(root / 'sglang' / relative)}  {relative}\n"
+        for relative in sorted(_UNPACKED_FILES)
+        if (root / "sglang" / relative).is_file()
+    ]
+    temporary = root / f"{MARKER}.{os.getpid()}.tmp"
+    temporary.write_text("".join(lines))
+    temporary.replace(root / MARKER)
+
+
+def _read_marker(marker: Path) -> dict[str, str] | None:
+    """`sha256  path` per line, as `sha256sum` writes them; None when a line is not that."""
+    recorded = {}
+    for line in marker.read_text(encoding="utf-8", errors="replace").splitlines():
+        digest, _, relative = line.partition("  ")
+        if not re.fullmatch(r"[0-9a-f]{64}", digest) or relative not in _UNPACKED_FILES:
+            return None
+        recorded[relative] = digest
+    return recorded
+
+
+def _sha256(file: Path) -> str:
+    return hashlib.sha256(file.read_bytes()).hexdigest()
+
+
+def _warn(message: str) -> None:
+    print(f"kvcheck: warning: {message}", file=sys.stderr)
+
+
+def _unusable_cache(cache: Path, exc: OSError) -> TargetLoadError:
+    """The one-line error for a cache kvcheck cannot read or write."""
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(cache) else ""
+    return TargetLoadError(
+        f"kvcheck's cache {str(cache)!r} is unusable: {exc.strerror or exc}{where}; set "
+        "KVCHECK_CACHE to a directory kvcheck may write"
+    )
+
+
 def _unpack(wheel: Path, root: Path) -> None:
-    """Unpack the resolver files of `wheel` under `root`, then mark it complete (atomically)."""
+    """Unpack the resolver files of `wheel` under `root`, then mark it complete (atomically).
+
+    Raises `_DamagedWheel` when the wheel cannot be read; `OSError` when `root` cannot be
+    written."""
     root.mkdir(parents=True, exist_ok=True)
-    written: list[str] = []
+    # Gone first: a marker left from a damaged unpack must not vouch for a half-done one.
+    (root / MARKER).unlink(missing_ok=True)
     try:
-        with zipfile.ZipFile(wheel) as archive:
-            for name in archive.namelist():
-                relative = name.removeprefix("sglang/")
-                if name.startswith("sglang/") and relative in _UNPACKED_FILES:
-                    target = root / name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    # Per process: two runs may unpack the same release at once.
-                    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-                    temporary.write_bytes(archive.read(name))
-                    temporary.replace(target)
-                    written.append(relative)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise TargetLoadError(f"cannot unpack {wheel.name} into {str(root)!r}: {exc}") from None
-    marker = root / f".complete.{os.getpid()}.tmp"
-    marker.write_text("\n".join(written) + "\n")
-    marker.replace(root / ".complete")
+        archive = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise _DamagedWheel(f"not a readable zip: {exc}") from None
+    with archive:
+        for name in archive.namelist():
+            relative = name.removeprefix("sglang/")
+            if not (name.startswith("sglang/") and relative in _UNPACKED_FILES):
+                continue
+            try:
+                content = archive.read(name)  # checks the member's CRC
+            except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+                raise _DamagedWheel(f"{name}: {exc}") from None
+            target = root / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Per process: two runs may unpack the same release at once.
+            temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            temporary.write_bytes(content)
+            temporary.replace(target)
+    write_marker(root)
 
 
 def _download(version: str, wheels: Path) -> Path:
@@ -230,17 +370,60 @@ def _download(version: str, wheels: Path) -> Path:
                 os.replace(fetched, target)
                 return target
             errors = done.stderr
-    if "No matching distribution" in errors or "Could not find a version" in errors:
-        known = available_versions(errors)
+    raise _fetch_error(version, wheels, errors)
+
+
+# What pip prints when it never reached the index (a proxy, DNS, no route, TLS), as opposed to
+# reaching it and finding no such release.
+_UNREACHABLE: Final = re.compile(
+    r"NewConnectionError|Failed to establish a new connection|Temporary failure in name "
+    r"resolution|Name or service not known|Network is unreachable|No route to host|"
+    r"Connection refused|ConnectTimeout|Read timed out|ProxyError|SSLError|"
+    r"Could not fetch URL|connection broken|Max retries exceeded",
+    re.IGNORECASE,
+)
+
+
+def _fetch_error(version: str, wheels: Path, pip_errors: str) -> TargetLoadError:
+    """Why `sglang==version` could not be fetched, told apart: no pip, no index, no release."""
+    offline = (
+        f"it is not in kvcheck's cache ({str(wheels)!r}; set KVCHECK_CACHE to use another, or put "
+        "the wheel there)"
+    )
+    if "No module named pip" in pip_errors:
+        return TargetLoadError(
+            f"cannot fetch SGLang {version}: pip is not installed for {sys.executable} (install "
+            f"it with `{sys.executable} -m ensurepip`), and {offline}"
+        )
+    if _UNREACHABLE.search(pip_errors):
+        return TargetLoadError(
+            f"cannot fetch SGLang {version}: pip could not reach the package index "
+            f"({_pip_reason(pip_errors)}), and {offline}"
+        )
+    if "(from versions: none)" in pip_errors:
+        # SGLang has releases on PyPI: an index that lists none is not the one pip should ask.
+        return TargetLoadError(
+            f"cannot fetch SGLang {version}: the package index pip asked lists no SGLang release "
+            f"at all (unreachable, or a mirror without it: see pip's --index-url), and {offline}"
+        )
+    if "No matching distribution" in pip_errors or "Could not find a version" in pip_errors:
+        known = available_versions(pip_errors)
         shown = ", ".join(known) if known else "none found"
-        raise TargetLoadError(
+        return TargetLoadError(
             f"SGLang {version} is not on the package index; releases kvcheck can check: {shown}"
         )
-    last = errors.strip().splitlines()[-1] if errors.strip() else "no output"
-    raise TargetLoadError(
-        f"cannot fetch SGLang {version}: pip could not download it and it is not in kvcheck's "
-        f"cache ({str(wheels)!r}; set KVCHECK_CACHE to use another): {last}"
+    return TargetLoadError(
+        f"cannot fetch SGLang {version}: pip could not download it ({_pip_reason(pip_errors)}), "
+        f"and {offline}"
     )
+
+
+def _pip_reason(pip_errors: str) -> str:
+    """pip's own reason: its last `ERROR:` line (its warnings are often about something else),
+    else its last line."""
+    lines = [line.strip() for line in pip_errors.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return (errors or lines or ["no output"])[-1]
 
 
 def _pip(command: Sequence[str]) -> subprocess.CompletedProcess[str]:

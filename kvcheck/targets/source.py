@@ -14,7 +14,7 @@ Annotations are never evaluated: they are stripped from functions and turned int
 elsewhere, so names used only in annotations, in `if TYPE_CHECKING:` imports or in
 `typing.cast(T, x)` do not matter. Every other free name is provided as a builtin, a module-level
 definition of the same file, a stand-in for an SGLang name (`kvcheck.targets.sglang_names`), or
-an import from a module that is safe to import here (the standard library, `torch`,
+an import from a module that is safe to import here (the standard library, `torch`, `numpy`,
 `typing_extensions`). Anything else the code touches is a `TargetLoadError`
 naming the name and its module; imports nobody touches are never looked at.
 
@@ -57,8 +57,10 @@ __all__ = ["LoadedSource", "load_from_source"]
 EXPECTED_SIGNATURE: Final = "(self, result, batch)"
 
 # Third-party top-level packages that are safe to import for a target; the standard library is
-# always allowed. Anything else (sglang, triton, sgl_kernel, ...) is never imported.
-_SAFE_THIRD_PARTY: Final = frozenset({"torch", "typing_extensions"})
+# always allowed. Anything else (sglang, triton, sgl_kernel, ...) is never imported. numpy is a
+# dependency of kvcheck's (torch converts through it), and SGLang's own resolver file imports it
+# (0.5.23 srt/managers/scheduler_components/batch_result_processor.py, line 15).
+_SAFE_THIRD_PARTY: Final = frozenset({"torch", "numpy", "typing_extensions"})
 
 _UNSUPPORTED_METHOD_DECORATORS: Final = frozenset(
     {"staticmethod", "classmethod", "property", "cached_property"}

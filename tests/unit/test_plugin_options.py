@@ -151,3 +151,17 @@ def test_a_nesting_bomb_is_a_one_line_collection_error(pytester: pytest.Pytester
     result = pytester.runpytest("-p", "no:cacheprovider")
     out = result.stdout.str()
     assert "kvcheck: " in out and "nested more than" in out and "RecursionError" not in out
+
+
+def test_a_file_asking_for_a_billion_tokens_is_a_quick_collection_error(
+    pytester: pytest.Pytester,
+) -> None:
+    # Issue 23, item 8: one such file under the test paths once ran 30 s into a MemoryError.
+    committed = sorted((TESTS_DIR / "counterexamples").glob("*.kvcheck.json"))[0]
+    data = json.loads(committed.read_text())
+    data["events"][0]["prompt_len"] = 10**9
+    (pytester.path / "huge.kvcheck.json").write_text(json.dumps(data))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    out = result.stdout.str()
+    assert "kvcheck: " in out and "'prompt_len' is 1000000000, above the bound 65536" in out
+    assert "MemoryError" not in out and result.ret == pytest.ExitCode.INTERRUPTED

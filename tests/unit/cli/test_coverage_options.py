@@ -156,7 +156,7 @@ def test_releases_has_a_coverage_column(
         target = root / "sglang" / newest
         target.parent.mkdir(parents=True)
         target.write_text((package / newest).read_text())
-        (root / ".complete").write_text(newest + "\n")
+        sglang_release.write_marker(root)
     monkeypatch.setattr(sglang_release, "available_versions", lambda: ["0.5.22", "0.5.23"])
 
     code, out, _ = run(capsys, "releases", "--from", "0.5.22", "--max-examples", "30", "--json")

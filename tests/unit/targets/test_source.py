@@ -597,3 +597,19 @@ def test_loaded_resolver_is_an_ordinary_function(tmp_path: Path) -> None:
     assert resolver.__qualname__ == "Mixin.resolve"
     assert resolver.__code__.co_filename == str(path)
     assert resolver.__code__.co_firstlineno == 3
+
+
+def test_numpy_is_a_real_import_as_in_sglangs_own_files(tmp_path: Path) -> None:
+    # SGLang 0.5.23's batch_result_processor.py imports numpy at module level.
+    path = write(
+        tmp_path,
+        """
+        import numpy as np
+
+        class Mixin:
+            def resolve(self, result, batch):
+                return [[int(np.int64(1))]]
+        """,
+    )
+    loaded = load_from_source(str(path), "Mixin.resolve")
+    assert loaded.resolver(None, None, None) == [[1]]
