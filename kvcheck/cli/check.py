@@ -37,7 +37,7 @@ from kvcheck.cli.progress import Progress, announce
 from kvcheck.core.deadline import describe
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, save
 from kvcheck.counterexamples.replay import replay_command
-from kvcheck.errors import FileWriteError
+from kvcheck.errors import FileWriteError, KvcheckUsageError
 from kvcheck.files import check_destination
 from kvcheck.reporting.html import write_html
 from kvcheck.reporting.render import print_timeline
@@ -143,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     announce(header, before_load=True)
     from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
+    database = database_for(args)  # one that cannot be saved to is refused before any work
     # With no deadline, a time limit still bounds each call of the probe run (loading).
     target = load_target(
         args.target,
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             adaptive=args.adaptive,
             max_examples=args.max_examples,
             seed=args.seed,
-            database=database_for(args),
+            database=database,
             measure_coverage=not args.no_coverage,
             time_limit_seconds=args.time_limit,
             progress=progress,
@@ -212,11 +213,17 @@ def database_for(args: argparse.Namespace) -> ExampleDatabase | None:
     if getattr(args, "no_database", False):
         return None
     # Hypothesis: only when a check runs
-    from hypothesis.database import DirectoryBasedExampleDatabase
+    from kvcheck.search.profiles import DEFAULT_DATABASE_DIR, directory_database
 
-    from kvcheck.search.profiles import DEFAULT_DATABASE_DIR
-
-    return DirectoryBasedExampleDatabase(getattr(args, "database", None) or DEFAULT_DATABASE_DIR)
+    given = getattr(args, "database", None)
+    if given:
+        return directory_database(given)  # asked for: one that cannot be saved to is exit 2
+    try:
+        return directory_database(DEFAULT_DATABASE_DIR)
+    except KvcheckUsageError as exc:
+        # Nobody asked for the default (a read-only working directory): search without it.
+        warn(f"{exc}; searching without one")
+        return None
 
 
 # --- a failure's files -------------------------------------------------------------------------
