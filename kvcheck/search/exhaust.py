@@ -272,7 +272,8 @@ class ExhaustResult:
     # What stopped an incomplete search: `time limit`, `state limit`, `memory limit` or
     # `interrupted` (Ctrl-C); None when it ran to its end.
     stopped: str | None = None
-    # The peak resident memory of the process at the end, in MB (with workers: summed).
+    # The peak resident memory of the process at the end, in MB (with workers: the parent's,
+    # plus what each worker grew past its start-up, as `--max-memory` measures it).
     peak_memory_mb: float = 0.0
     # The processes that shared the search (`exhaust(workers=...)`).
     workers: int = 1
@@ -632,13 +633,15 @@ def exhaust(
     spec, or from a pickled copy, `allow_unavailable_imports` as for `load_target`); the
     verdict, the states counted and the counterexample are the same for every number of
     workers. `max_states`, `time_limit` (seconds, interrupting a running call of the target
-    too), `max_memory_mb` (the peak resident memory, summed over the workers) and Ctrl-C stop
+    too), `max_memory_mb` (the peak resident memory; with workers, the parent's plus what each
+    worker grew past its start-up) and Ctrl-C stop
     the search early with `complete == False` and `stopped` naming why. `measure_coverage`
     measures the coverage of a target read from source (`ExhaustResult.coverage`; with workers,
     their measurements merged). `progress` is called with a status line every few hundred
     transitions; Ctrl-C is re-raised unless `report_interrupt`. Raises `UnsupportedTargetError`
-    like `run_scenario` does for a target kvcheck cannot judge, and `KvcheckInternalError` when
-    a worker process crashes (kvcheck's fault: no verdict).
+    like `run_scenario` does for a target kvcheck cannot judge, and `WorkerLost` (a
+    `KvcheckInternalError` naming the levels cleared before) when a worker process crashes
+    (kvcheck's fault: no verdict).
     """
     bounds = bounds or Bounds()
     if convention not in CONVENTIONS:

@@ -1,4 +1,5 @@
-"""What every kvcheck worker process does first: leave Ctrl-C to its parent, and never outlive it.
+"""What every kvcheck worker process does first: leave Ctrl-C to its parent, never outlive it,
+and never write to the parent's report.
 
 The parallel commands (`fuzz`'s campaign, `exhaust --workers`, `mutants --jobs`) start worker
 processes that the parent ends on Ctrl-C or when it is done. A worker whose parent was killed
@@ -7,6 +8,11 @@ and at once on Linux, where the kernel sends it SIGKILL. The kernel's signal is 
 *thread* that started the worker, not to the parent process, so it is asked for only where the
 workers are started from the parent's main thread (`kernel=True`), never by a pool whose
 workers a helper thread may start.
+
+kvcheck's stdout is its report (under `--json`, exactly one object), and a worker inherits the
+parent's stdout: a worker's file descriptor 1 is pointed at its stderr, so what a target prints
+while a worker imports or calls it (Python's `print` and C code writing to fd 1 alike) joins the
+parent's diagnostics on stderr. Workers report to their parent through queues only.
 
 Imports nothing but the standard library: the replay path (no Hypothesis) reaches it.
 """
@@ -30,8 +36,11 @@ ORPHAN_EXIT_CODE: Final = 3
 def become_worker(parent: int, *, kernel: bool = True) -> None:
     """Set this process up as a worker of `parent` (its pid): Ctrl-C is ignored here (the parent
     handles it and tells its workers to stop), and the process exits with `ORPHAN_EXIT_CODE`
-    once `parent` is gone."""
+    once `parent` is gone. Its stdout goes to its stderr (module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no stdout, or a closed one
+        sys.stdout.flush()
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     if kernel and sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
             libc = ctypes.CDLL(None, use_errno=True)
