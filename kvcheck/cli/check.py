@@ -45,6 +45,7 @@ from kvcheck.reporting.text import failure_to_json, format_failure
 from kvcheck.reporting.timeline import build_timeline
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.targets.loading import DEFAULT_TARGETS, load_target
+from kvcheck.wording import plural
 
 if TYPE_CHECKING:
     from hypothesis.database import ExampleDatabase
@@ -135,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
     reported (a violation found is saved) and the exit code is 130.
     """
     header = (
-        f"kvcheck: checking {args.target} (up to {args.max_examples} scenarios per convention"
+        f"kvcheck: checking {args.target} (up to {plural(args.max_examples, 'scenario')} per "
+        "convention"
         f", deadline {describe(args.deadline)}"
         + (f", time limit {args.time_limit:g} s" if args.time_limit else "")
         + "; Ctrl-C stops and reports)"
@@ -317,19 +319,20 @@ def format_verdict(verdict: Verdict) -> str:
     if violation is None or scenario is None:
         if verdict.stopped == "interrupted":
             lines.append(
-                f"INTERRUPTED no violation in the {verdict.examples} scenarios run before Ctrl-C "
+                f"INTERRUPTED no violation in the {plural(verdict.examples, 'scenario')} run "
+                "before Ctrl-C "
                 f"({verdict.seconds:.2f} s)"
             )
         else:
             why = "; stopped by --time-limit" if verdict.stopped else ""
             lines.append(
-                f"PASS        no violation in {verdict.examples} scenarios "
+                f"PASS        no violation in {plural(verdict.examples, 'scenario')} "
                 f"({verdict.seconds:.2f} s{why})"
             )
         return "\n".join(lines)
     lines += [
         *format_failure(violation, scenario),
-        f"found after {verdict.outcome.examples_to_failure} scenarios; "
+        f"found after {plural(verdict.outcome.examples_to_failure or 0, 'scenario')}; "
         f"{verdict.examples} run in {verdict.seconds:.2f} s including shrinking",
     ]
     if verdict.outcome.stopped:

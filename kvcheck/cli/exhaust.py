@@ -57,6 +57,7 @@ from kvcheck.search.exhaust import (
 )
 from kvcheck.search.exhaust_parallel import WorkerLost
 from kvcheck.targets.loading import load_target
+from kvcheck.wording import plural
 
 
 def add_parser(commands: Any) -> None:
@@ -471,7 +472,8 @@ def format_exhaust(
             "under adaptive switching a scheduler fault, not judged (docs/semantics.md §5)"
             for rule, overlap in result.skipped
         ),
-        f"explored    {result.scenarios} scenarios, {result.states} distinct states, "
+        f"explored    {plural(result.scenarios, 'scenario')}, "
+        f"{plural(result.states, 'distinct state')}, "
         f"lengths up to {result.depth}, in {result.seconds:.2f} s "
         f"({result.states_per_second:.0f} states/s"
         + (f", {result.workers} workers" if result.workers > 1 else "")
@@ -489,12 +491,13 @@ def format_exhaust(
                 "state limit": "--max-states",
             }.get(result.stopped or "", "a limit")
             lines.append(
-                f"INCOMPLETE  no violation up to {result.depth} events (every scenario that "
-                f"long checked); {stopped} stopped the search before the bounds were cleared"
+                f"INCOMPLETE  no violation up to {plural(result.depth, 'event')} (every "
+                f"scenario that long checked); {stopped} stopped the search before the bounds "
+                "were cleared"
             )
         return "\n".join(lines)
     scenario = failure.scenario
-    headline = f"shortest counterexample ({len(scenario.events)} events): "
+    headline = f"shortest counterexample ({plural(len(scenario.events), 'event')}): "
     lines += format_failure(violation, scenario, headline)
     others = sorted(result.minimal_invariants - {violation.invariant})
     if others:

@@ -115,6 +115,7 @@ from kvcheck.search.exhaust_parallel import (
     search_sharded,
 )
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
+from kvcheck.wording import plural
 
 _COLLECT_EVERY: Final = 20_000
 _COLLECT_GENERATION: Final = 0
@@ -209,11 +210,11 @@ class Bounds:
         def ints(values: Sequence[int | None]) -> str:
             return "{" + ",".join("none" if v is None else str(v) for v in values) + "}"
 
-        length = "any length" if self.events is None else f"up to {self.events} events"
-        steps = "" if self.steps is None else f", at most {self.steps} steps"
+        length = "any length" if self.events is None else f"up to {plural(self.events, 'event')}"
+        steps = "" if self.steps is None else f", at most {plural(self.steps, 'step')}"
         overlap = "{" + ",".join("on" if o else "off" for o in self.overlap) + "}"
         described = (
-            f"{self.requests} requests, {length}{steps}, accept <= {self.max_accept}, "
+            f"{plural(self.requests, 'request')}, {length}{steps}, accept <= {self.max_accept}, "
             f"strides {ints(self.strides)}, kinds {','.join(self.kinds)}; admit prompt "
             f"{ints(self.prompt_lens)} max_new {ints(self.max_new)} eos {ints(self.eos)}; "
             f"overlap {overlap}"
@@ -789,7 +790,7 @@ def _look(
         raise _Stop("memory limit")
     if progress is not None:
         progress(
-            f"level {depth + 1}: {scenarios} scenarios, {states} states, "
+            f"level {depth + 1}: {plural(scenarios, 'scenario')}, {plural(states, 'state')}, "
             f"{time.perf_counter() - started:.0f} s, {memory:.0f} MB"
         )
 

@@ -274,7 +274,8 @@ def search_sharded(
         if progress is not None and now - last_progress[0] >= _PROGRESS_EVERY:
             last_progress[0] = now
             progress(
-                f"level {depth + 1}: {sum(c[0] for c in counts)} scenarios, {states} states, "
+                f"level {depth + 1}: {plural(sum(c[0] for c in counts), 'scenario')}, "
+                f"{plural(states, 'state')}, "
                 f"{now - started:.0f} s, {sum(memory) + peak_memory_mb():.0f} MB, "
                 f"{workers} workers"
             )
