@@ -42,7 +42,7 @@ from kvcheck.counterexamples.fileformat import Counterexample, loads
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.search.check import search
-from kvcheck.search.processes import become_worker
+from kvcheck.search.processes import become_worker, forget_dead_resource_tracker
 from kvcheck.search.profiles import directory_database
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
@@ -578,6 +578,7 @@ def run_campaign(
                 worker.state = "stopped"
         messages.close()
         messages.cancel_join_thread()
+        forget_dead_resource_tracker()
         state.ended = time.monotonic()
     return state
 

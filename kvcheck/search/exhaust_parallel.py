@@ -55,7 +55,7 @@ from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.engine import import_tensor_library
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
-from kvcheck.search.processes import become_worker
+from kvcheck.search.processes import become_worker, forget_dead_resource_tracker
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.targets.loading import load_target
 from kvcheck.wording import plural
@@ -364,6 +364,7 @@ def search_sharded(
         for channel in (messages, *controls, *inboxes):
             channel.close()
             channel.cancel_join_thread()
+        forget_dead_resource_tracker()
     if lost is not None:
         levels, kept, tried = cleared
         raise WorkerLost(str(lost), levels=levels, states=kept, scenarios=tried) from lost

@@ -14,6 +14,11 @@ parent's stdout: a worker's file descriptor 1 is pointed at its stderr, so what 
 while a worker imports or calls it (Python's `print` and C code writing to fd 1 alike) joins the
 parent's diagnostics on stderr. Workers report to their parent through queues only.
 
+multiprocessing's resource tracker is a child of the parent too, and a broad kill of the workers
+(`pkill -f multiprocessing`, every child of the parent) ends it with them. Unregistering the
+parent's semaphores afterwards would relaunch it, with a warning and, for each semaphore the new
+tracker never saw, a traceback on stderr; `forget_dead_resource_tracker` stops that.
+
 Imports nothing but the standard library: the replay path (no Hypothesis) reaches it.
 """
 
@@ -54,3 +59,38 @@ def become_worker(parent: int, *, kernel: bool = True) -> None:
     if os.getppid() != parent:  # the parent died before the kernel was asked
         os._exit(ORPHAN_EXIT_CODE)
     threading.Thread(target=watch, name="kvcheck-parent-watch", daemon=True).start()
+
+
+def forget_dead_resource_tracker() -> bool:
+    """When multiprocessing's resource tracker has died (killed with the workers), stop this
+    process from relaunching it; True when it had died.
+
+    The tracker only unlinks, at the end, semaphores whose owners did not; every semaphore of
+    kvcheck's queues and events is unlinked by its own finalizer before it is unregistered, so
+    with the tracker gone there is nothing left for one to do. A new tracker would warn that the
+    old one "died unexpectedly" and print a `KeyError` traceback for every semaphore it is told
+    to forget without having been told of it. So `register` and `unregister` become no-ops for
+    the rest of this process (a semaphore made later and never released leaks, as it would have
+    without a tracker). Reads private state of `multiprocessing.resource_tracker`; on a Python
+    where that differs, nothing is changed.
+    """
+    from multiprocessing import resource_tracker
+
+    pid = getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)
+    if not isinstance(pid, int):
+        return False  # never started, or not the layout this was written for
+    try:
+        ended, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        ended = pid  # already reaped: gone
+    except OSError:
+        return False
+    if ended == 0:
+        return False  # alive
+    resource_tracker.register = _not_tracked  # type: ignore[assignment]
+    resource_tracker.unregister = _not_tracked  # type: ignore[assignment]
+    return True
+
+
+def _not_tracked(name: str, rtype: str) -> None:
+    """`register` / `unregister` once the resource tracker is gone: nothing to tell it."""

@@ -1,15 +1,18 @@
 """`exhaust --workers N` and what its workers must not do (issue 23 items 13 and 20): write to the
-report on stdout (a target's import-time print under `--json`), or take the levels already
-cleared with them when one dies. Real `kvcheck` processes, so that every byte a worker or
-multiprocessing's helpers write is seen. (Memory: tests/unit/search/test_exhaust_memory.py.)"""
+report on stdout (a target's import-time print under `--json`), take the levels already cleared
+with them when one dies, or leave multiprocessing's noise behind when they are killed. Real
+`kvcheck` processes, so that every byte a worker or multiprocessing's helpers write is seen.
+(Memory: tests/unit/search/test_exhaust_memory.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from tests.helpers import ROOT
@@ -100,3 +103,42 @@ def test_a_killed_worker_reports_the_levels_cleared(tmp_path: Path) -> None:
     assert text.returncode == 2 and text.stdout == ""
     (error,) = [line for line in text.stderr.splitlines() if line.startswith("kvcheck: error:")]
     assert f"no violation up to {levels} events" in error
+
+
+def test_workers_killed_with_the_resource_tracker_leave_no_noise(tmp_path: Path) -> None:
+    """`pkill -f multiprocessing` (or killing every child of kvcheck) ends the resource tracker
+    with the workers: the error names the lost worker, and nothing else reaches stderr (no
+    "resource_tracker: process died unexpectedly" warning, no KeyError tracebacks)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kvcheck.cli", "exhaust", "builtin:reference", "--requests", "3",
+         "--events", "12", "--workers", "2", "--no-save"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the tracker and both workers started
+            children = _children(process.pid)
+            if len(children) == 3:
+                break
+            time.sleep(0.2)
+        time.sleep(2)
+        for pid in _children(process.pid):
+            os.kill(pid, signal.SIGKILL)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 2, err
+    assert out == ""
+    lines = err.splitlines()
+    assert lines[-1].startswith("kvcheck: error: exhaust worker "), err
+    assert "ended unexpectedly (killed by signal 9)" in lines[-1]
+    assert all(line.startswith("kvcheck: ") for line in lines), err
+
+
+def _children(pid: int) -> list[int]:
+    listed = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False
+    )
+    return [int(p) for p in listed.stdout.split()]
