@@ -30,6 +30,7 @@ import pytest
 from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.counterexamples.fileformat import SUFFIX, load
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.wording import plural
 
 if TYPE_CHECKING:
     from hypothesis.database import ExampleDatabase
@@ -474,7 +475,7 @@ class PropertyItem(_KvcheckItem):
             f"kvcheck: {self.target.spec} breaks {failure.violation.invariant} "
             f"({reason}; {overlap}"
             f"adaptive {'on' if verdict.adaptive else 'off'}; found after "
-            f"{verdict.outcome.examples_to_failure} scenarios)",
+            f"{plural(verdict.outcome.examples_to_failure or 0, 'scenario')})",
             "",
             render_plain(build_timeline(failure, target=self.target.spec)),
             "",

@@ -37,7 +37,7 @@ from kvcheck.cli.progress import Progress, announce
 from kvcheck.core.deadline import describe
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, save
 from kvcheck.counterexamples.replay import replay_command
-from kvcheck.errors import FileWriteError
+from kvcheck.errors import FileWriteError, KvcheckUsageError
 from kvcheck.files import check_destination
 from kvcheck.reporting.html import write_html
 from kvcheck.reporting.render import print_timeline
@@ -45,6 +45,7 @@ from kvcheck.reporting.text import failure_to_json, format_failure
 from kvcheck.reporting.timeline import build_timeline
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.targets.loading import DEFAULT_TARGETS, load_target
+from kvcheck.wording import plural
 
 if TYPE_CHECKING:
     from hypothesis.database import ExampleDatabase
@@ -135,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
     reported (a violation found is saved) and the exit code is 130.
     """
     header = (
-        f"kvcheck: checking {args.target} (up to {args.max_examples} scenarios per convention"
+        f"kvcheck: checking {args.target} (up to {plural(args.max_examples, 'scenario')} per "
+        "convention"
         f", deadline {describe(args.deadline)}"
         + (f", time limit {args.time_limit:g} s" if args.time_limit else "")
         + "; Ctrl-C stops and reports)"
@@ -143,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     announce(header, before_load=True)
     from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
+    database = database_for(args)  # one that cannot be saved to is refused before any work
     # With no deadline, a time limit still bounds each call of the probe run (loading).
     target = load_target(
         args.target,
@@ -164,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
             adaptive=args.adaptive,
             max_examples=args.max_examples,
             seed=args.seed,
-            database=database_for(args),
+            database=database,
             measure_coverage=not args.no_coverage,
             time_limit_seconds=args.time_limit,
             progress=progress,
@@ -212,11 +215,17 @@ def database_for(args: argparse.Namespace) -> ExampleDatabase | None:
     if getattr(args, "no_database", False):
         return None
     # Hypothesis: only when a check runs
-    from hypothesis.database import DirectoryBasedExampleDatabase
+    from kvcheck.search.profiles import DEFAULT_DATABASE_DIR, directory_database
 
-    from kvcheck.search.profiles import DEFAULT_DATABASE_DIR
-
-    return DirectoryBasedExampleDatabase(getattr(args, "database", None) or DEFAULT_DATABASE_DIR)
+    given = getattr(args, "database", None)
+    if given:
+        return directory_database(given)  # asked for: one that cannot be saved to is exit 2
+    try:
+        return directory_database(DEFAULT_DATABASE_DIR)
+    except KvcheckUsageError as exc:
+        # Nobody asked for the default (a read-only working directory): search without it.
+        warn(f"{exc}; searching without one")
+        return None
 
 
 # --- a failure's files -------------------------------------------------------------------------
@@ -310,19 +319,20 @@ def format_verdict(verdict: Verdict) -> str:
     if violation is None or scenario is None:
         if verdict.stopped == "interrupted":
             lines.append(
-                f"INTERRUPTED no violation in the {verdict.examples} scenarios run before Ctrl-C "
+                f"INTERRUPTED no violation in the {plural(verdict.examples, 'scenario')} run "
+                "before Ctrl-C "
                 f"({verdict.seconds:.2f} s)"
             )
         else:
             why = "; stopped by --time-limit" if verdict.stopped else ""
             lines.append(
-                f"PASS        no violation in {verdict.examples} scenarios "
+                f"PASS        no violation in {plural(verdict.examples, 'scenario')} "
                 f"({verdict.seconds:.2f} s{why})"
             )
         return "\n".join(lines)
     lines += [
         *format_failure(violation, scenario),
-        f"found after {verdict.outcome.examples_to_failure} scenarios; "
+        f"found after {plural(verdict.outcome.examples_to_failure or 0, 'scenario')}; "
         f"{verdict.examples} run in {verdict.seconds:.2f} s including shrinking",
     ]
     if verdict.outcome.stopped:

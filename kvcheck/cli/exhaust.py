@@ -25,6 +25,7 @@ from kvcheck.cli.options import (
     coverage_json,
     coverage_text,
     eos_list,
+    error_json,
     event_kinds,
     grammar_list,
     int_list,
@@ -37,7 +38,7 @@ from kvcheck.cli.options import (
 )
 from kvcheck.cli.progress import Progress, announce
 from kvcheck.core.deadline import describe
-from kvcheck.core.scenario import ALGORITHMS, EVENT_KINDS
+from kvcheck.core.scenario import ALGORITHMS, EVENT_KINDS, Convention, GlobalCounterMode
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run, replay_command
@@ -54,7 +55,9 @@ from kvcheck.search.exhaust import (
     default_adaptive,
     exhaust,
 )
+from kvcheck.search.exhaust_parallel import WorkerLost
 from kvcheck.targets.loading import load_target
+from kvcheck.wording import plural
 
 
 def add_parser(commands: Any) -> None:
@@ -193,7 +196,8 @@ def add_parser(commands: Any) -> None:
         default=DEFAULT_MAX_MEMORY_MB,
         metavar="MB",
         help=(
-            "stop cleanly (exit 2, verdict incomplete) once the process's peak memory passes MB "
+            "stop cleanly (exit 2, verdict incomplete) once the process's peak memory passes MB; "
+            "with --workers, the parent's plus what each worker grew past its start-up "
             f"(default: {DEFAULT_MAX_MEMORY_MB})"
         ),
     )
@@ -293,24 +297,21 @@ def run(args: argparse.Namespace) -> int:
             if adaptive
             else "no stride switches within the bounds"
         )
-    with Progress() as progress:
-        result = exhaust(
-            target,
-            bounds,
-            convention=convention,
-            global_counters=global_counters,
-            adaptive=adaptive,
-            merge=not args.no_merge,
-            reduce=not args.no_reduce,
-            workers=args.workers,
-            max_states=args.max_states,
-            time_limit=args.time_limit,
-            measure_coverage=not args.no_coverage,
-            max_memory_mb=args.max_memory,
-            progress=progress,
-            report_interrupt=True,
-            allow_unavailable_imports=args.allow_unavailable_imports,
+    try:
+        result = _search(args, target, bounds, convention, global_counters, adaptive)
+    except WorkerLost as exc:
+        if not args.json:
+            raise  # one line on stderr, which says what was established
+        print(f"kvcheck: error: {exc}", file=sys.stderr)
+        lost = error_json(str(exc), EXIT_USAGE)
+        print(
+            json.dumps(
+                json.loads(lost)
+                | {"levels_cleared": exc.levels, "states": exc.states, "scenarios": exc.scenarios},
+                indent=2,
+            )
         )
+        return EXIT_USAGE
     saved_path, replay, warnings = _save(result, args, convention_reason)
     if args.json:
         report = exhaust_to_json(result) | {
@@ -346,6 +347,35 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     below = coverage_below(result.coverage, args)
     return EXIT_VIOLATION if result.failure is not None or below else EXIT_OK
+
+
+def _search(
+    args: argparse.Namespace,
+    target: Target,
+    bounds: Bounds,
+    convention: Convention,
+    global_counters: GlobalCounterMode,
+    adaptive: bool,
+) -> ExhaustResult:
+    """The search the command line asks for, with its progress line."""
+    with Progress() as progress:
+        return exhaust(
+            target,
+            bounds,
+            convention=convention,
+            global_counters=global_counters,
+            adaptive=adaptive,
+            merge=not args.no_merge,
+            reduce=not args.no_reduce,
+            workers=args.workers,
+            max_states=args.max_states,
+            time_limit=args.time_limit,
+            measure_coverage=not args.no_coverage,
+            max_memory_mb=args.max_memory,
+            progress=progress,
+            report_interrupt=True,
+            allow_unavailable_imports=args.allow_unavailable_imports,
+        )
 
 
 def _within_shape(bounds: Bounds, args: argparse.Namespace, target: Target) -> Bounds:
@@ -442,7 +472,8 @@ def format_exhaust(
             "under adaptive switching a scheduler fault, not judged (docs/semantics.md §5)"
             for rule, overlap in result.skipped
         ),
-        f"explored    {result.scenarios} scenarios, {result.states} distinct states, "
+        f"explored    {plural(result.scenarios, 'scenario')}, "
+        f"{plural(result.states, 'distinct state')}, "
         f"lengths up to {result.depth}, in {result.seconds:.2f} s "
         f"({result.states_per_second:.0f} states/s"
         + (f", {result.workers} workers" if result.workers > 1 else "")
@@ -460,12 +491,13 @@ def format_exhaust(
                 "state limit": "--max-states",
             }.get(result.stopped or "", "a limit")
             lines.append(
-                f"INCOMPLETE  no violation up to {result.depth} events (every scenario that "
-                f"long checked); {stopped} stopped the search before the bounds were cleared"
+                f"INCOMPLETE  no violation up to {plural(result.depth, 'event')} (every "
+                f"scenario that long checked); {stopped} stopped the search before the bounds "
+                "were cleared"
             )
         return "\n".join(lines)
     scenario = failure.scenario
-    headline = f"shortest counterexample ({len(scenario.events)} events): "
+    headline = f"shortest counterexample ({plural(len(scenario.events), 'event')}): "
     lines += format_failure(violation, scenario, headline)
     others = sorted(result.minimal_invariants - {violation.invariant})
     if others:

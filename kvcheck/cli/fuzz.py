@@ -17,10 +17,12 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from kvcheck.cli.options import (
     EXIT_OK,
+    EXIT_USAGE,
     EXIT_VIOLATION,
     add_coverage_options,
     add_deadline_option,
@@ -37,10 +39,11 @@ from kvcheck.counterexamples.replay import replay, replay_command
 from kvcheck.errors import FileWriteError, KvcheckUsageError, NondeterministicTargetError
 from kvcheck.reporting.text import failure_to_json, format_failure
 from kvcheck.targets.loading import load_target
+from kvcheck.wording import plural
 
 if TYPE_CHECKING:
     from kvcheck.core.target import Target
-    from kvcheck.search.campaign import CampaignPlan, CampaignState, Found
+    from kvcheck.search.campaign import CampaignPlan, CampaignState, Found, WorkerStatus
 
 # Hypothesis (kvcheck.search.campaign) is imported when a campaign runs, not when the parser is
 # built: `kvcheck replay` shares this front door and must run without it.
@@ -163,17 +166,24 @@ def _run(args: argparse.Namespace) -> int:
     from kvcheck.search.campaign import CampaignPlan, open_database, run_campaign
     from kvcheck.search.profiles import DEFAULT_DATABASE_DIR
 
+    database = _database(args, open_database, DEFAULT_DATABASE_DIR)
     target = load_target(
         args.target, allow_unavailable=args.allow_unavailable_imports, deadline=args.deadline
     )
-    database = None if args.no_database else (args.database or DEFAULT_DATABASE_DIR)
-    open_database(database)  # an unreachable Redis is exit 2 before any worker starts
     shape = target.shape
     if args.convention == "auto":
         convention, reason = shape.convention, shape.convention_reason
     else:
         convention, reason = args.convention, f"convention {args.convention} (given)"
-    adaptive = shape.feeds_controller if args.adaptive is None else args.adaptive
+    if args.adaptive is None:
+        adaptive = shape.feeds_controller
+        adaptive_reason = (
+            "auto: the target feeds the adaptive controller"
+            if adaptive
+            else "auto: the target never feeds the adaptive controller"
+        )
+    else:
+        adaptive, adaptive_reason = args.adaptive, "given"
     duration = args.duration
     if duration is None and args.max_examples is None:
         duration = DEFAULT_DURATION
@@ -184,6 +194,7 @@ def _run(args: argparse.Namespace) -> int:
         convention_reason=reason,
         global_counters=args.global_counters,
         adaptive=adaptive,
+        adaptive_reason=adaptive_reason,
         workers=workers,
         seed=args.seed if args.seed is not None else random.SystemRandom().getrandbits(32),
         database=database,
@@ -220,18 +231,49 @@ def _run(args: argparse.Namespace) -> int:
             "replayed in this process: the target gave two different results on the same "
             f"scenario; kvcheck judges deterministic resolvers only, so no verdict{saved}"
         )
+    every_worker_crashed = ""
     if state.crashed and len(state.crashed) == len(state.workers) and not state.failures:
-        raise KvcheckUsageError(
+        every_worker_crashed = (
             f"every worker crashed; the first: {state.crashed[0].error} (kvcheck's fault or the "
             "machine's, not a verdict on the target)"
         )
+    # The summary is printed whatever happened to the workers: what they ran is established.
     if args.json:
-        print(json.dumps(campaign_json(state, duration, reports), indent=2, default=repr))
+        summary = campaign_json(state, duration, reports)
+        if every_worker_crashed:
+            summary |= {"error": every_worker_crashed, "exit_code": EXIT_USAGE}
+        print(json.dumps(summary, indent=2, default=repr))
     else:
         print(_format_campaign(state, target, duration, reports))
+    for warning in state.warnings:
+        warn(warning)
+    if every_worker_crashed:
+        print(f"kvcheck: error: {every_worker_crashed}", file=sys.stderr)
+        return EXIT_USAGE
     if state.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_VIOLATION if state.failures else EXIT_OK
+
+
+def _database(
+    args: argparse.Namespace,
+    open_database: Callable[[str | None], object],
+    default: str,
+) -> str | None:
+    """The example database the campaign shares, refused before any work when it was asked for
+    and cannot be used (exit 2); the default, when it cannot be written, is left out with a
+    warning (nobody asked for it)."""
+    if args.no_database:
+        return None
+    if args.database:
+        open_database(args.database)  # unreachable, a file, unwritable: exit 2
+        return str(args.database)
+    try:
+        open_database(default)
+    except KvcheckUsageError as exc:
+        warn(f"{exc}; the workers search without one")
+        return None
+    return default
 
 
 def _report_failure(found: Found, target: Target, args: argparse.Namespace) -> dict[str, Any]:
@@ -285,6 +327,7 @@ def campaign_json(
         "convention_reason": plan.convention_reason,
         "global_counters": plan.global_counters,
         "adaptive": plan.adaptive,
+        "adaptive_reason": plan.adaptive_reason,
         "workers": plan.workers,
         "seed": plan.seed,
         "generator": plan.generator,
@@ -311,6 +354,7 @@ def campaign_json(
         "coverage": state.coverage.to_dict() if state.coverage is not None else None,
         "examples_to_first_failure": first,
         "duplicate_failures": state.duplicates,
+        "warnings": list(state.warnings),
         "failures": [
             {k: v for k, v in r.items() if k not in ("text", "not_reproduced")} for r in reports
         ],
@@ -331,17 +375,20 @@ def _format_campaign(
     if duration is not None:
         budget.append("until Ctrl-C" if math.isinf(duration) else f"{duration:g} s")
     if plan.max_examples is not None:
-        budget.append(f"{plan.max_examples} scenarios")
+        budget.append(plural(plan.max_examples, "scenario"))
     database = "none" if plan.database is None else _shown_database(plan.database)
     lines = [
         f"target      {target.spec}  ({target.description})",
         f"convention  {plan.convention}  ({plan.convention_reason})",
-        f"campaign    {plan.workers} workers, seed {plan.seed}, {plan.generator} generator, "
-        f"database {database}, "
+        f"options     global counters {plan.global_counters}, "
+        f"adaptive {'on' if plan.adaptive else 'off'}"
+        + (f" ({plan.adaptive_reason})" if plan.adaptive_reason else ""),
+        f"campaign    {plural(plan.workers, 'worker')}, seed {plan.seed}, "
+        f"{plan.generator} generator, database {database}, "
         f"{' or '.join(budget)}" + (", keep going" if plan.keep_going else ""),
         f"scenarios   {state.examples} in {state.seconds:.1f} s: {state.rate:.0f}/s searching "
-        "(" + ", ".join(f"worker {w.index} {w.rate:.0f}/s" for w in state.workers) + ")",
-        f"labels      {len(state.reached)} coverage labels reached",
+        "(" + ", ".join(f"worker {w.index} {_worker_rate(w)}" for w in state.workers) + ")",
+        f"labels      {plural(len(state.reached), 'coverage label')} reached",
     ]
     if state.coverage is not None:
         lines.append(f"coverage    {state.coverage.summary()}")
@@ -350,7 +397,7 @@ def _format_campaign(
     if state.interrupted:
         lines.append("INTERRUPTED by Ctrl-C; what was found so far is below")
     if not reports:
-        lines.append(f"PASS        no violation in {state.examples} scenarios")
+        lines.append(f"PASS        no violation in {plural(state.examples, 'scenario')}")
     for number, report in enumerate(reports, 1):
         lines.append("")
         if len(reports) > 1:
@@ -364,6 +411,12 @@ def _format_campaign(
             lines.append(f"counterexample saved to {report['counterexample_file']}")
             lines.append(f"replay with: {report['replay_command']}")
     return "\n".join(lines)
+
+
+def _worker_rate(worker: WorkerStatus) -> str:
+    """A worker's rate for the text report; a crashed worker's says it stopped."""
+    rate = f"{worker.rate:.0f}/s"
+    return f"{rate} until it crashed" if worker.state == "crashed" else rate
 
 
 class _Display:
@@ -405,15 +458,18 @@ class _Display:
             self._live.stop()
 
     def _summary(self, state: CampaignState) -> str:
-        rates = ", ".join(f"{w.rate:.0f}" for w in state.workers)
+        rates = ", ".join(
+            "crashed" if w.state == "crashed" else f"{w.rate:.0f}" for w in state.workers
+        )
         text = (
-            f"{state.seconds:.0f} s, {state.examples} scenarios ({state.rate:.0f}/s; per "
-            f"worker {rates}), {len(state.failures)} failures, {len(state.reached)} labels"
+            f"{state.seconds:.0f} s, {plural(state.examples, 'scenario')} ({state.rate:.0f}/s; "
+            f"per worker {rates}), {plural(len(state.failures), 'failure')}, "
+            f"{plural(len(state.reached), 'label')}"
         )
         if state.coverage is not None:
             text += f", coverage {state.coverage.line_percent:.0f}% of lines"
         if state.crashed:
-            text += f", {len(state.crashed)} workers crashed"
+            text += f", {plural(len(state.crashed), 'worker')} crashed"
         return text
 
     def _table(self, state: CampaignState) -> Any:

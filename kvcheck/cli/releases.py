@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ import attrs
 
 from kvcheck.cli.options import (
     EXIT_OK,
+    EXIT_USAGE,
     add_coverage_options,
     add_deadline_option,
     add_json_option,
@@ -27,6 +29,7 @@ from kvcheck.cli.options import (
 from kvcheck.errors import KvcheckUsageError, TargetLoadError
 from kvcheck.targets import sglang_release
 from kvcheck.targets.loading import load_target
+from kvcheck.wording import plural
 
 # One release checked at this budget per counter mode takes about a second.
 DEFAULT_RELEASE_EXAMPLES = 200
@@ -41,7 +44,9 @@ def add_parser(commands: Any) -> None:
             "Fetches each SGLang release's resolver (cached under $KVCHECK_CACHE, default "
             "~/.cache/kvcheck) and checks it with SGLang's global counters and with ideal ones. "
             "Prints one row per release. Exit 0 once every release has a verdict; 2 when the "
-            "index cannot be reached or a range bound is not a release."
+            "index cannot be reached, a range bound is not a release, the range is empty, or a "
+            "release could not be loaded or judged (its row names the error; the others are "
+            "still checked)."
         ),
     )
     parser.add_argument(
@@ -89,6 +94,9 @@ class ReleaseRow:
     # The release's own code run by both searches together (`TargetCoverage.to_dict()`); None
     # with --no-coverage.
     coverage: dict[str, Any] | None = None
+    # Why the release has no verdict (it could not be fetched, loaded or judged); None once it
+    # has one. Such a row keeps the others' verdicts and makes the command exit 2 at the end.
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The row as `--json` reports it."""
@@ -101,6 +109,25 @@ class ReleaseRow:
             return "-"
         return f"{self.coverage['lines_run']}/{self.coverage['lines_total']}"
 
+    @classmethod
+    def failed(cls, version: str, error: str, seconds: float) -> ReleaseRow:
+        """The row of a release that has no verdict, with the reason."""
+        return cls(
+            version=version,
+            location="",
+            convention="-",
+            api_shape="-",
+            verdict_sglang=_NO_VERDICT,
+            verdict_ideal=_NO_VERDICT,
+            first_broken=None,
+            seconds=seconds,
+            error=error,
+        )
+
+
+# The verdict column of a release that could not be loaded or judged.
+_NO_VERDICT = "error"
+
 
 def run(args: argparse.Namespace) -> int:
     """Check every release in the range, printing each row as it finishes."""
@@ -112,37 +139,57 @@ def run(args: argparse.Namespace) -> int:
         print(_HEADER)
     for version in versions:
         started = time.perf_counter()
-        target = load_target(f"{sglang_release.SPEC_PREFIX}{version}", deadline=args.deadline)
-        verdicts = {
-            mode: check(
-                target,
-                global_counters=mode,
-                max_examples=args.max_examples,
-                seed=args.seed,
-                measure_coverage=not args.no_coverage,
-            )
-            for mode in ("sglang", "ideal")
-        }
-        broken = next((v.violation for v in verdicts.values() if v.violation is not None), None)
-        sglang_run, ideal_run = verdicts["sglang"].coverage, verdicts["ideal"].coverage
-        both = sglang_run.union(ideal_run) if sglang_run and ideal_run else None
-        row = ReleaseRow(
-            version=version,
-            location=target.description.partition(": ")[2],
-            convention=verdicts["ideal"].convention,
-            api_shape=target.shape.versions,
-            verdict_sglang=verdicts["sglang"].verdict,
-            verdict_ideal=verdicts["ideal"].verdict,
-            first_broken=broken.invariant if broken is not None else None,
-            seconds=round(time.perf_counter() - started, 2),
-            coverage=both.to_dict() if both is not None else None,
-        )
+        try:
+            row = _check_release(version, args, check)
+        except KvcheckUsageError as exc:
+            # One release that cannot be fetched, loaded or judged must not cost the verdicts of
+            # the others: it gets a row with its error, and the exit code says so at the end.
+            row = ReleaseRow.failed(version, str(exc), round(time.perf_counter() - started, 2))
+            print(f"kvcheck: error: SGLang {version}: {exc}", file=sys.stderr)
         rows.append(row)
         if not args.json:
             print(_format_row(row), flush=True)
     if args.json:
         print(json.dumps({"releases": [row.to_dict() for row in rows]}, indent=2))
+    failed = [row.version for row in rows if row.error is not None]
+    if failed:
+        print(
+            f"kvcheck: error: {plural(len(failed), 'release')} without a verdict: "
+            f"{', '.join(failed)}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     return EXIT_OK
+
+
+def _check_release(version: str, args: argparse.Namespace, check: Any) -> ReleaseRow:
+    """Fetch, load and judge one release in both counter modes."""
+    started = time.perf_counter()
+    target = load_target(f"{sglang_release.SPEC_PREFIX}{version}", deadline=args.deadline)
+    verdicts = {
+        mode: check(
+            target,
+            global_counters=mode,
+            max_examples=args.max_examples,
+            seed=args.seed,
+            measure_coverage=not args.no_coverage,
+        )
+        for mode in ("sglang", "ideal")
+    }
+    broken = next((v.violation for v in verdicts.values() if v.violation is not None), None)
+    sglang_run, ideal_run = verdicts["sglang"].coverage, verdicts["ideal"].coverage
+    both = sglang_run.union(ideal_run) if sglang_run and ideal_run else None
+    return ReleaseRow(
+        version=version,
+        location=target.description.partition(": ")[2],
+        convention=verdicts["ideal"].convention,
+        api_shape=target.shape.versions,
+        verdict_sglang=verdicts["sglang"].verdict,
+        verdict_ideal=verdicts["ideal"].verdict,
+        first_broken=broken.invariant if broken is not None else None,
+        seconds=round(time.perf_counter() - started, 2),
+        coverage=both.to_dict() if both is not None else None,
+    )
 
 
 def _versions_in_range(first: str, last: str | None) -> list[str]:
@@ -159,6 +206,12 @@ def _versions_in_range(first: str, last: str | None) -> list[str]:
             )
     low = sglang_release.version_key(first)
     high = sglang_release.version_key(last) if last else None
+    if high is not None and high < low:
+        # An empty range would check nothing and exit 0, which reads as "all fine".
+        raise KvcheckUsageError(
+            f"empty range: --from {first} is newer than --to {last}; give the older release "
+            "to --from"
+        )
     return [
         v
         for v in known
@@ -177,5 +230,5 @@ def _format_row(row: ReleaseRow) -> str:
     return (
         f"{row.version:<13} {row.convention:<10} {row.api_shape:<13} {row.verdict_sglang:<6} "
         f"{row.verdict_ideal:<6} {row.first_broken or '-':<26} {row.coverage_column:>8} "
-        f"{row.seconds:>5.1f}s  {row.location}"
+        f"{row.seconds:>5.1f}s  {row.location if row.error is None else row.error}"
     )

@@ -24,6 +24,7 @@ import attrs
 from kvcheck.core.engine import Observation, ObservedDelivery, ObservedRequest
 from kvcheck.core.jsonable import show
 from kvcheck.core.model import Expectation, ExpectedDelivery, RequestExpectation
+from kvcheck.wording import plural
 
 
 @attrs.frozen
@@ -218,7 +219,7 @@ def check_runs_aligned(expected: Expectation, observed: Observation) -> Iterator
         problem = obs.runs_problem or "not a list of runs"
         yield Finding(
             None,
-            f"{len(exp.runs)} runs",
+            plural(len(exp.runs), "run"),
             obs.runs_repr,
             f"the resolver returned {obs.runs_repr} for launch {launch}: {problem} (SGLang "
             "extends output_ids with each run as it is)",
@@ -230,10 +231,10 @@ def check_runs_aligned(expected: Expectation, observed: Observation) -> Iterator
     if len(obs.runs) != len(exp.runs):
         yield Finding(
             None,
-            f"{len(exp.runs)} runs",
-            f"{len(obs.runs)} runs",
-            f"launch {launch} has {len(exp.runs)} rows (stale included) but the resolver "
-            f"returned {len(obs.runs)} runs",
+            plural(len(exp.runs), "run"),
+            plural(len(obs.runs), "run"),
+            f"launch {launch} has {plural(len(exp.runs), 'row')} (stale included) but the "
+            f"resolver returned {plural(len(obs.runs), 'run')}",
         )
         return
     for row, (want, got) in enumerate(zip(exp.runs, obs.runs, strict=True)):
@@ -695,8 +696,9 @@ def check_released(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[Fi
         yield Finding(
             exp.rid,
             "released",
-            f"{obs.pages} pages",
-            f"{exp.rid} finished but still holds its row ({obs.pages} pages): never released",
+            plural(obs.pages, "page"),
+            f"{exp.rid} finished but still holds its row ({plural(obs.pages, 'page')}): never "
+            "released",
         )
 
 
@@ -717,7 +719,8 @@ def check_pages_held(exp: RequestExpectation, obs: ObservedRequest) -> Iterator[
             exp.rid,
             exp.pages,
             obs.pages,
-            f"{exp.rid} ({exp.phase}) should hold {exp.pages} pages, its row holds {obs.pages}",
+            f"{exp.rid} ({exp.phase}) should hold {plural(exp.pages, 'page')}, its row holds "
+            f"{obs.pages}",
         )
 
 
@@ -737,9 +740,9 @@ def check_retracted_empty(exp: RequestExpectation, obs: ObservedRequest) -> Iter
         yield Finding(
             exp.rid,
             "Al 0, no row",
-            f"Al {obs.allocated!r}, {obs.pages} pages",
+            f"Al {obs.allocated!r}, {plural(obs.pages, 'page')}",
             f"{exp.rid} is retracted yet has kv_allocated_len {obs.allocated!r} and "
-            f"{obs.pages} pages",
+            f"{plural(obs.pages, 'page')}",
         )
 
 
@@ -883,8 +886,8 @@ def _controller_findings(
         size,
         0 if omitted else given,
         f"launch {launch}: the adaptive controller was fed with batch_size{shown}, where the "
-        f"launched batch had {size} rows (batch_size routes the samples to that batch size's "
-        f"slot){why}",
+        f"launched batch had {plural(len(exp.launch.rids), 'row')} (batch_size routes the "
+        f"samples to that batch size's slot){why}",
         aspect=aspect,
         quantity="controller-batch-size",
     )

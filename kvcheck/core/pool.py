@@ -35,6 +35,8 @@ from itertools import filterfalse
 
 import attrs
 
+from kvcheck.wording import plural
+
 
 @attrs.frozen
 class PoolFault:
@@ -106,7 +108,9 @@ class KvPool:
             self.total += missing
         if len(self.free_pages) < count:
             self.fault(
-                "out-of-memory", rid, f"{count} pages for {rid}, {len(self.free_pages)} free"
+                "out-of-memory",
+                rid,
+                f"{plural(count, 'page')} for {rid}, {len(self.free_pages)} free",
             )
             return None
         self.changed = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcheck.mutants.matrix import MINIMUM_BOUNDS, Matrix, Row
+from kvcheck.wording import plural
 
 
 def _seconds(value: float | None) -> str:
@@ -19,20 +20,21 @@ def format_row(row: Row) -> str:
     """
     if row.kind == "rewrite":
         detail = (
-            f"{row.examples} scenarios, no violation"
+            f"{plural(row.examples, 'scenario')}, no violation"
             if row.passed
             else f"{row.invariant} on a {row.shrunk_length}-event scenario"
         )
         return f"{row.status:<15} {row.name:<32} {detail} ({row.seconds:.2f} s)"
     if not row.killed:
-        return f"{row.status:<15} {row.name:<32} no violation in {row.examples} scenarios"
+        return f"{row.status:<15} {row.name:<32} no violation in {plural(row.examples, 'scenario')}"
     match = "" if row.invariant_matches else f" (annotated {row.expect})"
     minimum = "-" if row.exhaustive_length is None else str(row.exhaustive_length)
     ratio = "-" if row.shrink_ratio is None else f"{row.shrink_ratio:.2f}"
     return (
         f"{row.status:<15} {row.name:<32} {row.invariant}{match}; after "
-        f"{row.examples_to_failure} scenarios / {_seconds(row.seconds_to_failure)} s; "
-        f"shrunk {row.shrunk_length} events, exhaustive minimum {minimum}, ratio {ratio}"
+        f"{plural(row.examples_to_failure or 0, 'scenario')} / "
+        f"{_seconds(row.seconds_to_failure)} s; shrunk {plural(row.shrunk_length or 0, 'event')}, "
+        f"exhaustive minimum {minimum}, ratio {ratio}"
     )
 
 
@@ -56,7 +58,9 @@ def format_summary(matrix: Matrix) -> str:
             f"time to kill median {s.median_seconds_to_kill:.3f} s, "
             f"p90 {s.p90_seconds_to_kill:.3f} s"
         )
-    parts.append(f"{s.false_positives} false positives in {s.rewrites} rewrites")
+    parts.append(
+        f"{plural(s.false_positives, 'false positive')} in {plural(s.rewrites, 'rewrite')}"
+    )
     parts.append(f"{matrix.seconds:.1f} s")
     return "; ".join(parts)
 

@@ -13,6 +13,7 @@ from kvcheck.core.scenario import (
     describe_event,
     event_to_dict,
 )
+from kvcheck.wording import plural
 
 if TYPE_CHECKING:
     from kvcheck.core.invariants import Violation
@@ -36,7 +37,8 @@ def format_failure(violation: Violation, scenario: Scenario, headline: str = "")
         f"expected {show(violation.expected, violation.observed)}, "
         f"observed {show(violation.observed, violation.expected)}",
         f"            {violation.message}",
-        f"counterexample: {len(scenario.events)} events; {describe_config(scenario.config)}",
+        f"counterexample: {plural(len(scenario.events), 'event')}; "
+        f"{describe_config(scenario.config)}",
         *format_events(scenario, violation.event_index),
     ]
 

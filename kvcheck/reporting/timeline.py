@@ -26,6 +26,7 @@ from kvcheck.core.scenario import (
 )
 from kvcheck.reporting.explain import explain
 from kvcheck.reporting.facts import RunFacts, short
+from kvcheck.wording import plural
 
 if TYPE_CHECKING:
     from kvcheck.core.invariants import Violation
@@ -226,7 +227,9 @@ def _cell(facts: RunFacts, index: int, rid: str, violation: Violation | None) ->
             lines.append(Line(f"launch {delivered} result: STALE row, a={accept}", "stale"))
         else:
             lines.append(
-                Line(f"launch {delivered} result: a={accept}, +{accept} tokens", "applied")
+                Line(
+                    f"launch {delivered} result: a={accept}, +{plural(accept, 'token')}", "applied"
+                )
             )
     if req.phase != before and req.phase == "finished":
         lines.append(Line(f"finished ({facts.finish_reason(index, rid)})", "lifecycle"))

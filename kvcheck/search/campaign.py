@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import attrs
-from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.database import ExampleDatabase
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.engine import import_tensor_library
@@ -42,10 +42,12 @@ from kvcheck.counterexamples.fileformat import Counterexample, loads
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.search.check import search
-from kvcheck.search.processes import become_worker
+from kvcheck.search.processes import become_worker, forget_dead_resource_tracker
+from kvcheck.search.profiles import directory_database
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.targets.loading import load_target
+from kvcheck.wording import plural
 
 __all__ = [
     "GENERATORS",
@@ -53,6 +55,7 @@ __all__ = [
     "CampaignPlan",
     "CampaignState",
     "Found",
+    "TolerantDatabase",
     "WorkerStatus",
     "open_database",
     "run_campaign",
@@ -105,6 +108,8 @@ class CampaignPlan:
     # Seconds each call of the target may take in the workers (None: no limit).
     deadline: float | None = DEFAULT_DEADLINE
     generator: Generator = "random"
+    # Why `adaptive` is on or off, for the report ("given", or what the target's shape says).
+    adaptive_reason: str = ""
 
     def share(self, index: int) -> int | None:
         """Worker `index`'s part of `max_examples` (None: no limit)."""
@@ -169,6 +174,8 @@ class CampaignState:
     interrupted: bool = False
     # A `KvcheckUsageError` a worker raised: the campaign ends as that error (exit 2).
     error: str = ""
+    # What went wrong without changing the verdict (a worker that lost the example database).
+    warnings: list[str] = attrs.field(factory=list)
     ended: float | None = None
 
     @property
@@ -183,8 +190,10 @@ class CampaignState:
 
     @property
     def rate(self) -> float:
-        """Scenarios per second of searching, summed over the workers."""
-        return sum(w.rate for w in self.workers)
+        """Scenarios per second of searching, summed over the workers that have not crashed: a
+        crashed worker's last rate is no longer being searched at (its scenarios still count in
+        `examples`)."""
+        return sum(w.rate for w in self.workers if w.state != "crashed")
 
     @property
     def crashed(self) -> list[WorkerStatus]:
@@ -215,7 +224,7 @@ def open_database(spec: str | None) -> ExampleDatabase | None:
                 f"--database {redact(spec)}: not a directory nor a Redis URL "
                 f"({', '.join(REDIS_SCHEMES)}...)"
             )
-        return DirectoryBasedExampleDatabase(spec)
+        return directory_database(spec)
     try:
         import redis  # the `redis` extra: only for a Redis database
         from hypothesis.extra.redis import RedisExampleDatabase
@@ -231,6 +240,77 @@ def open_database(spec: str | None) -> ExampleDatabase | None:
             f"cannot reach the Redis example database {redact(spec)}: {exc}"
         ) from None
     return RedisExampleDatabase(client)
+
+
+# Pauses between the tries of a database call that failed (a Redis server restarting, a network
+# hiccup): about five seconds in all, then the worker goes on without the database.
+_DATABASE_RETRY_PAUSES: Final = (0.1, 0.4, 1.5, 3.0)
+
+
+class TolerantDatabase(ExampleDatabase):
+    """An example database that a campaign can lose without losing the campaign.
+
+    Sharing failures is a help to the search, not part of its verdict: when a call of `inner`
+    fails (Redis gone, a disk error), it is tried again after each of `pauses` (redis-py
+    reconnects on the next call by itself), and when every try failed, `on_lost` is told why
+    once and from then on the database is empty and saves nothing.
+    """
+
+    def __init__(
+        self,
+        inner: ExampleDatabase,
+        on_lost: Callable[[str], None],
+        *,
+        pauses: tuple[float, ...] = _DATABASE_RETRY_PAUSES,
+    ) -> None:
+        super().__init__()
+        self._inner = inner
+        self._on_lost = on_lost
+        self._pauses = pauses
+        self._faults = _database_faults()
+        self.lost: str = ""
+
+    def _call(self, operation: Callable[[], Any], default: Any) -> Any:
+        if self.lost:
+            return default
+        for pause in (*self._pauses, None):
+            try:
+                return operation()
+            except self._faults as exc:
+                if pause is None:
+                    self.lost = f"{type(exc).__name__}: {exc}"
+                    self._on_lost(self.lost)
+                    return default
+                time.sleep(pause)
+        return default  # pragma: no cover - the loop returns on its last try
+
+    def fetch(self, key: bytes) -> list[bytes]:
+        """The values under `key` (none once the database is lost)."""
+        # A list, not the inner generator: the call that fails must fail here, inside the retry.
+        result: list[bytes] = self._call(lambda: list(self._inner.fetch(key)), [])
+        return result
+
+    def save(self, key: bytes, value: bytes) -> None:
+        """Save `value` under `key` (nothing once the database is lost)."""
+        self._call(lambda: self._inner.save(key, value), None)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        """Delete `value` under `key` (nothing once the database is lost)."""
+        self._call(lambda: self._inner.delete(key, value), None)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        """Move `value` from `src` to `dest` (nothing once the database is lost)."""
+        self._call(lambda: self._inner.move(src, dest, value), None)
+
+
+def _database_faults() -> tuple[type[BaseException], ...]:
+    """What a database call raises when the database itself fails: the disk's `OSError`, and
+    the `redis` package's errors where it is installed."""
+    try:
+        import redis
+    except ImportError:
+        return (OSError,)
+    return (OSError, redis.RedisError)
 
 
 # --- a worker -----------------------------------------------------------------------------------
@@ -254,7 +334,17 @@ def _work(plan: CampaignPlan, index: int, messages: Any, stop: Any) -> None:
     )
     meter = meter_for(target, enabled=plan.measure_coverage)
     judged = meter.instrument(target) if meter is not None else target
-    database = open_database(plan.database)
+
+    def lost(why: str) -> None:
+        messages.put(("database-lost", index, why))
+
+    try:
+        opened = open_database(plan.database)
+    except KvcheckUsageError as exc:
+        # The parent reached it before starting the workers: it has gone away since.
+        opened = None
+        lost(str(exc))
+    database = None if opened is None else TolerantDatabase(opened, lost)
     import_tensor_library()
     messages.put(("started", index))  # from here on, a stop is seen between scenarios
     budget = plan.share(index)
@@ -394,7 +484,10 @@ def run_campaign(
                 state.duplicates += 1
                 return
             state.failures.append(found)
-            tell(f"worker {index} found a failure after {found.examples_to_failure} scenarios")
+            tell(
+                f"worker {index} found a failure after "
+                f"{plural(found.examples_to_failure, 'scenario')}"
+            )
             if on_found is not None:
                 on_found(found)
             if not plan.keep_going:
@@ -406,6 +499,13 @@ def run_campaign(
             if not state.error:
                 state.error = message[2]
                 stop.set()
+        elif kind == "database-lost":
+            warning = (
+                f"worker {index} lost the example database ({message[2]}); it goes on without "
+                "it, so it neither replays nor shares failures"
+            )
+            state.warnings.append(warning)
+            tell(warning)
         elif kind == "crash":
             worker.state, worker.error = "crashed", message[2]
             tell(f"worker {index} crashed: {message[2]}; the others go on")
@@ -478,6 +578,7 @@ def run_campaign(
                 worker.state = "stopped"
         messages.close()
         messages.cancel_join_thread()
+        forget_dead_resource_tracker()
         state.ended = time.monotonic()
     return state
 

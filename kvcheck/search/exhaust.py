@@ -118,6 +118,7 @@ from kvcheck.search.exhaust_parallel import (
     search_sharded,
 )
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
+from kvcheck.wording import plural
 
 _COLLECT_EVERY: Final = 20_000
 _COLLECT_GENERATION: Final = 0
@@ -233,11 +234,11 @@ class Bounds:
         def ints(values: Sequence[int | None]) -> str:
             return "{" + ",".join("none" if v is None else str(v) for v in values) + "}"
 
-        length = "any length" if self.events is None else f"up to {self.events} events"
-        steps = "" if self.steps is None else f", at most {self.steps} steps"
+        length = "any length" if self.events is None else f"up to {plural(self.events, 'event')}"
+        steps = "" if self.steps is None else f", at most {plural(self.steps, 'step')}"
         overlap = "{" + ",".join("on" if o else "off" for o in self.overlap) + "}"
         described = (
-            f"{self.requests} requests, {length}{steps}, accept <= {self.max_accept}, "
+            f"{plural(self.requests, 'request')}, {length}{steps}, accept <= {self.max_accept}, "
             f"strides {ints(self.strides)}, kinds {','.join(self.kinds)}; admit prompt "
             f"{ints(self.prompt_lens)} max_new {ints(self.max_new)} eos {ints(self.eos)}; "
             f"overlap {overlap}"
@@ -296,7 +297,8 @@ class ExhaustResult:
     # What stopped an incomplete search: `time limit`, `state limit`, `memory limit` or
     # `interrupted` (Ctrl-C); None when it ran to its end.
     stopped: str | None = None
-    # The peak resident memory of the process at the end, in MB (with workers: summed).
+    # The peak resident memory of the process at the end, in MB (with workers: the parent's,
+    # plus what each worker grew past its start-up, as `--max-memory` measures it).
     peak_memory_mb: float = 0.0
     # The processes that shared the search (`exhaust(workers=...)`).
     workers: int = 1
@@ -656,13 +658,15 @@ def exhaust(
     spec, or from a pickled copy, `allow_unavailable_imports` as for `load_target`); the
     verdict, the states counted and the counterexample are the same for every number of
     workers. `max_states`, `time_limit` (seconds, interrupting a running call of the target
-    too), `max_memory_mb` (the peak resident memory, summed over the workers) and Ctrl-C stop
+    too), `max_memory_mb` (the peak resident memory; with workers, the parent's plus what each
+    worker grew past its start-up) and Ctrl-C stop
     the search early with `complete == False` and `stopped` naming why. `measure_coverage`
     measures the coverage of a target read from source (`ExhaustResult.coverage`; with workers,
     their measurements merged). `progress` is called with a status line every few hundred
     transitions; Ctrl-C is re-raised unless `report_interrupt`. Raises `UnsupportedTargetError`
-    like `run_scenario` does for a target kvcheck cannot judge, and `KvcheckInternalError` when
-    a worker process crashes (kvcheck's fault: no verdict).
+    like `run_scenario` does for a target kvcheck cannot judge, and `WorkerLost` (a
+    `KvcheckInternalError` naming the levels cleared before) when a worker process crashes
+    (kvcheck's fault: no verdict).
     """
     bounds = bounds or Bounds()
     if convention not in CONVENTIONS:
@@ -810,7 +814,7 @@ def _look(
         raise _Stop("memory limit")
     if progress is not None:
         progress(
-            f"level {depth + 1}: {scenarios} scenarios, {states} states, "
+            f"level {depth + 1}: {plural(scenarios, 'scenario')}, {plural(states, 'state')}, "
             f"{time.perf_counter() - started:.0f} s, {memory:.0f} MB"
         )
 

@@ -22,12 +22,16 @@ counts and the counterexample do not depend on the number of workers or on their
 
 Workers are spawned (torch and fork do not mix), load the target themselves (a pickled copy
 when it pickles, else from its spec), ignore SIGINT (the parent handles Ctrl-C and tells them to
-stop) and die with the parent. Limits (time, states, memory summed over the workers) are
-watched by the parent, which sets a shared stop flag that workers look at every few hundred
-transitions. A worker that dies or raises is kvcheck's own fault: `KvcheckInternalError`, no
-verdict (a `KvcheckUsageError` it raises, such as a target kvcheck cannot judge, is re-raised as
-such). Across machines the same scheme holds with the processes of every machine numbered
-0..N-1 and the per-level exchange going through a shared store (docs/architecture.md).
+stop) and die with the parent. Limits (time, states, memory) are watched by the parent, which
+sets a shared stop flag that workers look at every few hundred transitions. The memory measured
+is the parent's peak plus what each worker grew past its own start-up (`peak_memory_mb` after it
+loaded the target and torch): one start-up counted, as in the single-process search, not one
+per worker, so `--max-memory` means the same for any number of workers. A worker that dies or
+raises is kvcheck's own fault: `WorkerLost` (a `KvcheckInternalError`), no verdict, with the
+levels every worker had cleared before it (a `KvcheckUsageError` it raises, such as a target
+kvcheck cannot judge, is re-raised as such). Across machines the same scheme holds with the
+processes of every machine numbered 0..N-1 and the per-level exchange going through a shared
+store (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -51,14 +55,15 @@ from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.engine import import_tensor_library
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
-from kvcheck.search.processes import become_worker
+from kvcheck.search.processes import become_worker, forget_dead_resource_tracker
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.targets.loading import load_target
+from kvcheck.wording import plural
 
 if TYPE_CHECKING:  # `kvcheck.search.exhaust` imports this module: its classes come as arguments
     from kvcheck.search.exhaust import Candidate, Found, Plan, Shard, _Node
 
-__all__ = ["Outcome", "collected_by_hand", "peak_memory_mb", "search_sharded"]
+__all__ = ["Outcome", "WorkerLost", "collected_by_hand", "peak_memory_mb", "search_sharded"]
 
 # How often the parent looks at its messages, the workers and the limits (seconds).
 _POLL: Final = 0.2
@@ -72,6 +77,26 @@ _END_GRACE: Final = 20.0
 
 class _Stopped(Exception):
     """The parent said stop (a limit, Ctrl-C): the worker leaves the level."""
+
+
+class WorkerLost(KvcheckInternalError):
+    """A worker process died or raised: kvcheck's own fault, so no verdict; but the levels every
+    worker had cleared before stay proven (no violation in any scenario of up to `levels`
+    events), and the message says so."""
+
+    def __init__(self, cause: str, *, levels: int, states: int, scenarios: int) -> None:
+        if levels:
+            proven = (
+                f"what was established before: no violation up to {plural(levels, 'event')} "
+                f"({plural(levels, 'level')} cleared, {plural(states, 'distinct state')}, "
+                f"{plural(scenarios, 'scenario')})"
+            )
+        else:
+            proven = "no level was cleared before it"
+        super().__init__(f"{cause}; {proven}")
+        self.levels = levels
+        self.states = states
+        self.scenarios = scenarios
 
 
 def peak_memory_mb() -> float:
@@ -241,6 +266,7 @@ def search_sharded(
         elif max_states is not None and states >= max_states:
             why_stopped[0] = "state limit"
         elif max_memory_mb and sum(memory) + peak_memory_mb() > max_memory_mb:
+            # `memory` holds what each worker grew past its start-up (module docstring).
             why_stopped[0] = "memory limit"
         if why_stopped[0]:
             stop.set()
@@ -248,7 +274,8 @@ def search_sharded(
         if progress is not None and now - last_progress[0] >= _PROGRESS_EVERY:
             last_progress[0] = now
             progress(
-                f"level {depth + 1}: {sum(c[0] for c in counts)} scenarios, {states} states, "
+                f"level {depth + 1}: {plural(sum(c[0] for c in counts), 'scenario')}, "
+                f"{plural(states, 'state')}, "
                 f"{now - started:.0f} s, {sum(memory) + peak_memory_mb():.0f} MB, "
                 f"{workers} workers"
             )
@@ -274,6 +301,10 @@ def search_sharded(
     frontier = 0
     states = 0
     complete = True
+    lost: KvcheckInternalError | None = None
+    # (levels, states, scenarios) when every worker had last merged a level: what stays proven
+    # when a worker is lost later (the progress counts run ahead, into the next level).
+    cleared = (0, 0, 0)
     try:
         for process in processes:
             process.start()
@@ -304,6 +335,7 @@ def search_sharded(
             frontier = sum(r[3] for r in merged)
             states = sum(r[4] for r in merged)
             counts = [(r[5], r[4]) for r in merged]
+            cleared = (depth, states, sum(r[5] for r in merged))
             if max_states is not None and states >= max_states:
                 complete, stopped = False, "state limit"
                 break
@@ -311,6 +343,8 @@ def search_sharded(
         complete, stopped = False, "interrupted"
         states = sum(c[1] for c in counts)
         stop.set()
+    except KvcheckInternalError as exc:  # a worker died or raised: no verdict
+        lost = exc
     finally:
         stop.set()
         for control in controls:
@@ -330,6 +364,10 @@ def search_sharded(
         for channel in (messages, *controls, *inboxes):
             channel.close()
             channel.cancel_join_thread()
+        forget_dead_resource_tracker()
+    if lost is not None:
+        levels, kept, tried = cleared
+        raise WorkerLost(str(lost), levels=levels, states=kept, scenarios=tried) from lost
     coverage: TargetCoverage | None = None
     for cover, _ in done.values():
         if cover is not None:
@@ -431,13 +469,19 @@ def _work(
     if meter is not None:
         target = meter.instrument(target)
     import_tensor_library()
+    # What this worker holds once started (the target, torch): the parent counts its own
+    # start-up only, so each worker reports what the search grew past this.
+    started_mb = peak_memory_mb()
     shard = setup.shard_class(target, setup.plan, index, workers)
     messages.put(("ready", index, len(shard.frontier), len(shard.seen)))
     last = {"progress": 0.0}
 
+    def grown_mb() -> float:
+        return max(0.0, peak_memory_mb() - started_mb)
+
     def report() -> None:
         last["progress"] = time.monotonic()
-        messages.put(("progress", index, (shard.scenarios, shard.states), peak_memory_mb()))
+        messages.put(("progress", index, (shard.scenarios, shard.states), grown_mb()))
 
     def look() -> None:
         if stop.is_set():
@@ -511,4 +555,4 @@ def _work(
                     ("merged", index, why, len(shard.frontier), len(shard.seen), shard.scenarios)
                 )
     report()
-    messages.put(("done", index, meter.result() if meter is not None else None, peak_memory_mb()))
+    messages.put(("done", index, meter.result() if meter is not None else None, grown_mb()))

@@ -35,6 +35,7 @@ from kvcheck.core.deadline import shielded
 from kvcheck.core.target import CodeSpan, Target
 from kvcheck.errors import KvcheckInternalError
 from kvcheck.targets.sglang_release import OUT_OF_SCOPE_BRANCHES
+from kvcheck.wording import plural
 
 __all__ = ["CoverageMeter", "TargetCoverage", "format_lines", "meter_for"]
 
@@ -309,7 +310,7 @@ class CoverageMeter:
             # did not see the code under this file name; reporting 0% would blame the target.
             raise KvcheckInternalError(
                 f"coverage.py recorded nothing of {self.file} although the resolver ran "
-                f"{self._calls} times; --no-coverage skips measuring"
+                f"{plural(self._calls, 'time')}; --no-coverage skips measuring"
             )
         return found
 

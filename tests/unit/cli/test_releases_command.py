@@ -1,0 +1,88 @@
+"""`kvcheck releases` without the network: a release that cannot be loaded gets a row with its
+error while the others keep their verdicts (exit 2 at the end), and an empty range is a usage
+error rather than a silent exit 0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvcheck.cli.main import main
+from kvcheck.targets import sglang_release
+from tests.helpers import SGLANG_FIXTURES
+
+NEWEST = "srt/managers/scheduler_components/batch_result_processor.py"
+
+
+def seed_cache(cache: Path, version: str, *, damaged: bool = False) -> None:
+    """A cached release built from our 0.5.23-style fixture; `damaged` leaves no resolver in it."""
+    root = cache / "sglang" / version
+    target = root / "sglang" / NEWEST
+    target.parent.mkdir(parents=True)
+    if damaged:
+        target.write_text("this is not python (\n")
+    else:
+        package = SGLANG_FIXTURES / "v0_5_23" / "python" / "sglang"
+        target.write_text((package / NEWEST).read_text())
+    (root / ".complete").write_text(NEWEST + "\n")
+
+
+@pytest.fixture
+def three_releases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.5.21 and 0.5.23 are fine; 0.5.22's cached resolver does not parse."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KVCHECK_CACHE", str(cache))
+    seed_cache(cache, "0.5.21")
+    seed_cache(cache, "0.5.22", damaged=True)
+    seed_cache(cache, "0.5.23")
+    monkeypatch.setattr(
+        sglang_release, "available_versions", lambda: ["0.5.21", "0.5.22", "0.5.23"]
+    )
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+FAST = ("--max-examples", "20", "--no-coverage")
+
+
+@pytest.mark.usefixtures("three_releases")
+def test_a_release_that_fails_to_load_keeps_the_others_verdicts_in_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "releases", "--from", "0.5.21", *FAST, "--json")
+    assert code == 2
+    rows = json.loads(out)["releases"]
+    assert [r["version"] for r in rows] == ["0.5.21", "0.5.22", "0.5.23"]
+    good = [rows[0], rows[2]]
+    assert all(r["error"] is None and r["verdict_ideal"] in ("pass", "fail") for r in good)
+    assert rows[1]["error"] and rows[1]["verdict_sglang"] == rows[1]["verdict_ideal"] == "error"
+    assert "SGLang 0.5.22" in err and "1 release without a verdict: 0.5.22" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.usefixtures("three_releases")
+def test_a_release_that_fails_to_load_gets_a_text_row(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "releases", "--from", "0.5.21", *FAST)
+    assert code == 2
+    _, *lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == ["0.5.21", "0.5.22", "0.5.23"]
+    assert lines[1].split()[3:5] == ["error", "error"]
+
+
+@pytest.mark.usefixtures("three_releases")
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_empty_range_is_a_usage_error(as_json: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["releases", "--from", "0.5.23", "--to", "0.5.21", *FAST]
+    code, out, err = run(capsys, *argv, *(["--json"] if as_json else []))
+    assert code == 2
+    assert "empty range" in err and "--from 0.5.23" in err
+    if as_json:
+        assert json.loads(out)["exit_code"] == 2
+    else:
+        assert out == ""

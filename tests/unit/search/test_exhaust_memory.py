@@ -1,0 +1,36 @@
+"""`exhaust --workers N --max-memory` counts what the search grows, not each worker's start-up
+(issue 23 item 18): a small search under a limit that leaves no room for two more start-ups
+completes, and the limit still stops a search that passes it. (Workers' stdout and killed
+workers: tests/quality/test_exhaust_workers_faults.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.search.exhaust_parallel import peak_memory_mb
+from kvcheck.targets.loading import load_target
+
+SMALL = Bounds(events=4, kinds=("admit", "step", "abort"), strides=(2,))
+
+
+def test_workers_start_up_memory_is_not_counted_against_max_memory() -> None:
+    # Each worker starts at a few hundred MB (torch, the target); a limit that leaves room for
+    # the search but not for two more start-ups must not stop a search this small.
+    target = load_target("builtin:reference")
+    limit = peak_memory_mb() + 150
+    result = exhaust(target, SMALL, workers=2, max_memory_mb=limit)
+    assert result.complete and result.stopped is None, result.stopped
+    assert result.peak_memory_mb < limit
+
+
+def test_max_memory_still_stops_a_search_on_workers() -> None:
+    result = exhaust(load_target("builtin:reference"), SMALL, workers=2, max_memory_mb=1)
+    assert not result.complete and result.stopped == "memory limit"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_one_and_two_workers_measure_memory_alike(workers: int) -> None:
+    """The parent's start-up counts once, as a single process counts its own."""
+    result = exhaust(load_target("builtin:reference"), SMALL, workers=workers)
+    assert result.peak_memory_mb < peak_memory_mb() + 100
