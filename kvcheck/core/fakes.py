@@ -581,7 +581,8 @@ class FakeBatch(StrictFake):
         self._set_fields(
             reqs=reqs,
             spec_algorithm=EAGLE,
-            # As SGLang's batch constructor sets it, carried by `batch.copy()` (0.5.18+).
+            # As SGLang's batch constructor sets it, carried by `batch.copy()` from 0.5.17 (before,
+            # the snapshot keeps the default False; only 0.5.17+ code reads it: docs/fakes.md).
             has_grammar=any(req.grammar is not None for req in reqs),
             enable_overlap=True,
             forward_mode=FORWARD_MODES[forward_mode],
@@ -595,7 +596,8 @@ class FakeBatch(StrictFake):
 class FakeResult(StrictFake):
     """The decode result: padded `next_token_ids` (int64) and `accept_lens` (int32) on the CPU,
     the stride recorded at launch, the optional inputs newer versions read (all absent), and
-    the counters the resolver writes (None until written)."""
+    the counters the resolver writes, holding `GenerationBatchResult`'s defaults until written:
+    0 for the totals (a resolver may add to them), None for the per-row list (docs/fakes.md)."""
 
     _owner = "result"
     _fields = frozenset(
@@ -656,9 +658,11 @@ class FakeResult(StrictFake):
             # SGLang records the copy event only on the overlap path; a synchronous result has
             # none.
             copy_done=copy_done,
-            num_block_accept_tokens=None,
-            num_cap_tokens=None,
-            _draft_total=None,
+            # SGLang's defaults: 0 (0.5.6.x had None for `num_accepted_tokens`, 0.5.7+ has 0;
+            # kvcheck, not knowing the release, takes 0), and None for the per-row list.
+            num_block_accept_tokens=0,
+            num_cap_tokens=0,
+            _draft_total=0,
             _draft_per_req=None,
         )
 

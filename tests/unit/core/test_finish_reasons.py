@@ -117,6 +117,18 @@ def test_a_state_key_holds_a_targets_own_finish_abort() -> None:
     hash(engine.state_key())
 
 
+def test_result_totals_start_at_sglangs_defaults() -> None:
+    import torch
+
+    from kvcheck.core.fakes import FakeResult
+
+    result = FakeResult(torch.zeros(4, dtype=torch.int64), torch.ones(1, dtype=torch.int32), 4)
+    totals = ("num_accepted_tokens", "num_accepted_drafts", "num_correct_drafts")
+    assert [getattr(result, name) for name in totals] == [0, 0, 0]
+    assert (result.num_block_accept_tokens, result.num_cap_tokens) == (0, 0)
+    assert result.num_correct_drafts_per_req_cpu is None
+
+
 # --- the stand-ins ------------------------------------------------------------------------------
 
 
@@ -147,8 +159,8 @@ def test_a_member_of_some_releases_only_is_unmodelled() -> None:
 # --- resolvers that read them -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["logs_finish_type", "checks_finish_fields"])
-def test_correct_resolvers_reading_finish_fields_pass_check(
+@pytest.mark.parametrize("name", ["logs_finish_type", "checks_finish_fields", "accumulates_totals"])
+def test_correct_resolvers_reading_what_sglang_holds_pass_check(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = run_cli(
