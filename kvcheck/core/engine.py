@@ -526,7 +526,9 @@ class Engine:
         self.last_prefill = list(batch)
         self.launch_count += 1
         stride = self.scheduler.draft_worker.speculative_num_draft_tokens
-        return _EngineLaunch(self.launch_count, "prefill", FakeBatch(batch, "extend"), stride, ())
+        prefill = FakeBatch(batch, "extend")
+        prefill.enable_overlap = self.config.overlap  # the scheduler's, on every batch it makes
+        return _EngineLaunch(self.launch_count, "prefill", prefill, stride, ())
 
     def _reset_for_retract(self, req: FakeReq) -> None:
         self.retract_requested.discard(req.rid)

@@ -129,6 +129,27 @@ def test_result_totals_start_at_sglangs_defaults() -> None:
     assert result.num_correct_drafts_per_req_cpu is None
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_prefill_batch_carries_the_schedulers_overlap_setting(overlap: bool) -> None:
+    # SGLang builds every batch with the scheduler's `enable_overlap` (and `copy()` keeps it);
+    # a target's own `advance_grammar_fsm` (0.5.17+) is handed the prefill batch.
+    seen: list[bool] = []
+
+    def advance_grammar_fsm(self: Any, result: Any, batch: Any) -> None:
+        seen.append(batch.enable_overlap)
+
+    config = Config(convention="honest", overlap=overlap)
+    engine = Engine(
+        config,
+        reference_v2,
+        {"advance_grammar_fsm": advance_grammar_fsm},
+        not_judged=frozenset(),
+    )
+    for event in (Admit("r0", 4, 9, grammar=Grammar("accept")), Step(), Step()):
+        engine.apply(event)
+    assert seen and set(seen) == {overlap}
+
+
 # --- the stand-ins ------------------------------------------------------------------------------
 
 
