@@ -197,6 +197,16 @@ def test_a_correct_resolver_reading_finish_reasons_passes_in_the_plugin(
     result.assert_outcomes(passed=1)
 
 
+def test_a_correct_resolver_reading_finish_reasons_passes_fuzz(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where a counterexample would be saved
+    target = f"{RESOLVERS}::logs_finish_type"
+    argv = ("fuzz", target, "--workers", "1", "--duration", "1", "--no-database", "--json")
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0 and '"verdict": "pass"' in out, out
+
+
 def test_taking_finished_len_for_finished_fails_exhaust() -> None:
     entry = BY_NAME["finished-len-as-finished"]
     result = exhaust(
