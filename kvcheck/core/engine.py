@@ -42,6 +42,9 @@ from kvcheck.core.fakes import (
     FakeReq,
     FakeResult,
     FakeScheduler,
+    FinishAbort,
+    FinishLength,
+    FinishMatchedToken,
     GrammarRefusal,
     UnmodeledAttributeError,
     histogram_of,
@@ -251,9 +254,10 @@ class Engine:
                 _plain(req.kv_committed_len),
                 _plain(req.kv_allocated_len),
                 req.is_retracted,
-                req.finished_reason,
+                req._aborted_waiting,
+                _reason_key(req.finished_reason),
                 req.finished_len,
-                req.to_finish,
+                _reason_key(req.to_finish),
                 _plain(req.spec_verify_ct),
                 _plain(req._spec_drafts),
                 req.histogram(),
@@ -421,12 +425,17 @@ class Engine:
         if req is None or is_finished(req):
             return False
         if req in self.waiting:
-            self.waiting.remove(req)
-            req.finished_reason = "abort"
-            req.finished_len = len(req.output_ids)
+            self._drop_waiting(req)
         else:
-            req.to_finish = "abort"
+            req.to_finish = FinishAbort()  # `abort_request`'s, without an abort message
         return True
+
+    def _drop_waiting(self, req: FakeReq) -> None:
+        """SGLang's abort of a waiting request: popped from the queue, with no finish reason
+        and no `finished_len` (scheduler.py `abort_request`, every release; only disaggregated
+        decode sets one). A retracted request's stale row can still be delivered after it."""
+        self.waiting.remove(req)
+        req._aborted_waiting = True
 
     def _step(self, step: Step) -> tuple[ObservedDelivery | None, str | None]:
         self._delivered_rids = ()
@@ -517,7 +526,9 @@ class Engine:
         self.last_prefill = list(batch)
         self.launch_count += 1
         stride = self.scheduler.draft_worker.speculative_num_draft_tokens
-        return _EngineLaunch(self.launch_count, "prefill", FakeBatch(batch, "extend"), stride, ())
+        prefill = FakeBatch(batch, "extend")
+        prefill.enable_overlap = self.config.overlap  # the scheduler's, on every batch it makes
+        return _EngineLaunch(self.launch_count, "prefill", prefill, stride, ())
 
     def _reset_for_retract(self, req: FakeReq) -> None:
         self.retract_requested.discard(req.rid)
@@ -626,11 +637,10 @@ class Engine:
         for recv in requests:
             for req in list(self.waiting):
                 if req.rid.startswith(recv.rid):
-                    self.waiting.remove(req)
-                    req.finished_reason, req.finished_len = "abort", len(req.output_ids)
+                    self._drop_waiting(req)
             for req in self.running + self.last_prefill:
                 if not is_finished(req) and req.rid.startswith(recv.rid):
-                    req.to_finish = "abort"
+                    req.to_finish = FinishAbort()
 
     def _deliver_prefill(self, launch: _EngineLaunch) -> str | None:
         """A prefill result: each live request takes its first token, then (after the finish
@@ -655,7 +665,7 @@ class Engine:
                     req.grammar.accept_token(token_id(launch.number, row, 0))
                 except ValueError:
                     if not is_finished(req):
-                        req.to_finish = "abort"
+                        req.to_finish = FinishAbort()  # 0.5.16-0.5.22; 0.5.23 adds a message
                 req.grammar.finished = is_finished(req)
         return None
 
@@ -728,21 +738,23 @@ class Engine:
     def _update_finish_state(self, req: FakeReq) -> None:
         if is_finished(req):
             return
+        # What SGLang's `Req.check_finished` / `update_finish_state` sets (docs/fakes.md): the
+        # pending reason as it is, with no `finished_len`; an EOS or length finish with one; a
+        # terminated grammar with none.
         if req.to_finish is not None:
-            # Any reason set (an abort, or a resolver's FINISH_ABORT) is an abort here.
-            req.finished_reason, req.to_finish = "abort", None
-            req.finished_len = len(req.output_ids)
+            req.finished_reason, req.to_finish = req.to_finish, None
             return
         emitted = len(req.output_ids)
         max_new = req.sampling_params.max_new_tokens
         eos_at = self.eos_at[req.rid]
         if eos_at is not None and eos_at <= min(emitted, max_new):
-            req.finished_reason, req.finished_len = "eos", eos_at
+            req.finished_reason = FinishMatchedToken(req.output_ids[eos_at - 1])
+            req.finished_len = eos_at
         elif emitted >= max_new:
-            req.finished_reason, req.finished_len = "length", max_new
+            req.finished_reason, req.finished_len = FinishLength(max_new), max_new
         elif req.grammar is not None and req.grammar.is_terminated():
-            # FINISH_MATCHED_TOKEN after the EOS and length checks (0.5.18+ order).
-            req.finished_reason, req.finished_len = "grammar", emitted
+            # After the EOS and length checks (0.5.18+ order).
+            req.finished_reason = FinishMatchedToken(req.output_ids[-1])
 
 
 # Templates of the result tensors, by shape (`next_token_ids`) and by values (per-row int32
@@ -829,6 +841,16 @@ def _values_same(before: Any, after: Any) -> bool:
 def _plain(value: Any) -> Any:
     """`value` for a state key: an int as itself, anything else by type and repr."""
     return value if type(value) is int else (type(value).__name__, repr(value))
+
+
+def _reason_key(reason: Any) -> Any:
+    """A finish reason for a state key: a matched token by its kind alone (token ids encode
+    launch numbers, and it is always the output token at the stop), else as `_plain`."""
+    if reason is None:
+        return None
+    if type(reason) is FinishMatchedToken:
+        return FinishMatchedToken.sglang_name
+    return _plain(reason)
 
 
 def _runs_as_ints(returned: Any) -> tuple[tuple[tuple[int, ...], ...] | None, str | None]:

@@ -43,10 +43,19 @@ UNMODELLED_ACCESSES: Final[list[str]] = []
 class UnmodeledAttributeError(AttributeError):
     """The target touched an attribute of a fake that kvcheck does not model."""
 
-    def __init__(self, owner: str, name: str, action: str = "reads", detail: str = "") -> None:
+    def __init__(
+        self,
+        owner: str,
+        name: str,
+        action: str = "reads",
+        detail: str = "",
+        supported: tuple[str, ...] | None = None,
+    ) -> None:
         self.owner = owner
         self.attribute = name
-        self.supported = modelled_names(owner)
+        # The spellings catalogue lists what is modelled, except on a finish reason, whose
+        # members are listed by its class (`FinishReason`).
+        self.supported = modelled_names(owner) if supported is None else supported
         listed = ", ".join(self.supported) or "nothing"
         UNMODELLED_ACCESSES.append(f"{action} `{owner}.{name}`{detail}")
         super().__init__(
@@ -165,6 +174,123 @@ def _alias(field: str) -> property:
     return property(get, set_)
 
 
+class FinishReason:
+    """kvcheck's stand-in for SGLang's `BaseFinishReason` (`managers/schedule_batch.py`): the
+    object `req.finished_reason` and `req.to_finish` hold, one subclass per kind of finish.
+
+    A plain object, as SGLang's are (no equality but identity, attributes writable), built with
+    the constructor arguments the release's class takes and answering `to_json()` as it does
+    (docs/fakes.md has the table and the evidence). It is not a `StrictFake`: the probe's
+    recording proxies would break a target's `isinstance(reason, FINISH_ABORT)`. Reading a name
+    the class does not have raises `UnmodeledAttributeError`: `is_error`, for one, exists only in
+    0.5.6-0.5.12.post1, and kvcheck does not know which release the target was written for.
+    """
+
+    # The class's SGLang name, for repr and for messages.
+    sglang_name: ClassVar[str] = "BaseFinishReason"
+    # Its data attributes, in constructor order; with `to_json` what a target may read.
+    members: ClassVar[tuple[str, ...]] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The finish reason as SGLang reports it to clients; the base class has none."""
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup failed.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise UnmodeledAttributeError(
+            "req.finished_reason", name, supported=(*self.members, "to_json")
+        )
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={vars(self).get(name)!r}" for name in self.members)
+        return f"{self.sglang_name}({shown})"
+
+
+class FinishMatchedToken(FinishReason):
+    """`FINISH_MATCHED_TOKEN(matched)`: a stop token (EOS) was emitted, or a grammar terminated
+    (`matched` is then the last output token). Reported as an OpenAI `stop`."""
+
+    sglang_name = "FINISH_MATCHED_TOKEN"
+    members = ("matched",)
+
+    def __init__(self, matched: int | list[int]) -> None:
+        self.matched = matched
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"type": "stop", "matched": matched}`."""
+        return {"type": "stop", "matched": self.matched}
+
+
+class FinishMatchedStr(FinishReason):
+    """`FINISH_MATCHED_STR(matched)`: a stop string matched (never set by kvcheck, which models
+    no stop strings; here for a target that imports or tests for it)."""
+
+    sglang_name = "FINISH_MATCHED_STR"
+    members = ("matched",)
+
+    def __init__(self, matched: str) -> None:
+        self.matched = matched
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"type": "stop", "matched": matched}`."""
+        return {"type": "stop", "matched": self.matched}
+
+
+class FinishedMatchedRegex(FinishReason):
+    """`FINISHED_MATCHED_REGEX(matched)` (SGLang's spelling): a stop regex matched (never set by
+    kvcheck, as `FinishMatchedStr`)."""
+
+    sglang_name = "FINISHED_MATCHED_REGEX"
+    members = ("matched",)
+
+    def __init__(self, matched: str) -> None:
+        self.matched = matched
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"type": "stop", "matched": matched}`."""
+        return {"type": "stop", "matched": self.matched}
+
+
+class FinishLength(FinishReason):
+    """`FINISH_LENGTH(length)`: the request reached `max_new_tokens` (`length`)."""
+
+    sglang_name = "FINISH_LENGTH"
+    members = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"type": "length", "length": length}`."""
+        return {"type": "length", "length": self.length}
+
+
+class FinishAbort(FinishReason):
+    """`FINISH_ABORT(message=None, status_code=None, err_type=None)`: an aborted request. As in
+    SGLang, a missing message is stored as "Aborted" at construction."""
+
+    sglang_name = "FINISH_ABORT"
+    members = ("message", "status_code", "err_type")
+
+    def __init__(
+        self, message: str | None = None, status_code: Any = None, err_type: str | None = None
+    ) -> None:
+        self.message = message or "Aborted"
+        self.status_code = status_code
+        self.err_type = err_type
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"type": "abort", "message": ..., "status_code": ..., "err_type": ...}`."""
+        return {
+            "type": "abort",
+            "message": self.message,
+            "status_code": self.status_code,
+            "err_type": self.err_type,
+        }
+
+
 class FakeKvInfo(StrictFake):
     """`req.kv` (0.5.16+): the committed and allocated lengths live on the request object."""
 
@@ -264,9 +390,11 @@ class FakeReq(StrictFake):
     kv_allocated_len: int
     is_retracted: bool
     retraction_count: int
-    finished_reason: str | None
+    # A `FinishReason` once finished (or whatever a target stored in `to_finish`); None before.
+    finished_reason: Any
+    # Set by a length or stop-token finish only; None for an abort or a grammar finish.
     finished_len: int | None
-    to_finish: str | None
+    to_finish: Any
     grammar: FakeGrammar | None
     inflight_middle_chunks: int
     spec_verify_ct: int
@@ -276,6 +404,9 @@ class FakeReq(StrictFake):
     _histogram: dict[int, int]
     _cap_histogram: dict[int, int]
     kv: FakeKvInfo
+    # Aborted while waiting: SGLang pops it from the queue and sets no finish reason (outside
+    # disaggregated decode), so only kvcheck's own code knows the scheduler is done with it.
+    _aborted_waiting: bool
 
     def __init__(self, rid: str, prompt_len: int, max_new_tokens: int) -> None:
         self._set_fields(
@@ -299,14 +430,16 @@ class FakeReq(StrictFake):
             _histogram={},
             _cap_histogram={},
             kv=FakeKvInfo(self),
+            _aborted_waiting=False,
         )
 
     def finished(self) -> bool:
         """SGLang's `req.finished()`: a finish reason is set.
 
         Read at delivery time, so the row of a request that finished after its launch is stale.
+        False for a request aborted while waiting: SGLang drops it from the queue without one.
         """
-        return is_finished(self)
+        return self.finished_reason is not None
 
     def _record_histogram(self, drafts: int) -> None:
         # A dict, not SGLang's growing list: a negative or non-int bucket stays visible.
@@ -324,9 +457,10 @@ class FakeReq(StrictFake):
 
 
 def is_finished(req: FakeReq) -> bool:
-    """`req.finished()` for kvcheck's own code: the same test, without the guard that makes a
-    target's call its signature refuses a `FakeCallError` (`sglang_method`)."""
-    return req.finished_reason is not None
+    """Whether the scheduler is done with `req`, for kvcheck's own code: `req.finished()`
+    (without the guard that makes a target's call its signature refuses a `FakeCallError`,
+    `sglang_method`), or aborted while waiting, which SGLang drops without a finish reason."""
+    return req.finished_reason is not None or req._aborted_waiting
 
 
 def histogram_of(req: FakeReq) -> tuple[tuple[int, int], ...]:
@@ -447,7 +581,8 @@ class FakeBatch(StrictFake):
         self._set_fields(
             reqs=reqs,
             spec_algorithm=EAGLE,
-            # As SGLang's batch constructor sets it, carried by `batch.copy()` (0.5.18+).
+            # As SGLang's batch constructor sets it, carried by `batch.copy()` from 0.5.17 (before,
+            # the snapshot keeps the default False; only 0.5.17+ code reads it: docs/fakes.md).
             has_grammar=any(req.grammar is not None for req in reqs),
             enable_overlap=True,
             forward_mode=FORWARD_MODES[forward_mode],
@@ -461,7 +596,8 @@ class FakeBatch(StrictFake):
 class FakeResult(StrictFake):
     """The decode result: padded `next_token_ids` (int64) and `accept_lens` (int32) on the CPU,
     the stride recorded at launch, the optional inputs newer versions read (all absent), and
-    the counters the resolver writes (None until written)."""
+    the counters the resolver writes, holding `GenerationBatchResult`'s defaults until written:
+    0 for the totals (a resolver may add to them), None for the per-row list (docs/fakes.md)."""
 
     _owner = "result"
     _fields = frozenset(
@@ -522,9 +658,11 @@ class FakeResult(StrictFake):
             # SGLang records the copy event only on the overlap path; a synchronous result has
             # none.
             copy_done=copy_done,
-            num_block_accept_tokens=None,
-            num_cap_tokens=None,
-            _draft_total=None,
+            # SGLang's defaults: 0 (0.5.6.x had None for `num_accepted_tokens`, 0.5.7+ has 0;
+            # kvcheck, not knowing the release, takes 0), and None for the per-row list.
+            num_block_accept_tokens=0,
+            num_cap_tokens=0,
+            _draft_total=0,
             _draft_per_req=None,
         )
 
@@ -659,7 +797,7 @@ class FakeScheduler(StrictFake):
                 try:
                     grammar.accept_token(token)
                 except ValueError:
-                    req.to_finish = "abort"
+                    req.to_finish = FinishAbort()  # 0.5.16-0.5.22; 0.5.23 adds a message
                     break
                 kept.append(token)
                 if grammar.is_terminated():

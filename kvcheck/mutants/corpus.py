@@ -356,6 +356,30 @@ def abort_pending_skipped(g: Generation, self: Any, result: Any, batch: Any) -> 
 
 
 @mutant(
+    "finished-len-as-finished",
+    G0_5_19,
+    expect="committed-finished-frozen",
+    origin="issue 23 item 2",
+)
+def finished_len_as_finished(g: Generation, self: Any, result: Any, batch: Any) -> Any:
+    """Takes `req.finished_len is not None` for "finished": SGLang sets it for a length or
+    stop-token finish only, so the stale row of an aborted (or grammar-finished) request is
+    applied as a live one."""
+    tokens, accepts = _tensors(result)
+    k = g.non_draft(result)
+    live = []
+    for req, accepted in zip(batch.reqs, accepts, strict=True):
+        if req.is_retracted or req.finished_len is not None:
+            continue
+        _commit_live(g, req, accepted)
+        g.count_row(req, accepted - 1)
+        live.append(accepted - k)
+    g.write_totals(result, sum(live), [a - k for a in accepts])
+    g.feed_controller(self, live)
+    return padded_runs(tokens, accepts, g.stride(self, result))
+
+
+@mutant(
     "retracted-stats-reset",
     G0_5_12,
     expect="stats-verify-count",

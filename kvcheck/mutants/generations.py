@@ -20,8 +20,9 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from kvcheck.core.fakes import FinishAbort
 from kvcheck.core.scenario import Convention
-from kvcheck.targets.sglang_names import AbortRequest, FinishAbort
+from kvcheck.targets.sglang_names import AbortRequest
 
 StrideSource = Literal["worker", "result", "output-stride"]
 
