@@ -107,7 +107,13 @@ SPELLINGS: Final[tuple[Spelling, ...]] = (
     Spelling("req.retraction_count", "retractions so far", None, None, "live counter"),
     Spelling("req.finished()", "finished, read at delivery", None, None, "live flag"),
     Spelling("req.finished_reason", "finish reason", None, None, "None until finished"),
-    Spelling("req.finished_len", "output length at the stop", None, None, "None until finished"),
+    Spelling(
+        "req.finished_len",
+        "output length at the stop",
+        None,
+        None,
+        "None until a length or stop-token finish (aborts leave it None)",
+    ),
     Spelling("req.to_finish", "pending abort", None, None, "set by an Abort event"),
     Spelling("req.grammar", "grammar FSM", "0.5.14", None, "None, or the Admit's grammar"),
     Spelling(
