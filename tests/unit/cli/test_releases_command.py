@@ -26,7 +26,7 @@ def seed_cache(cache: Path, version: str, *, damaged: bool = False) -> None:
     else:
         package = SGLANG_FIXTURES / "v0_5_23" / "python" / "sglang"
         target.write_text((package / NEWEST).read_text())
-    (root / ".complete").write_text(NEWEST + "\n")
+    sglang_release.write_marker(root)  # recorded as it is: a load failure, not a damaged cache
 
 
 @pytest.fixture
