@@ -10,6 +10,7 @@ or more, by `benchmarks/doc_figures.py`, which re-runs the commands that produce
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 
 from kvcheck.cli.main import build_parser
@@ -75,3 +76,17 @@ def test_the_performance_table_is_the_one_the_benchmark_wrote() -> None:
         "README.md's Performance table differs from benchmarks/results.md: paste the table "
         "benchmarks/bench_harness.py wrote"
     )
+
+
+def test_every_figure_the_benchmark_rederives_is_found_in_the_docs() -> None:
+    # A reworded sentence must fail here, not only in the next (slow) benchmark run.
+    spec = importlib.util.spec_from_file_location(
+        "doc_figures", ROOT / "benchmarks" / "doc_figures.py"
+    )
+    assert spec is not None and spec.loader is not None
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    runs = {name for name, _, _ in benchmark.RUNS}
+    for run, pattern, document, _ in benchmark.FIGURES:
+        assert run in runs
+        assert quoted(pattern, document)
