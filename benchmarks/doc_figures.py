@@ -133,9 +133,16 @@ def run_kvcheck(arguments: list[str]) -> tuple[dict[str, Any], float]:
         cwd=ROOT,
     )
     seconds = time.monotonic() - started
+    said = completed.stderr.strip().splitlines()[-1:] or ["nothing on stderr"]
     if completed.returncode not in (0, 1):
-        raise RuntimeError(f"kvcheck {' '.join(arguments)}: {completed.stderr.strip()}")
-    report: dict[str, Any] = json.loads(completed.stdout)
+        raise RuntimeError(f"kvcheck {' '.join(arguments)}: exit {completed.returncode}: {said[0]}")
+    try:
+        report: dict[str, Any] = json.loads(completed.stdout)
+    except json.JSONDecodeError as exc:
+        raise RuntimeError(
+            f"kvcheck {' '.join(arguments)}: exit {completed.returncode}, no JSON report "
+            f"({exc}): {said[0]}"
+        ) from None
     return report, seconds
 
 
@@ -150,7 +157,7 @@ def main() -> int:
             continue
         try:
             report, seconds = run_kvcheck(arguments)
-        except (RuntimeError, json.JSONDecodeError) as exc:
+        except RuntimeError as exc:
             print(f"{name}: the command failed: {exc}")
             return 2
         print(f"{name}: kvcheck {' '.join(arguments)} ({seconds:.0f} s)")
