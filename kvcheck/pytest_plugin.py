@@ -119,8 +119,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="kvcheck_save_dir",
         default=None,
         metavar="DIR",
-        help="where failing property items write counterexample files "
-        "(default: <rootdir>/.kvcheck/counterexamples)",
+        help="where failing property items write counterexample files (default: "
+        ".kvcheck/counterexamples under the project's rootdir, or else under the directory "
+        "pytest was started in)",
     )
     group.addoption(
         "--kvcheck-deadline",
@@ -274,8 +275,19 @@ def pytest_collection_modifyitems(
     if not specs:
         return
     options = _SearchOptions.from_config(config)
+    added: list[pytest.Item] = []
     for spec in specs:
-        items.extend(_property_items(session, spec, options))
+        added.extend(_property_items(session, spec, options))
+    items.extend(added)
+    # No collector yields the property items, so pytest's counts ("collected N items", the
+    # `--collect-only` summary, "N deselected") would leave them out: report them as collected.
+    report = pytest.CollectReport(
+        nodeid=GROUP,
+        outcome="passed",
+        longrepr=None,
+        result=list[pytest.Item | pytest.Collector](added),
+    )
+    config.hook.pytest_collectreport(report=report)
 
 
 class _SearchOptions:
@@ -339,10 +351,24 @@ class _SearchOptions:
             max_examples=max_examples,
             database=profile.database,
             seed=seed,
-            save_dir=Path(save_dir)
-            if save_dir
-            else config.rootpath / ".kvcheck" / "counterexamples",
+            save_dir=Path(save_dir) if save_dir else default_save_dir(config),
         )
+
+
+def default_save_dir(config: pytest.Config) -> Path:
+    """Where failing property items save without `--kvcheck-save-dir`: under the project's root
+    when pytest found it by its config file (and the run started inside it) or was given it
+    with `--rootdir`, else under the directory pytest was started in.
+
+    pytest's rootdir alone is no project: before plugins load, pytest reads the value of a
+    separate `--kvcheck-target path/to/file.py::Qual` as a test path, and roots the run at the
+    common ancestor of that file and the working directory, up to the filesystem root.
+    """
+    invocation = config.invocation_params.dir
+    root = config.rootpath
+    given = config.getoption("rootdir", None)
+    project = bool(given) or (config.inipath is not None and invocation.is_relative_to(root))
+    return (root if project else invocation) / ".kvcheck" / "counterexamples"
 
 
 _ADAPTIVE_VALUES: Final[dict[str, tuple[bool | None, ...]]] = {

@@ -3,12 +3,13 @@ hand-written resolvers."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -23,6 +24,26 @@ ROOT = TESTS_DIR.parent
 README = ROOT / "README.md"
 SGLANG_FIXTURES = TESTS_DIR / "fixtures" / "sglang"
 COMMITTED_COUNTEREXAMPLES = TESTS_DIR / "counterexamples"
+
+
+# Numbers the docs spell out ("eleven correct rewrites"), by value.
+_NUMBER_WORDS: Final = (  # noqa: SIM905 (one line of text reads better than 21 of list)
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty"
+).split()
+
+
+def quoted(pattern: str, document: Path = README) -> tuple[int, ...]:
+    """The figures `document` quotes in the one place `pattern` (a regex; one group per figure)
+    matches: `36,599` and `eleven` read as numbers. Zero or several matches fail, so a sentence
+    reworded or repeated cannot silently stop being checked (tests/unit/test_doc_figures.py)."""
+    text = " ".join(document.read_text().split())  # a figure's sentence may wrap anywhere
+    matches = list(re.finditer(pattern, text))
+    assert len(matches) == 1, f"{document.name}: {len(matches)} matches of {pattern!r}"
+    return tuple(
+        _NUMBER_WORDS.index(group) if group in _NUMBER_WORDS else int(group.replace(",", ""))
+        for group in matches[0].groups()
+    )
 
 
 def scenario(*events: Event, **config: Any) -> Scenario:

@@ -127,6 +127,9 @@ class ObservedDelivery:
     # Per row: the tokens offered to the row's request's grammar during the call (None when the
     # request has no grammar).
     grammar_offered: tuple[tuple[int, ...] | None, ...] = ()
+    # Per row: how many tokens the row's grammar had been offered before the call (None when
+    # the request has no grammar).
+    grammar_offered_before: tuple[int | None, ...] = ()
     runs_problem: str | None = None
     # With an allocation rule: (rid, before, after) for every request whose `kv_allocated_len`
     # the resolver's call changed.
@@ -624,6 +627,7 @@ class Engine:
             controller_feeds=tuple(self.scheduler.model_worker.verify_feeds[feeds_before:]),
             block_cap_totals=(result.num_block_accept_tokens, result.num_cap_tokens),
             grammar_offered=grammar_offered,
+            grammar_offered_before=tuple(offered_before),
             runs_problem=runs_problem,
             allocated_changed=allocated_changed,
         )

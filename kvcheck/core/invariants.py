@@ -308,7 +308,7 @@ def check_grammar_advanced_once(exp: ExpectedDelivery, obs: ObservedDelivery) ->
     once, token by token, up to the token that terminates it or the one it refuses."""
     for row, rid, want, got in _grammar_rows(exp, obs, stale=False):
         if want != got:
-            yield Finding(
+            yield _misplaced_grammar(exp, obs, row) or Finding(
                 rid,
                 list(want),
                 list(got),
@@ -316,6 +316,33 @@ def check_grammar_advanced_once(exp: ExpectedDelivery, obs: ObservedDelivery) ->
                 f"offered {list(want)} once, it was offered {list(got)}",
             )
             return
+
+
+def _misplaced_grammar(exp: ExpectedDelivery, obs: ObservedDelivery, row: int) -> Finding | None:
+    """The finding for a row whose grammar stood at the wrong position before the call, or None.
+
+    Every earlier decode row of the request was judged already, so a grammar that had been
+    offered fewer (or more) tokens than the model's count before this call missed (or repeated)
+    the grammar step on the request's prefill result (SGLang 0.5.17+ runs `advance_grammar_fsm`
+    on the extend batch; earlier releases offer the prefilled token directly). The decode row
+    only shows it, so the finding names the prefill step, not the row.
+    """
+    if row >= len(exp.grammar_offered_before) or row >= len(obs.grammar_offered_before):
+        return None
+    want, got = exp.grammar_offered_before[row], obs.grammar_offered_before[row]
+    if want is None or got is None or want == got:
+        return None
+    rid, launch = exp.launch.rids[row], exp.launch.number
+    what = "never taken" if got < want else "taken more than once"
+    return Finding(
+        rid,
+        want,
+        got,
+        f"the grammar step on {rid}'s prefill result was {what}: before the result of launch "
+        f"{launch} its grammar had been offered {got} token{'' if got == 1 else 's'}, it should "
+        f"have been offered {want} (the prefilled token and the runs of earlier rows), so row "
+        f"{row}'s run met the grammar at the wrong output position",
+    )
 
 
 def grammar_stale_untouched_holds(

@@ -150,6 +150,9 @@ class ExpectedDelivery:
     # that batch size (the slot the launch read its step count from); it is no sample count.
     # None when global counters are off.
     controller_batch_size: int | None = None
+    # Per row, how many tokens the row's grammar had been offered before the call (its prefill
+    # token and earlier rows): None without a grammar. Only read to say which step went wrong.
+    grammar_offered_before: tuple[int | None, ...] = ()
 
 
 @attrs.frozen
@@ -574,6 +577,10 @@ class ReferenceModel:
         offered: list[tuple[int, ...] | None] = [
             None if self.requests[rid].grammar is None else () for rid in launch.rids
         ]
+        offered_before = tuple(
+            None if self.requests[rid].grammar is None else self.requests[rid].grammar_offered
+            for rid in launch.rids
+        )
         # Drafts of a row are accept_len - k; the batch values follow the counter mode.
         per_row_drafts = tuple(a - k for a in launch.accepts)
         counted = self._counted_rows(stale)
@@ -625,6 +632,7 @@ class ReferenceModel:
             block_cap_totals,
             tuple(offered),
             controller_batch_size,
+            offered_before,
         )
 
     def _offer(self, req: RequestLedger, count: int) -> tuple[int, bool]:

@@ -20,7 +20,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -135,7 +135,7 @@ class Counterexample:
     @property
     def file_name(self) -> str:
         """Target slug, invariant and `digest`: the same finding always gets the same file name."""
-        parts = [_slug(self.target or "scenario")]
+        parts = [_target_slug(self.target or "scenario")]
         if self.violation is not None:
             parts.append(self.violation.invariant)
         parts.append(self.digest)
@@ -175,9 +175,29 @@ class Counterexample:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
 
-def _slug(text: str) -> str:
+def _slug(text: str, limit: int = 40) -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
-    return slug[-40:].strip("-") or "target"
+    return slug[:limit].strip("-")
+
+
+def _target_slug(spec: str) -> str:
+    """The part of a file name that says which target failed: for a file target the file's name
+    and the qualname, for an import the last module and the qualname, for a directory its last
+    two components, else the whole spec. The directories above a file say nothing about which
+    resolver it is, and cutting the whole spec to its end would drop the file's name."""
+    spec = spec.strip().replace("\\", "/")
+    if "::" in spec:
+        path, _, qualname = spec.partition("::")
+        head = PurePosixPath(path).name.removesuffix(".py")
+    elif spec.count(":") == 1 and "/" not in spec and not spec.startswith("builtin:"):
+        module, _, qualname = spec.partition(":")
+        head = module.rpartition(".")[2]
+    elif "/" in spec and not spec.startswith(("builtin:", "sglang==")):
+        head, qualname = "-".join(PurePosixPath(spec.rstrip("/")).parts[-2:]), ""
+    else:
+        head, qualname = spec, ""
+    parts = [_slug(head, 32), _slug(qualname, 32)]
+    return "-".join(part for part in parts if part) or "target"
 
 
 # --- files --------------------------------------------------------------------------------------

@@ -2,11 +2,12 @@
 
 A target read from source (`file.py::Qualname`, an SGLang checkout, `sglang==VERSION`) is
 compiled with its file's name and line numbers, and `Target.code` records the line spans of the
-functions that were compiled: the resolver, the sibling methods it reaches through `self`, and the
-module-level functions those reach. `CoverageMeter` measures them with coverage.py in the
-search, exhaustive or replay scenarios, by wrapping the resolver the engine calls (the probe at
-load time ran the unwrapped one, so it never counts), restricted to that one file and, within it,
-to those spans; `TargetCoverage` is what it found.
+compiled code that can run per call: the resolver, the sibling methods it reaches through `self`,
+the module-level functions and the methods of the module-level helper classes those reach (not
+what only runs when the code is loaded: a class body, a decorator's own body). `CoverageMeter`
+measures them with coverage.py in the search, exhaustive or replay scenarios, by wrapping the
+resolver the engine calls (the probe at load time ran the unwrapped one, so it never counts),
+restricted to that one file and, within it, to those spans; `TargetCoverage` is what it found.
 
 Lines are coverage.py's statements (a docstring, a comment or the `def` line is not one; a
 statement over several lines is its first line), and branches its arcs from a line with more than

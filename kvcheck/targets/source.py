@@ -20,8 +20,9 @@ naming the name and its module; imports nobody touches are never looked at.
 
 The extracted code is compiled with the file's own name and line numbers, so a traceback from
 inside a target points at the user's file, and coverage of what ran is measured against it:
-`LoadedSource.code` lists the compiled functions' line spans (the resolver, its sibling methods
-and the module-level functions they reach).
+`LoadedSource.code` lists the line spans of the compiled code that can run per call (the
+resolver, its sibling methods, the module-level functions and helper-class methods they reach;
+not what only runs at load time, such as a decorator's own body).
 
 Known approximations: names bound conditionally at module level (`try: import x / except
 ImportError: x = None`, either branch of an `if`) are tried in source order and the first one
@@ -42,7 +43,7 @@ import os
 import symtable
 import sys
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -290,6 +291,64 @@ def _self_attributes(function: _FunctionNode) -> set[str]:
     }
 
 
+def _class_methods(cls: ast.ClassDef, prefix: str) -> Iterator[tuple[str, _FunctionNode]]:
+    """The methods of a class and of the classes nested in it, with their qualnames."""
+    for statement in cls.body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield f"{prefix}.{statement.name}", statement
+        elif isinstance(statement, ast.ClassDef):
+            yield from _class_methods(statement, f"{prefix}.{statement.name}")
+
+
+def _local_functions(node: ast.AST) -> Iterator[_FunctionNode]:
+    """The functions a function defines in its own body (under its ifs and withs too), not
+    those of functions or classes nested in it."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield child
+        elif not isinstance(child, ast.ClassDef | ast.Lambda):
+            yield from _local_functions(child)
+
+
+def _wrappers(
+    qualname: str, function: _FunctionNode, depth: int
+) -> list[tuple[str, _FunctionNode]]:
+    """The functions `depth` levels inside `function`: what a decorator (1) or a decorator
+    factory (2) defines for the calls of what it decorates."""
+    inner = [(f"{qualname}.<locals>.{f.name}", f) for f in _local_functions(function)]
+    if depth <= 1:
+        return inner
+    return [deeper for name, f in inner for deeper in _wrappers(name, f, depth - 1)]
+
+
+def _names_read_per_call(functions: Iterable[_FunctionNode]) -> set[str]:
+    """The names the bodies of these functions read: what can run when they are called. A
+    function defined inside a body counts with its decorators, applied per call."""
+    return {
+        node.id
+        for function in functions
+        for statement in function.body
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name)
+    }
+
+
+def _decorators_at_load(nodes: Sequence[ast.stmt], called: set[str]) -> dict[str, int]:
+    """The module-level names used only as decorators of these definitions, which run when the
+    code is loaded: name -> 1 for `@name`, 2 for a factory `@name(...)` (the least if both)."""
+    depths: dict[str, int] = {}
+    for node in nodes:
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for decorator in node.decorator_list:
+            depth = 1
+            if isinstance(decorator, ast.Call):
+                decorator, depth = decorator.func, 2
+            if isinstance(decorator, ast.Name) and decorator.id not in called:
+                depths[decorator.id] = min(depths.get(decorator.id, depth), depth)
+    return depths
+
+
 def _decorator_name(decorator: ast.expr) -> str | None:
     if isinstance(decorator, ast.Call):
         decorator = decorator.func
@@ -477,22 +536,45 @@ class _Loader:
     def _code_spans(
         self, qualname: str, target: _FunctionNode, classes: list[ast.ClassDef]
     ) -> tuple[CodeSpan, ...]:
-        """The compiled functions' spans: the target, then its siblings and the module-level
-        functions it reaches, by line. Module-level classes and assignments are left out: their
-        bodies run once when the code is loaded, not when the target is called."""
+        """The compiled code that can run when the target is called: the target, then by line
+        its siblings, the module-level functions it reaches and the methods of the module-level
+        classes it reaches (a helper class doing the accounting).
+
+        Left out, because it runs once when the code is loaded and never per call: a class's
+        own body and module-level assignments, and the body of a function only ever used as a
+        decorator at definition time; of such a decorator only the functions it defines for
+        the calls (its wrapper, or a factory's wrapper one level deeper) are measured.
+        """
         file = os.path.abspath(self._filename)
         prefix = ".".join(c.name for c in classes)
-        functions: list[tuple[str, _FunctionNode]] = [
-            (f"{prefix}.{name}", method)
-            for name, method in self._methods.items()
-            if method is not target
-        ]
-        functions += [
-            (d.node.name, d.node)
-            for d in self._statements.values()
-            if isinstance(d.node, ast.FunctionDef | ast.AsyncFunctionDef) and d.node is not target
-        ]
-        functions.sort(key=lambda item: item[1].lineno)
+        seen = {id(target)}
+        compiled: list[tuple[str, _FunctionNode]] = []
+        for name, method in self._methods.items():
+            if id(method) not in seen:
+                seen.add(id(method))
+                compiled.append((f"{prefix}.{name}", method))
+        module_functions: list[tuple[str, _FunctionNode]] = []
+        class_nodes: list[ast.ClassDef] = []
+        for definition in self._statements.values():
+            node = definition.node
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and id(node) not in seen:
+                seen.add(id(node))
+                module_functions.append((node.name, node))
+            elif isinstance(node, ast.ClassDef):
+                class_nodes.append(node)
+                for method_name, method in _class_methods(node, node.name):
+                    if id(method) not in seen:
+                        seen.add(id(method))
+                        compiled.append((method_name, method))
+        everything = [(qualname, target), *compiled, *module_functions]
+        load_time = _decorators_at_load(
+            [*(node for _, node in everything), *class_nodes],
+            called=_names_read_per_call(node for _, node in everything),
+        )
+        for name, node in module_functions:
+            depth = load_time.get(name)
+            compiled += [(name, node)] if depth is None else _wrappers(name, node, depth)
+        compiled.sort(key=lambda item: item[1].lineno)
         return tuple(
             CodeSpan(
                 file=file,
@@ -501,7 +583,7 @@ class _Loader:
                 first=node.body[0].lineno,
                 last=node.end_lineno or node.body[-1].lineno,
             )
-            for name, node in [(qualname, target), *functions]
+            for name, node in [(qualname, target), *compiled]
         )
 
     def _lookup(self, parts: list[str]) -> tuple[_Definition, ast.stmt, list[ast.ClassDef]]:

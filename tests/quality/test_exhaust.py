@@ -13,6 +13,7 @@ from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Admit, Step
 from kvcheck.search.exhaust import Bounds, exhaust
 from kvcheck.targets.loading import load_target
+from tests.helpers import quoted
 
 REFERENCE = load_target("builtin:reference")
 SEED_PREFIX = load_target("builtin:seed-prefix")
@@ -29,6 +30,9 @@ def test_reference_is_proven_within_the_issue_bounds() -> None:
     assert result.verdict == "pass" and result.complete
     assert result.depth == 8
     assert result.states > 10_000 and result.scenarios > result.states
+    # The figures the README quotes for this proof (`kvcheck exhaust builtin:reference`).
+    assert quoted(r"on and off breaks an invariant \(([\d,]+) states") == (result.states,)
+    assert quoted(r"the 8-event proof: ([\d,]+) instead of") == (result.states,)
 
 
 def test_seed_prefix_counterexample_has_the_minimal_length() -> None:

@@ -179,3 +179,49 @@ def test_bad_counterexample_files_are_collection_errors(
     errors = [line for line in outcome.stdout.lines if line.startswith("kvcheck: ")]
     assert len(errors) == 1 and needle in errors[0], outcome.stdout.str()
     assert "Traceback" not in outcome.stdout.str()
+
+
+def test_collect_only_counts_the_property_items(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_ok():\n    assert True\n")
+    options = ["--kvcheck-target", "builtin:reference", "--kvcheck-convention", "both"]
+    result = pytester.runpytest(*options, "--collect-only", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["collected 5 items", "*= 5 tests collected in *"])
+    quiet = pytester.runpytest(*options, "--co", "-q", "-k", "honest", "-p", "no:cacheprovider")
+    quiet.stdout.fnmatch_lines(["2/5 tests collected (3 deselected) in *"])
+
+
+# A file target outside the project, with the stale-finished-row bug of builtin:seed-prefix
+# (docs/semantics.md §3.1): it commits the row of a request that finished meanwhile.
+OUTSIDE_RESOLVER = """
+def resolve(self, result, batch):
+    accept_lens = result.accept_lens.tolist()
+    for req, accepted in zip(batch.reqs, accept_lens, strict=True):
+        if req.is_retracted:
+            continue
+        req.kv_committed_len += accepted - 1
+        req.spec_verify_ct += 1
+        req.spec_accepted_drafts += accepted - 1
+        req.update_spec_acceptance_histogram(accepted - 1)
+    result.num_accepted_drafts = sum(a - 1 for a in accept_lens)
+    result.num_accepted_drafts_per_req_cpu = [a - 1 for a in accept_lens]
+    ids = result.next_token_ids.tolist()
+    stride = result.speculative_num_draft_tokens
+    return [ids[i * stride : i * stride + a] for i, a in enumerate(accept_lens)]
+"""
+
+
+def test_a_target_outside_the_project_saves_inside_it(pytester: pytest.Pytester) -> None:
+    # Given as a separate argument, pytest reads the target as a test path and roots the run at
+    # the common ancestor of both directories, outside the one pytest was started in.
+    outside = pytester.path.parent / f"{pytester.path.name}-elsewhere"
+    outside.mkdir()
+    (outside / "outside_resolver.py").write_text(OUTSIDE_RESOLVER)
+    spec = f"{outside}/outside_resolver.py::resolve"
+    result = pytester.runpytest("--kvcheck-target", spec, *PLUGIN_FAST)
+    result.assert_outcomes(failed=1)
+    assert f"rootdir: {pytester.path.parent}" in result.stdout.str()  # pytest's own choice
+    saved = pytester.path / ".kvcheck" / "counterexamples"
+    names = [path.name for path in saved.iterdir()]
+    assert len(names) == 1 and names[0].startswith("outside-resolver-resolve-")
+    assert not (pytester.path.parent / ".kvcheck").exists()
+    assert "counterexample file: .kvcheck/counterexamples/outside-resolver-" in result.stdout.str()

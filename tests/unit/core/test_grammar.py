@@ -3,6 +3,9 @@ the engine and model agreeing on grammar-aware resolvers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from kvcheck.core.model import ReferenceModel
@@ -18,6 +21,7 @@ from kvcheck.core.scenario import (
     to_json,
     token_id,
 )
+from kvcheck.targets.api_shape import probe_target
 from kvcheck.targets.builtins import reference_v2
 from tests.helpers import scenario, target
 
@@ -114,3 +118,48 @@ def test_exhaustive_bounds_take_grammars() -> None:
     assert Bounds(grammars=(None, Grammar("reject", 2))).grammars[1] == Grammar("reject", 2)
     with pytest.raises(KvcheckUsageError, match="grammars"):
         Bounds(grammars=())
+
+
+def _prefill_grammar_step(times: int) -> Callable[[Any, Any, Any], None]:
+    """A target's own `advance_grammar_fsm` (0.5.17+) that offers each live grammar row's
+    prefilled token `times` times (0: it forgets the prefill step); decode results go to the
+    fake scheduler's faithful step."""
+
+    def advance_grammar_fsm(self: Any, result: Any, batch: Any) -> None:
+        if result.accept_lens is not None:
+            type(self).advance_grammar_fsm(self, result, batch)
+            return
+        tokens = result.next_token_ids.tolist()
+        for row, req in enumerate(batch.reqs):
+            if req.grammar is not None and not (req.is_retracted or req.finished()):
+                for _ in range(times):
+                    req.grammar.accept_token(tokens[row])
+
+    return advance_grammar_fsm
+
+
+@pytest.mark.parametrize(("times", "what"), [(0, "never taken"), (2, "taken more than once")])
+def test_a_wrong_prefill_grammar_step_is_blamed_on_the_prefill(times: int, what: str) -> None:
+    # The grammar terminates at output position 3; off by one, the decode row meets it late
+    # (or early), which is where the violation shows.
+    events = (Admit("r0", 10, 20, grammar=Grammar("terminate", 3)), Step(), Step((4,)))
+    step = _prefill_grammar_step(times)
+    resolver = probe_target(
+        "test:prefill-grammar", reference_v2, "test resolver", {"advance_grammar_fsm": step}
+    )
+    result = run_scenario(scenario(*events, convention="honest", overlap=False), resolver)
+    violation = result.violation
+    assert violation is not None and violation.invariant == "grammar-advanced-once"
+    assert f"the grammar step on r0's prefill result was {what}" in violation.message
+    assert (violation.expected, violation.observed) == (1, times)
+    assert "should be offered" not in violation.message  # not the decode row's fault
+    faithful = probe_target(
+        "test:prefill-grammar",
+        reference_v2,
+        "test resolver",
+        {"advance_grammar_fsm": _prefill_grammar_step(1)},
+    )
+    assert (
+        run_scenario(scenario(*events, convention="honest", overlap=False), faithful).violation
+        is None
+    )

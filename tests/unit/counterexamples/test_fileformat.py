@@ -66,6 +66,25 @@ def test_same_finding_same_name_and_metadata_does_not_matter(tmp_path: Path) -> 
     assert other_scenario.file_name != cx.file_name
 
 
+@pytest.mark.parametrize(
+    ("spec", "start"),
+    [
+        (
+            "/home/alice/projects/serving/resolvers/eagle_overlap_resolver.py::EagleWorker.resolve",
+            "eagle-overlap-resolver-eagleworker-resolve-",
+        ),
+        ("C:\\work\\my_resolver.py::Spec.resolve", "my-resolver-spec-resolve-"),
+        ("serving.spec.worker:OverlapResolver.resolve", "worker-overlapresolver-resolve-"),
+        ("/opt/checkouts/sglang-main/python/sglang", "python-sglang-"),
+        ("builtin:seed-prefix", "builtin-seed-prefix-"),
+        ("sglang==0.5.23", "sglang-0-5-23-"),
+    ],
+)
+def test_file_names_keep_the_target_file_and_qualname(spec: str, start: str) -> None:
+    cx = attrs.evolve(from_run(failing_run(), "builtin:seed-prefix"), target=spec)
+    assert cx.file_name.startswith(start + "committed-finished-frozen-"), cx.file_name
+
+
 def test_retarget_remembers_where_it_was_found() -> None:
     cx = from_run(failing_run(), "builtin:seed-prefix").retarget("builtin:reference")
     assert (cx.target, cx.found_against) == ("builtin:reference", "builtin:seed-prefix")

@@ -300,3 +300,81 @@ def test_union_of_two_measurements_of_the_same_code() -> None:
 def test_format_lines_joins_runs() -> None:
     assert format_lines([30, 12, 15, 16, 17]) == "12, 15-17, 30"
     assert format_lines([]) == ""
+
+
+# The same resolver, decorated at definition time (a logging decorator and a decorator factory)
+# and with its accounting in a module-level helper class.
+DECORATED = textwrap.dedent(
+    """\
+    import functools
+
+    _decorated = []
+
+
+    def logged(function):
+        _decorated.append(function.__name__)  # LOAD
+        @functools.wraps(function)
+        def wrapper(self, result, batch):
+            return function(self, result, batch)  # WRAPPER
+        return wrapper  # LOAD
+
+
+    def tagged(label):
+        def decorate(function):
+            function.label = label  # LOAD
+            return function  # LOAD
+        return decorate  # LOAD
+
+
+    class Ledger:
+        LIMIT = 1 << 20  # LOAD
+
+        def __init__(self, req):
+            self.req = req  # HELPER
+
+        def commit(self, accepted):
+            self.req.kv.kv_committed_len += accepted  # HELPER
+            self.req.spec_verify_ct += 1
+            self.req.spec_num_correct_drafts += accepted - 1
+            self.req.update_spec_correct_drafts_histogram(accepted - 1)
+
+
+    class Processor:
+        @tagged("spec-v2")
+        @logged
+        def resolve(self, result, batch):
+            ids = result.next_token_ids.tolist()
+            accepts = result.accept_lens.tolist()
+            stride = result.speculative_num_draft_tokens
+            for req, accepted in zip(batch.reqs, accepts):
+                if req.is_retracted or req.finished():
+                    continue
+                Ledger(req).commit(accepted)
+            return [ids[i * stride : i * stride + a] for i, a in enumerate(accepts)]
+    """
+)
+
+
+def test_load_time_lines_are_left_out_and_helper_classes_measured(tmp_path: Path) -> None:
+    path = tmp_path / "decorated.py"
+    path.write_text(DECORATED)
+    target = load_target(f"{path}::Processor.resolve")
+    meter = meter_for(target)
+    assert meter is not None
+    measured = meter.instrument(target)
+    assert run_scenario(NO_STALE, measured).violation is None
+    assert run_scenario(STALE, measured).violation is None
+    coverage = meter.result()
+
+    def marked(marker: str) -> set[int]:
+        lines = DECORATED.splitlines()
+        return {n for n, text in enumerate(lines, 1) if text.endswith(f"# {marker}")}
+
+    assert marked("LOAD") and not marked("LOAD") & coverage.statements
+    assert marked("HELPER") | marked("WRAPPER") <= coverage.executed
+    assert {"Ledger.__init__", "Ledger.commit", "logged.<locals>.wrapper"} <= set(
+        coverage.functions
+    )
+    assert not {"logged", "tagged"} & set(coverage.functions)
+    # Everything that can run per call ran: no load-time line is held against the target.
+    assert coverage.missed_lines == () and coverage.line_percent == 100

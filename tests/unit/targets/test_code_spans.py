@@ -95,3 +95,33 @@ def test_module_function_target_is_its_own_span(tmp_path: Path) -> None:
 def test_builtin_and_imported_targets_have_no_code_spans() -> None:
     assert load_target("builtin:reference").code == ()
     assert load_target("kvcheck.mutants:worker_stride").code == ()
+
+
+def test_a_decorator_the_code_also_calls_keeps_its_whole_body(tmp_path: Path) -> None:
+    # `identity` decorates the resolver (at load) and is called in its body (per call): its body
+    # can run per call, so it is measured whole; `marker` only decorates, and has no wrapper.
+    path = tmp_path / "processor.py"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            def identity(value):
+                return value
+
+
+            def marker(function):
+                function.marked = True
+                return function
+
+
+            @marker
+            @identity
+            def resolve(self, result, batch):
+                return identity([])
+            """
+        )
+    )
+    target = load_target(f"{path}::resolve")
+    assert [(s.qualname, s.first, s.last) for s in target.code] == [
+        ("resolve", 13, 13),
+        ("identity", 2, 2),
+    ]
