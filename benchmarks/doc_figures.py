@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers import README, quoted  # noqa: E402 (after the path it is found on)
+from tests.helpers import quoted  # noqa: E402 (after the path it is found on)
 
 SEMANTICS = ROOT / "docs" / "semantics.md"
 
@@ -91,25 +91,25 @@ def _matrix(report: dict[str, Any]) -> tuple[int, ...]:
 
 
 FIGURES: list[Figure] = [
-    ("proof", r"on and off breaks an invariant \(([\d,]+) states", README, _states),
-    ("proof", r"the 8-event proof: ([\d,]+) instead of", README, _states),
-    ("proof-no-reduce", r"the 8-event proof: [\d,]+ instead of ([\d,]+);", README, _states),
-    ("steps-5", r"--steps 5`: ([\d,]+) instead of", README, _states),
-    ("steps-5-no-reduce", r"--steps 5`: [\d,]+ instead of ([\d,]+)\)", README, _states),
+    ("proof", r"on and off breaks an invariant \(([\d,]+) states", None, _states),
+    ("proof", r"the 8-event proof: ([\d,]+) instead of", None, _states),
+    ("proof-no-reduce", r"the 8-event proof: [\d,]+ instead of ([\d,]+);", None, _states),
+    ("steps-5", r"--steps 5`: ([\d,]+) instead of", None, _states),
+    ("steps-5-no-reduce", r"--steps 5`: [\d,]+ instead of ([\d,]+)\)", None, _states),
     (
         "steps-8",
         r"any number of other events in between \(([\d,]+) states",
-        README,
+        None,
         _states,
     ),
-    ("sglang-0.5.23", r"`none,terminate@2,reject@2` \(([\d,]+) states", README, _states),
+    ("sglang-0.5.23", r"`none,terminate@2,reject@2` \(([\d,]+) states", None, _states),
     (
         "mutants",
         r"Today \(`kvcheck mutants`, \d+ examples, seed \d+\): (\d+)/\d+ killed, (\d+) false "
         r"positives?, the search reports the annotated invariant for (\d+)/\d+, and the shrunk "
         r"counterexample is exactly as short as the exhaustive minimum \((\d+) to (\d+) events\) "
         r"for (\d+)/\d+\.",
-        README,
+        None,
         _matrix,
     ),
     (

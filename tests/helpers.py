@@ -33,13 +33,22 @@ _NUMBER_WORDS: Final = (  # noqa: SIM905 (one line of text reads better than 21 
 ).split()
 
 
-def quoted(pattern: str, document: Path = README) -> tuple[int, ...]:
-    """The figures `document` quotes in the one place `pattern` (a regex; one group per figure)
-    matches: `36,599` and `eleven` read as numbers. Zero or several matches fail, so a sentence
-    reworded or repeated cannot silently stop being checked (tests/unit/test_doc_figures.py)."""
-    text = " ".join(document.read_text().split())  # a figure's sentence may wrap anywhere
+def manual_documents() -> tuple[Path, ...]:
+    """The README and the manual in docs/, where the figures kvcheck quotes live."""
+    return (README, *sorted((ROOT / "docs").glob("*.md")))
+
+
+def quoted(pattern: str, document: Path | None = None) -> tuple[int, ...]:
+    """The figures `document` (default: the README and docs/ together) quotes in the one place
+    `pattern` (a regex; one group per figure) matches: `36,599` and `eleven` read as numbers.
+    Zero or several matches fail, so a sentence reworded, moved or repeated cannot silently stop
+    being checked (tests/unit/test_doc_figures.py)."""
+    documents = manual_documents() if document is None else (document,)
+    # A figure's sentence may wrap anywhere.
+    text = " ".join(" ".join(d.read_text().split()) for d in documents)
     matches = list(re.finditer(pattern, text))
-    assert len(matches) == 1, f"{document.name}: {len(matches)} matches of {pattern!r}"
+    where = "the manual" if document is None else document.name
+    assert len(matches) == 1, f"{where}: {len(matches)} matches of {pattern!r}"
     return tuple(
         _NUMBER_WORDS.index(group) if group in _NUMBER_WORDS else int(group.replace(",", ""))
         for group in matches[0].groups()

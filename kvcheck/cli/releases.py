@@ -2,8 +2,8 @@
 
 Each release's resolver is fetched from the package index into kvcheck's cache (`sglang==V`) and
 judged twice: with the batch-global counters as every SGLang release keeps them (`sglang`) and
-as they should be (`ideal`, stale rows excluded). This is how the README shows what kvcheck finds
-in SGLang's history. Each row also says how much of the release's resolver code (the resolver,
+as they should be (`ideal`, stale rows excluded). This is how docs/sglang.md shows what kvcheck
+finds in SGLang's history. Each row also says how much of the release's resolver code (the resolver,
 its siblings and helpers) the two searches ran together.
 """
 

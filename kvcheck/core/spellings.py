@@ -3,7 +3,7 @@ with the releases that use it (docs/semantics.md §1.1, §1.2).
 
 `SPELLINGS` is the single list of what kvcheck models: the fakes (`kvcheck.core.fakes`) provide
 exactly these, the probe (`kvcheck.targets.api_shape`) reads a target's API generation off the
-ones it touches, error messages name them, and `spellings_table()` renders them for the README
+ones it touches, error messages name them, and `spellings_table()` renders them for docs/sglang.md
 (`kvcheck spellings`).
 """
 
@@ -301,7 +301,7 @@ def modelled_names(owner: str) -> tuple[str, ...]:
 
 
 def spellings_table() -> str:
-    """The supported spellings as a Markdown table (README "Check your SGLang checkout")."""
+    """The supported spellings as a Markdown table (docs/sglang.md, "Supported spellings")."""
     lines = [
         "| spelling | meaning | SGLang resolvers using it | kvcheck |",
         "|---|---|---|---|",

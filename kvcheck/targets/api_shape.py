@@ -285,7 +285,6 @@ def detect_api_shape(
     feeds_controller = CONTROLLER_CALL in log.calls
     if not feeds_controller:
         why_not.append(("controller-feed", "never called"))
-        why_not.append(("controller-routing", "the controller is never called"))
     elif window.empty or window.low < _v(CONTROLLER_ROUTING_SINCE):
         # A call without batch_size= is right for 0.5.12, whose controller keeps no
         # per-batch-size slots; from 0.5.13 the callee defaults it to 0, the smallest slot.

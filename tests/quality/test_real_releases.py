@@ -22,7 +22,7 @@ from kvcheck.errors import KvcheckUsageError
 from kvcheck.search.check import check
 from kvcheck.targets import sglang_release
 from kvcheck.targets.loading import load_target
-from tests.helpers import README
+from tests.helpers import ROOT
 
 FIXED_IN: tuple[int, ...] = sglang_release.version_key("0.5.12")
 BUDGET = {"max_examples": 150, "seed": 0}
@@ -94,14 +94,14 @@ def test_the_newest_release_passes_and_the_last_unfixed_one_fails(tmp_path: Path
 
 
 def _readme_checkout_commands() -> list[str]:
-    text = README.read_text()
+    text = (ROOT / "docs" / "sglang.md").read_text()
     section = text.split("## Check your SGLang checkout", 1)[1].split("\n## ", 1)[0]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.startswith("kvcheck ")]
 
 
 def _expected_exit(line: str, home: Path, version: str) -> int:
-    """What a README command must exit with when `~/sglang` is a checkout of `version`."""
+    """What a docs/sglang.md command must exit with when `~/sglang` is a checkout of `version`."""
     target = shlex.split(line)[2]
     if target.startswith(sglang_release.SPEC_PREFIX):
         checked = target.removeprefix(sglang_release.SPEC_PREFIX)
@@ -117,7 +117,7 @@ def _expected_exit(line: str, home: Path, version: str) -> int:
 @pytest.mark.parametrize("version", ["0.5.23", "0.5.11"])
 def test_the_readme_checkout_commands_run_word_for_word(version: str, tmp_path: Path) -> None:
     """`~/sglang` is a checkout of `version` (its package under python/): every command of the
-    README's section runs as written, in a shell, and gives the verdict of that release."""
+    section of docs/sglang.md runs as written, in a shell, and gives the verdict of that release."""
     _releases()
     package = sglang_release.release_package(version)
     home = tmp_path / "home"

@@ -1,12 +1,12 @@
-"""The README opens with exactly two commands, CI runs the second one verbatim, and its spellings
-table is the generated one."""
+"""The README opens with exactly two commands, CI runs the second one verbatim, it stays a front
+page, and the manual's spellings table is the generated one."""
 
 from __future__ import annotations
 
 import re
 
 from kvcheck.core.spellings import spellings_table
-from tests.helpers import README, ROOT
+from tests.helpers import ROOT
 
 
 def readme_commands() -> list[str]:
@@ -32,6 +32,15 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_readme_table_is_the_generated_one() -> None:
-    assert spellings_table() in README.read_text(), (
-        "README.md's spellings table is stale: paste the output of `kvcheck spellings`"
+    assert spellings_table() in (ROOT / "docs" / "sglang.md").read_text(), (
+        "docs/sglang.md's spellings table is stale: paste the output of `kvcheck spellings`"
     )
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """The manual lives in docs/; the README keeps what kvcheck is, the two commands, one real
+    run, the main commands and the links (at most 200 lines)."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    for linked in re.findall(r"\]\((docs/[\w.-]+\.md)\)", text):
+        assert (ROOT / linked).is_file(), linked

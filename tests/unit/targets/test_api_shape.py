@@ -188,7 +188,6 @@ def test_what_a_target_is_not_held_to() -> None:
         "result-drafts-total",
         "result-drafts-per-row",
         "controller-feed",
-        "controller-routing",
         "result-block-cap",
     }
     assert ("histogram", "never updated; SGLang has one from 0.5.9") in bare.not_judged_why
@@ -201,11 +200,7 @@ def test_what_a_target_is_not_held_to() -> None:
     assert full.not_judged == {"result-block-cap"}
     assert full.feeds_controller
     # seed-prefix writes both result counters and updates a histogram, but feeds no controller.
-    assert detect_api_shape(seed_prefix).not_judged == {
-        "controller-feed",
-        "controller-routing",
-        "result-block-cap",
-    }
+    assert detect_api_shape(seed_prefix).not_judged == {"controller-feed", "result-block-cap"}
 
 
 def test_where_the_stride_comes_from() -> None:
