@@ -251,6 +251,8 @@ class Bounds:
             described += f"; block/cap {ints(self.block_cap_lengths)}"
         if self.grammars != (None,):
             described += "; grammars {" + ",".join(_grammar_name(g) for g in self.grammars) + "}"
+        if self.allocations != ("off",):  # chosen from the target's shape unless given
+            described += "; allocation {" + ",".join(self.allocations) + "}"
         return described
 
     def to_dict(self) -> dict[str, Any]:

@@ -133,6 +133,8 @@ def test_cli_allocation_rules(capsys: pytest.CaptureFixture[str]) -> None:
     # rule; "off" (where the field is not modelled) is refused, naming why (issue 23).
     code, out, _ = _run(capsys, *argv, "--json")
     assert code == 1 and json.loads(out)["bounds"]["allocations"] == ["0.5.16"]
+    code, out, _ = _run(capsys, *argv)
+    assert code == 1 and "; allocation {0.5.16}" in out  # the bounds line says the rule chosen
     code, _, err = _run(capsys, *argv, "--allocation", "off")
     assert code == 2 and "under allocation 0.5.16 only, not off" in err
     assert "touches req.kv.kv_allocated_len" in err
