@@ -21,6 +21,7 @@ from kvcheck.counterexamples.regress import function_name, regression_test
 from kvcheck.counterexamples.replay import judged_scenario
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.files import write_text
+from kvcheck.reporting.render import printable
 from kvcheck.targets.loading import absolute_spec, load_target
 
 
@@ -70,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     # the test when it is not the file's (so a reader sees it) or the test's own replay would
     # choose another by default (the target's own for another target).
     scenario, said = judged_scenario(counterexample, loaded, args.convention)
-    if said:
-        note(said)
+    if said:  # names the file's target and rule: escaped, as `replay` prints them
+        note(printable(said, keep_newlines=False))
     used = scenario.config.convention
     by_default = judged_scenario(counterexample, loaded, "auto")[0].config.convention
     file_convention = counterexample.scenario.config.convention
