@@ -5,9 +5,11 @@ Two kinds of items:
 - `--kvcheck-target T` (repeatable) adds property items. By default (`--kvcheck-convention auto`)
   one item per target runs exactly the search `kvcheck check T` runs with the same options
   (convention detected with fallback, adaptive on exactly when the target feeds the controller),
-  so both front doors give the same verdict. With a convention given (`preclaim`, `honest`,
-  `both`) there is one item per convention x overlap value, so `pytest -n auto` spreads them;
-  `--kvcheck-adaptive both` doubles either set.
+  so both front doors give the same verdict. With a convention given (`preclaim`, `honest`)
+  there is one item per overlap value, so `pytest -n auto` spreads them; `both` splits the same
+  way, and each of its items passes when either convention shows no violation (`auto`'s
+  fallback: a resolver follows one convention, so judging it by the other alone would fail every
+  correct one); `--kvcheck-adaptive both` doubles either set.
 - Counterexample files (`*.kvcheck.json`) under the collected paths become replay items: the
   saved scenario is replayed once against its saved target and must show no violation.
 
@@ -73,7 +75,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="kvcheck_convention",
         choices=("auto", "preclaim", "honest", "both"),
         default="auto",
-        help="convention axis: auto (detected from each target, default), one, or both",
+        help="convention axis: auto (detected from each target, default), one, or both (an "
+        "item per overlap value that passes when either convention shows no violation)",
     )
     group.addoption(
         "--kvcheck-adaptive",
@@ -405,20 +408,20 @@ def _property_items(
     except KvcheckUsageError as exc:
         raise pytest.UsageError(f"--kvcheck-target {spec}: {_one_line(exc)}") from None
     adaptives = _ADAPTIVE_VALUES[options.adaptive]
-    conventions: list[Convention | Literal["auto"]]
-    if options.conventions == "auto":
-        conventions = ["auto"]
-    elif options.conventions == "both":
-        conventions = ["preclaim", "honest"]
+    # (the convention searched, the item's label): `both` is `auto`'s search (the detected
+    # convention, then the other: either passing passes) split by overlap.
+    conventions: list[tuple[Convention | Literal["auto"], str]]
+    if options.conventions in ("auto", "both"):
+        conventions = [("auto", options.conventions)]
     else:
-        conventions = [options.conventions]  # type: ignore[list-item]
+        conventions = [(options.conventions, options.conventions)]  # type: ignore[list-item]
     items: list[pytest.Item] = []
-    for convention in conventions:
-        # A given convention splits the search by overlap (the items spread over workers);
-        # `auto` is one search, the one `kvcheck check` runs, so the verdict is the same.
-        for overlap in (None,) if convention == "auto" else (True, False):
+    for convention, label in conventions:
+        # A given convention (or both) splits the search by overlap (the items spread over
+        # workers); `auto` is one search, the one `kvcheck check` runs, so the verdict is the same.
+        for overlap in (None,) if label == "auto" else (True, False):
             for adaptive in adaptives:
-                axes: list[str] = [convention]
+                axes: list[str] = [label]
                 if overlap is not None:
                     axes.append(f"overlap-{'on' if overlap else 'off'}")
                 if adaptive is not None:

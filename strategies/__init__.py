@@ -277,7 +277,8 @@ def draw_scenario(draws: Draws, space: ScenarioSpace) -> Scenario:
         draws, space.adaptive, space.max_events, config.block_cap, space.grammar
     )
     if space.allocation:
-        config = _with_allocation(config, _draw_allocation(draws, space.allocation))
+        drawn = _draw_allocation(draws, space.allocation)
+        config = _with_allocation(config, drawn, space.allocation)
     return Scenario(config, events)
 
 
@@ -316,7 +317,7 @@ def _draw_whole_config(draws: Draws, space: ScenarioSpace) -> Config:
     config = _draw_config(draws, space)
     if not space.allocation:
         return config
-    return _with_allocation(config, _draw_allocation(draws, space.allocation))
+    return _with_allocation(config, _draw_allocation(draws, space.allocation), space.allocation)
 
 
 def _draw_config(draws: Draws, space: ScenarioSpace) -> Config:
@@ -376,13 +377,38 @@ def _draw_allocation(
     return draws.choice(rules), draws.choice(_PAGE_SIZES), draws.choice(_POOL_TOKENS)
 
 
+# What stands in for a rule that cannot run with adaptive switching: the first of these among the
+# rules drawn (the target's), so a scenario never leaves them.
+_ADAPTIVE_STAND_INS: Final[tuple[AllocationRule, ...]] = ("0.5.13", "0.5.16", "0.5.12", "off")
+
+
+def adaptive_stand_in(rules: Sequence[AllocationRule], *, overlap: bool) -> AllocationRule | None:
+    """The rule among `rules` that replaces one that cannot run with adaptive switching (None:
+    none can): 0.5.13 first, as the release that fixed the under-reservation; 0.5.12 only
+    without `overlap` (`kvcheck.core.scenario.adaptive_allocation_problem`)."""
+    return next(
+        (
+            rule
+            for rule in _ADAPTIVE_STAND_INS
+            if rule in rules and not (rule == "0.5.12" and overlap)
+        ),
+        None,
+    )
+
+
 @functools.lru_cache(maxsize=4096)  # as `_config`
-def _with_allocation(config: Config, drawn: tuple[AllocationRule, int, int]) -> Config:
+def _with_allocation(
+    config: Config,
+    drawn: tuple[AllocationRule, int, int],
+    rules: tuple[AllocationRule, ...] = ALLOCATION_RULES,
+) -> Config:
     rule, page, pool_tokens = drawn
     overlap = config.overlap
     if rule == "0.5.6" and config.adaptive:
-        rule = "0.5.13"
-    elif rule == "0.5.12" and config.adaptive:
+        # A space with adaptive switching and no stand-in is refused before drawing
+        # (`kvcheck.search.check.scenario_space`); left as it is, `Config` says why.
+        rule = adaptive_stand_in(rules, overlap=False) or rule
+    if rule == "0.5.12" and config.adaptive:
         overlap = False
     return attrs.evolve(
         config,

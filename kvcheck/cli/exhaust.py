@@ -39,7 +39,7 @@ from kvcheck.cli.options import (
 from kvcheck.cli.progress import Progress, announce
 from kvcheck.core.deadline import describe
 from kvcheck.core.scenario import ALGORITHMS, EVENT_KINDS, Convention, GlobalCounterMode
-from kvcheck.core.target import Target
+from kvcheck.core.target import Target, allocation_rules
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run, replay_command
 from kvcheck.errors import FileWriteError, KvcheckUsageError
@@ -178,10 +178,11 @@ def add_parser(commands: Any) -> None:
     bounds.add_argument(
         "--allocation",
         type=lambda text: tuple(text.split(",")),
-        default=default.allocations,
+        default=None,
         metavar="R,R",
-        help="allocation rules to enumerate, at page size 1: off (default), 0.5.6, 0.5.12, "
-        "0.5.13, 0.5.16",
+        help="allocation rules to enumerate, at page size 1: off, 0.5.6, 0.5.12, 0.5.13, "
+        "0.5.16, among those of the target's SGLang generations (default: off, or the newest "
+        "of them for a target that touches kv_allocated_len)",
     )
     judge = exhaust.add_argument_group("judging")
     add_judging_options(
@@ -269,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
         max_new=args.max_new,
         eos=args.eos,
         overlap=args.overlap,
-        allocations=args.allocation,
+        # Without --allocation, `_within_shape` chooses from the target's shape.
+        **({} if args.allocation is None else {"allocations": args.allocation}),
     )
     header = (
         f"kvcheck: exhausting {args.target} ({bounds.describe()}; deadline "
@@ -395,11 +397,16 @@ def _within_shape(bounds: Bounds, args: argparse.Namespace, target: Target) -> B
         problems.append("it consults no grammar (--grammars)")
     if problems:
         raise KvcheckUsageError(f"{target.description}: " + "; ".join(problems))
+    allowed = allocation_rules(target)
+    # Without --allocation: no allocation where the target allows that, else the newest rule of
+    # its generations (a rule it is not judged under is refused by `exhaust`).
+    allocations = args.allocation or (("off",) if "off" in allowed else allowed[-1:])
     return attrs.evolve(
         bounds,
         algorithms=algorithms,
         block_cap_lengths=args.block_cap,
         grammars=args.grammars,
+        allocations=allocations,
     )
 
 

@@ -26,6 +26,7 @@ from kvcheck.core.scenario import (
 )
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR
+from kvcheck.counterexamples.replay import REPLAY_CONVENTIONS
 from kvcheck.errors import KvcheckUsageError
 
 if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvcheck.search
@@ -68,6 +69,12 @@ def warn(message: str) -> None:
     """A warning on stderr: something went wrong that does not change the verdict (a file that
     could not be written next to a finding that is printed anyway)."""
     print(f"kvcheck: warning: {message}", file=sys.stderr)
+
+
+def note(message: str) -> None:
+    """A note on stderr: how the command judged, where it differs from what the user may assume
+    (a replay by another convention than its file's)."""
+    print(f"kvcheck: note: {message}", file=sys.stderr)
 
 
 def add_save_options(parser: argparse._ActionsContainer) -> None:
@@ -308,6 +315,18 @@ def add_judging_options(
             "provide (e.g. an abort reason on an error path); using one at run time is still an "
             "error (default: off)"
         ),
+    )
+
+
+def add_replay_convention_option(parser: argparse._ActionsContainer) -> None:
+    """`--convention` of `replay` and `regress` (docs/replay.md): whose convention judges."""
+    parser.add_argument(
+        "--convention",
+        choices=REPLAY_CONVENTIONS,
+        default="auto",
+        help="committed-length convention to judge by: auto (default: the file's for its saved "
+        "target, the target's own for another --target, said on stderr when they differ), file "
+        "(always the file's), preclaim or honest",
     )
 
 

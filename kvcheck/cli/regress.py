@@ -8,11 +8,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvcheck.cli.options import EXIT_OK, add_deadline_option, add_force_option, input_files
+from kvcheck.cli.options import (
+    EXIT_OK,
+    add_deadline_option,
+    add_force_option,
+    add_replay_convention_option,
+    input_files,
+    note,
+)
 from kvcheck.counterexamples.fileformat import load
 from kvcheck.counterexamples.regress import function_name, regression_test
+from kvcheck.counterexamples.replay import judged_scenario
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.files import write_text
+from kvcheck.reporting.render import printable
 from kvcheck.targets.loading import absolute_spec, load_target
 
 
@@ -37,6 +46,7 @@ def add_parser(commands: Any) -> None:
     regress_parser.add_argument(
         "--target", default=None, help="the target the test replays (default: the saved one)"
     )
+    add_replay_convention_option(regress_parser)
     add_force_option(regress_parser)
     add_deadline_option(regress_parser)
     regress_parser.set_defaults(run=run)
@@ -57,9 +67,23 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_target(
         target, allow_unavailable=counterexample.allow_unavailable_imports, deadline=args.deadline
     )
+    # The convention the test judges by, chosen now as `replay` chooses it, and written into
+    # the test when it is not the file's (so a reader sees it) or the test's own replay would
+    # choose another by default (the target's own for another target).
+    scenario, said = judged_scenario(counterexample, loaded, args.convention)
+    if said:  # names the file's target and rule: escaped, as `replay` prints them
+        note(printable(said, keep_newlines=False))
+    used = scenario.config.convention
+    by_default = judged_scenario(counterexample, loaded, "auto")[0].config.convention
+    file_convention = counterexample.scenario.config.convention
+    pinned = None if used == by_default == file_convention else used
     # An absolute path, so that the test runs from its own folder (or any other).
     text = regression_test(
-        counterexample, source=args.file, target=absolute_spec(target), deadline=args.deadline
+        counterexample,
+        source=args.file,
+        target=absolute_spec(target),
+        deadline=args.deadline,
+        convention=pinned,
     )
     if not args.out:
         sys.stdout.write(text)

@@ -15,7 +15,9 @@ from kvcheck.cli.options import (
     add_deadline_option,
     add_force_option,
     add_json_option,
+    add_replay_convention_option,
     input_files,
+    note,
     warn,
 )
 from kvcheck.cli.progress import Progress
@@ -48,6 +50,7 @@ def add_parser(commands: Any) -> None:
         default=None,
         help="replay against this target instead of the saved one (default: the saved one)",
     )
+    add_replay_convention_option(replay_parser)
     add_json_option(replay_parser)
     add_deadline_option(replay_parser)
     replay_parser.add_argument(
@@ -72,8 +75,15 @@ def run(args: argparse.Namespace) -> int:
         check_destination(args.html, inputs=inputs, force=args.force, what="HTML timeline")
     with Progress() as progress:  # a file of thousands of events takes a while
         replayed = replay(
-            counterexample, args.target, path=args.file, deadline=args.deadline, progress=progress
+            counterexample,
+            args.target,
+            path=args.file,
+            deadline=args.deadline,
+            progress=progress,
+            convention=args.convention,
         )
+    if replayed.note:  # names the file's target and rule: escaped as the report is
+        note(printable(replayed.note, keep_newlines=False))
     html, warnings = None, []
     if args.html:
         try:
@@ -111,6 +121,11 @@ def _print_replay(replayed: Replay) -> None:
     which = "saved target" if replayed.target == counterexample.target else "given target"
     # Every string here but the verdict words may come from the file: printed escaped.
     print(printable(f"replaying {replayed.path} against {replayed.target} ({which})"))
+    if replayed.convention != replayed.file_convention:
+        print(
+            f"judged:   {replayed.convention} convention (the file's: "
+            f"{replayed.file_convention}; --convention file keeps it)"
+        )
     if counterexample.violation is not None:
         against = counterexample.found_against or counterexample.target
         saved = (
@@ -132,7 +147,9 @@ def replay_to_json(replayed: Replay) -> dict[str, Any]:
     data: dict[str, Any] = {
         "verdict": "pass" if violation is None else "fail",
         "target": replayed.target,
-        "convention": scenario.config.convention,
+        "convention": replayed.convention,
+        "file_convention": scenario.config.convention,
+        "note": replayed.note,
         "examples": 1,
         "replay": replayed.status,
         "saved_violation": None

@@ -94,8 +94,8 @@ class ObservedRequest:
     block_tokens: Any = 0
     cap_tokens: Any = 0
     cap_histogram: tuple[tuple[int, int], ...] = ()
-    # With an allocation rule: `kv_allocated_len` as left on the fake, the pages its row holds,
-    # and whether it holds a row.
+    # With an allocation rule: `kv_allocated_len` as left on the fake (None without one: the
+    # fake then refuses it), the pages its row holds, and whether it holds a row.
     allocated: Any = 0
     pages: int = 0
     holds_row: bool = False
@@ -255,7 +255,7 @@ class Engine:
                 self.eos_at[rid],
                 len(req.output_ids),
                 _plain(req.kv_committed_len),
-                _plain(req.kv_allocated_len),
+                _plain(req._allocated),
                 req.is_retracted,
                 req._aborted_waiting,
                 _reason_key(req.finished_reason),
@@ -329,7 +329,7 @@ class Engine:
                 changed = ()
                 if rid not in self.reqs:
                     changed = (rid,)
-                    admitted = FakeReq(rid, p, m)
+                    admitted = FakeReq(rid, p, m, allocation_modelled=self.allocation is not None)
                     if g is not None:
                         admitted.grammar = FakeGrammar(g.kind, g.at)
                     self.reqs[rid] = admitted
@@ -417,7 +417,7 @@ class Engine:
             req.spec_num_block_accept_tokens,  # block_tokens
             req.spec_num_cap_tokens,  # cap_tokens
             tuple(sorted(req._cap_histogram.items())),  # cap_histogram
-            req.kv_allocated_len,  # allocated
+            req._allocated,  # allocated (None without an allocation rule)
             0 if pool is None else pool.held(req.rid),  # pages
             pool is not None and pool.has_row(req.rid),  # holds_row
         )
@@ -523,8 +523,8 @@ class Engine:
         for req in batch:
             req.is_retracted = False
             req.kv_committed_len = len(req.origin_input_ids) + len(req.output_ids)
-            req.kv_allocated_len = req.kv_committed_len
             if self.allocation is not None:
+                req.kv_allocated_len = req.kv_committed_len
                 self.allocation.admit(req)
         self.last_prefill = list(batch)
         self.launch_count += 1
@@ -541,7 +541,8 @@ class Engine:
         req.retraction_count += 1
         req.is_retracted = True
         req.kv_committed_len = 0
-        req.kv_allocated_len = 0
+        if self.allocation is not None:
+            req.kv_allocated_len = 0
         self.waiting.append(req)
 
     def _prepare_for_decode(self, step: Step) -> _EngineLaunch:
@@ -584,7 +585,7 @@ class Engine:
         ]
         UNMODELLED_ACCESSES.clear()
         allocated_before = (
-            [(req, req.kv_allocated_len) for req in self.reqs.values()]
+            [(req, req._allocated) for req in self.reqs.values()]
             if self.allocation is not None
             else []
         )
@@ -595,9 +596,9 @@ class Engine:
         allocated_changed: tuple[tuple[str, Any, Any], ...] = ()
         if self.allocation is not None:
             allocated_changed = tuple(
-                (req.rid, before, req.kv_allocated_len)
+                (req.rid, before, req._allocated)
                 for req, before in allocated_before
-                if not _values_same(before, req.kv_allocated_len)
+                if not _values_same(before, req._allocated)
             )
         runs, runs_problem = _runs_as_ints(returned)
         grammar_offered = tuple(
@@ -735,7 +736,7 @@ class Engine:
         SGLang's release would fail on it, and `alloc-untouched-by-resolver` reports the write
         at this event rather than kvcheck's allocator raising."""
         if self.allocation is not None and is_finished(req):
-            if type(req.kv_allocated_len) is not int:
+            if type(req._allocated) is not int:
                 return
             self.allocation.release(req)
 

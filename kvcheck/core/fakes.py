@@ -64,6 +64,28 @@ class UnmodeledAttributeError(AttributeError):
         )
 
 
+class AllocationNotModelledError(KvcheckUsageError):
+    """The target touched `kv_allocated_len` in a scenario without an allocation rule, where
+    no decode launch sizes it: refused (exit 2) rather than shown stale.
+
+    Not an `AttributeError` (as `FakeCallError`): raised from a property, one would send Python
+    on to `__getattr__`, whose generic "not modelled" would hide why; and the attribute exists
+    in every release, so `hasattr` has no true False to give."""
+
+    def __init__(self, owner: str, action: str) -> None:
+        self.owner = owner
+        self.attribute = "kv_allocated_len"
+        UNMODELLED_ACCESSES.append(
+            f"{action} `{owner}.kv_allocated_len` without an allocation rule"
+        )
+        super().__init__(
+            f"target {action} `{owner}.kv_allocated_len` in a scenario without an allocation "
+            "rule, where kvcheck does not model the allocation (no decode launch sizes it); "
+            "judge it under an allocation rule of its SGLang generation (searches take them "
+            "from its API shape; a scenario or exhaust bounds name one)"
+        )
+
+
 class GrammarRefusal(ValueError):
     """A grammar matcher refusing a token, as SGLang's grammar backends do (a `ValueError`).
 
@@ -304,8 +326,8 @@ class FakeKvInfo(StrictFake):
         lambda self, value: setattr(self._req, "kv_committed_len", value),
     )
     kv_allocated_len = property(
-        lambda self: self._req.kv_allocated_len,
-        lambda self, value: setattr(self._req, "kv_allocated_len", value),
+        lambda self: self._req._allocated_len("req.kv", "reads"),
+        lambda self, value: self._req._set_allocated_len(value, "req.kv"),
     )
 
 
@@ -367,7 +389,6 @@ class FakeReq(StrictFake):
             "output_ids",
             "sampling_params",
             "kv_committed_len",
-            "kv_allocated_len",
             "is_retracted",
             "retraction_count",
             "finished_reason",
@@ -387,7 +408,8 @@ class FakeReq(StrictFake):
     output_ids: list[int]
     sampling_params: FakeSamplingParams
     kv_committed_len: int
-    kv_allocated_len: int
+    # `kv_allocated_len` (a property below): None when the scenario has no allocation rule.
+    _allocated: int | None
     is_retracted: bool
     retraction_count: int
     # A `FinishReason` once finished (or whatever a target stored in `to_finish`); None before.
@@ -408,14 +430,18 @@ class FakeReq(StrictFake):
     # disaggregated decode), so only kvcheck's own code knows the scheduler is done with it.
     _aborted_waiting: bool
 
-    def __init__(self, rid: str, prompt_len: int, max_new_tokens: int) -> None:
+    def __init__(
+        self, rid: str, prompt_len: int, max_new_tokens: int, *, allocation_modelled: bool = True
+    ) -> None:
+        """`allocation_modelled`: the scenario names an allocation rule, so decode launches size
+        `kv_allocated_len`; without one it is refused (`AllocationNotModelledError`)."""
         self._set_fields(
             rid=rid,
             origin_input_ids=list(range(1, prompt_len + 1)),
             output_ids=[],
             sampling_params=FakeSamplingParams(max_new_tokens),
             kv_committed_len=0,
-            kv_allocated_len=0,
+            _allocated=0 if allocation_modelled else None,
             is_retracted=False,
             retraction_count=0,
             finished_reason=None,
@@ -432,6 +458,25 @@ class FakeReq(StrictFake):
             kv=FakeKvInfo(self),
             _aborted_waiting=False,
         )
+
+    # The allocated length is a property so that a scenario without an allocation rule can
+    # refuse it: there no decode launch sizes it, so any value would be one no release has
+    # (stuck at the prompt length while the committed length grows past it).
+    def _allocated_len(self, owner: str, action: str) -> int:
+        allocated = self._allocated
+        if allocated is None:
+            raise AllocationNotModelledError(owner, action)
+        return allocated
+
+    def _set_allocated_len(self, value: Any, owner: str) -> None:
+        if self._allocated is None:
+            raise AllocationNotModelledError(owner, "writes")
+        self._allocated = value
+
+    kv_allocated_len = property(
+        lambda self: self._allocated_len("req", "reads"),
+        lambda self, value: self._set_allocated_len(value, "req"),
+    )
 
     def finished(self) -> bool:
         """SGLang's `req.finished()`: a finish reason is set.

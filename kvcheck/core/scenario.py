@@ -54,6 +54,15 @@ GlobalCounterMode: TypeAlias = Literal["ideal", "sglang", "off"]
 # maximum; "0.5.16" (on) also rounds up to a page. "off": allocation is neither done nor judged.
 AllocationRule: TypeAlias = Literal["off", "0.5.6", "0.5.12", "0.5.13", "0.5.16"]
 ALLOCATION_RULES: Final[tuple[AllocationRule, ...]] = ("off", "0.5.6", "0.5.12", "0.5.13", "0.5.16")
+# The last release of each rule (None: still current); each starts with the release it is named
+# after (docs/semantics.md §2.3's table: the clamp came with 0.5.12, the adaptive maximum with
+# 0.5.13, page rounding with 0.5.16).
+ALLOCATION_RULE_LAST: Final[Mapping[AllocationRule, str | None]] = {
+    "0.5.6": "0.5.11",
+    "0.5.12": "0.5.12",
+    "0.5.13": "0.5.15",
+    "0.5.16": None,
+}
 CONVENTIONS: Final[tuple[Convention, ...]] = ("preclaim", "honest")
 GLOBAL_COUNTER_MODES: Final[tuple[GlobalCounterMode, ...]] = ("ideal", "sglang", "off")
 MIN_STRIDE: Final = 1

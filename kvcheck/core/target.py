@@ -8,15 +8,22 @@ outside the scenario it is given.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
 
 from kvcheck.core.allocation import AllocationPath
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.scenario import Algorithm, Config, Convention
+from kvcheck.core.scenario import (
+    ALLOCATION_RULES,
+    Algorithm,
+    AllocationRule,
+    Config,
+    Convention,
+)
 from kvcheck.core.spellings import version_range
+from kvcheck.errors import KvcheckUsageError
 
 # Parts of SGLang's API a resolver maintains only in some generations, with a one-line description.
 # A probe run decides which of them a target is not held to (`ApiShape.not_judged`); an invariant
@@ -52,6 +59,11 @@ class ApiShape:
     block_cap: bool = False
     # Whether its scenarios may draw grammar requests: it consults the grammar (0.5.14+).
     grammar: bool = False
+    # The allocation rules its scenarios may draw: those of the SGLang generations its spellings
+    # fit, and "off" only when it never touches `kv_allocated_len` (without a rule the fakes
+    # refuse it), with why (`kvcheck.targets.api_shape`).
+    allocation_rules: tuple[AllocationRule, ...] = ALLOCATION_RULES
+    allocation_reason: str = ""
 
     @property
     def versions(self) -> str:
@@ -94,6 +106,8 @@ class ApiShape:
             "algorithms": list(self.algorithms),
             "block_cap": self.block_cap,
             "grammar": self.grammar,
+            "allocation_rules": list(self.allocation_rules),
+            "allocation_reason": self.allocation_reason,
             "summary": self.summary(),
         }
 
@@ -151,3 +165,29 @@ def allocation_path(target: Target, config: Config) -> AllocationPath | None:
     if target.allocation is None or config.allocation == "off":
         return None
     return target.allocation(config)
+
+
+def allocation_rules(target: Target) -> tuple[AllocationRule, ...]:
+    """The allocation rules `target` may be judged under: those its own allocation path
+    implements when it brings one (that path is what the `alloc-*` invariants judge), else
+    those of the SGLang generations its API shape fits (`ApiShape.allocation_rules`)."""
+    own: tuple[AllocationRule, ...] | None = getattr(target.allocation, "rules", None)
+    return tuple(own) if own is not None else target.shape.allocation_rules
+
+
+def refuse_other_allocation_rules(target: Target, rules: Iterable[AllocationRule]) -> None:
+    """`KvcheckUsageError` when `rules` name one `target` may not be judged under: a scenario
+    of another generation's rule shows it states its own release never has (issue 23). A
+    target bringing its own allocation path (kvcheck's corpus) runs under any rule named: that
+    path, a `RuleAllocation` variant, is what is judged, and it implements every rule."""
+    if target.allocation is not None:
+        return
+    allowed = allocation_rules(target)
+    outside = [rule for rule in dict.fromkeys(rules) if rule not in allowed]
+    if not outside:
+        return
+    why = f": {target.shape.allocation_reason}" if target.shape.allocation_reason else ""
+    raise KvcheckUsageError(
+        f"{target.description} is judged under allocation "
+        f"{', '.join(allowed) or 'rule none'} only, not {', '.join(outside)}{why}"
+    )

@@ -11,6 +11,7 @@ import re
 import textwrap
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.scenario import Convention
 from kvcheck.counterexamples.fileformat import Counterexample
 
 _TEMPLATE = '''\
@@ -29,14 +30,17 @@ from kvcheck.counterexample import loads, replay
 TARGET = {target!r}
 SOURCE = {source!r}
 DEADLINE = {deadline!r}  # seconds per call of the target (None: no deadline)
-COUNTEREXAMPLE = {payload}
+{convention_line}COUNTEREXAMPLE = {payload}
 
 
 def test_{name}() -> None:
     counterexample = loads(COUNTEREXAMPLE, source=SOURCE)
-    replayed = replay(counterexample, TARGET, path=SOURCE, deadline=DEADLINE)
+    replayed = replay(counterexample, TARGET, path=SOURCE, deadline=DEADLINE{convention_arg})
     assert replayed.violation is None, "\\n" + replayed.failure_report()
 '''
+
+
+_CONVENTION_LINE = "CONVENTION = {!r}  # as `kvcheck regress --convention` chose (docs/replay.md)\n"
 
 
 def _docstring_text(text: str) -> str:
@@ -70,9 +74,11 @@ def regression_test(
     source: str,
     target: str | None = None,
     deadline: float | None = DEFAULT_DEADLINE,
+    convention: Convention | None = None,
 ) -> str:
     """The text of a standalone pytest module for `counterexample` (read from `source`), whose
-    replay runs each call of the target under `deadline` seconds (None: none)."""
+    replay runs each call of the target under `deadline` seconds (None: none), judged by
+    `convention` when given (None: as `replay` decides by default)."""
     spec = target or counterexample.target
     if spec is None:
         raise ValueError("the counterexample names no target; pass one")
@@ -98,6 +104,8 @@ def regression_test(
         finding=_docstring_text(finding),
         target=spec,
         deadline=deadline or None,
+        convention_line="" if convention is None else _CONVENTION_LINE.format(convention),
+        convention_arg="" if convention is None else ", convention=CONVENTION",
         payload=payload,
         name=function_name(counterexample),
     )

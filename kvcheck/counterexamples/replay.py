@@ -10,14 +10,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from typing import Literal
+from typing import Final, Literal
 
 import attrs
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.invariants import Violation
 from kvcheck.core.run import RunResult, run_scenario
-from kvcheck.core.target import Target
+from kvcheck.core.scenario import CONVENTIONS, Convention, Scenario
+from kvcheck.core.target import Target, allocation_rules
 from kvcheck.counterexamples.fileformat import Counterexample, SavedViolation, load
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
 from kvcheck.reporting.explain import explain
@@ -26,6 +27,11 @@ from kvcheck.reporting.timeline import build_timeline
 from kvcheck.targets.loading import absolute_spec, load_target
 
 ReplayStatus = Literal["same", "different", "none"]
+# Which committed-length convention a replay judges by (docs/replay.md): `auto` is the file's for
+# its saved target and the target's own (its probed API shape) for another one; `file` is always
+# the file's; `preclaim` or `honest` as given.
+ReplayConvention = Literal["auto", "file", "preclaim", "honest"]
+REPLAY_CONVENTIONS: Final[tuple[ReplayConvention, ...]] = ("auto", "file", "preclaim", "honest")
 
 
 def from_run(
@@ -58,6 +64,20 @@ class Replay:
     target: str
     result: RunResult
     path: str | None = None
+    # Why the replay judged by another convention than the file's, or under an allocation rule
+    # outside the target's generations (None: nothing to say); the convention it judged by is
+    # `result.scenario.config.convention`.
+    note: str | None = None
+
+    @property
+    def convention(self) -> Convention:
+        """The committed-length convention this replay judged by."""
+        return self.result.scenario.config.convention
+
+    @property
+    def file_convention(self) -> Convention:
+        """The convention the counterexample file was judged by."""
+        return self.counterexample.scenario.config.convention
 
     @property
     def violation(self) -> Violation | None:
@@ -126,13 +146,19 @@ def replay(
     path: str | os.PathLike[str] | None = None,
     deadline: float | None = DEFAULT_DEADLINE,
     progress: Callable[[str], None] | None = None,
+    convention: ReplayConvention = "auto",
 ) -> Replay:
     """Run the counterexample's scenario once against `target` (default: the saved target),
     each call of the target under `deadline` seconds (None or 0: none; a loaded `Target` keeps
-    its own).
+    its own), judged by `convention` (`ReplayConvention`: by default the file's for its saved
+    target, the target's own for another; `Replay.note` says when that differs from the file).
 
     Raises `KvcheckUsageError` (exit 2 material) when no target is known or it cannot be loaded.
     """
+    if convention not in REPLAY_CONVENTIONS:
+        raise KvcheckUsageError(
+            f"unknown convention {convention!r}; choose {', '.join(REPLAY_CONVENTIONS)}"
+        )
     if target is None:
         if counterexample.target is None:
             raise ScenarioFormatError("the counterexample names no target; give one with --target")
@@ -152,8 +178,51 @@ def replay(
         if progress is not None:
             progress(f"replayed {index + 1} of {total} events")
 
-    result = run_scenario(counterexample.scenario, loaded, record=True, on_event=on_event)
-    return Replay(counterexample, loaded.spec, result, None if path is None else str(path))
+    scenario, note = judged_scenario(counterexample, loaded, convention)
+    result = run_scenario(scenario, loaded, record=True, on_event=on_event)
+    return Replay(counterexample, loaded.spec, result, None if path is None else str(path), note)
+
+
+def judged_scenario(
+    counterexample: Counterexample, loaded: Target, choice: ReplayConvention
+) -> tuple[Scenario, str | None]:
+    """The scenario a replay of `counterexample` against `loaded` runs (the file's, under the
+    convention `choice` gives) and what to tell the user about it (None: nothing). Judging
+    another resolver by the file's convention would fail a correct one whose release follows
+    the other (issue 23, item 4)."""
+    scenario = counterexample.scenario
+    config = scenario.config
+    saved_target = counterexample.target is not None and loaded.spec == absolute_spec(
+        counterexample.target
+    )
+    notes = []
+    used: Convention = config.convention
+    if choice in CONVENTIONS:
+        used = choice
+        if used != config.convention:
+            notes.append(
+                f"judged by the {used} convention as given; the file was judged by "
+                f"{config.convention}"
+            )
+    elif choice == "auto" and not saved_target:
+        shape = loaded.shape
+        if shape.convention != config.convention:
+            used = shape.convention
+            notes.append(
+                f"{loaded.spec} follows the {used} convention ({shape.convention_reason}); the "
+                f"file was judged by {config.convention}, so this replay judges by {used} "
+                "(--convention file keeps the file's)"
+            )
+    if not saved_target and config.allocation not in allocation_rules(loaded):
+        notes.append(
+            f"the file's allocation rule {config.allocation} is not one {loaded.spec} is "
+            f"judged under ({loaded.shape.allocation_reason})"
+        )
+    if used != config.convention:
+        scenario = attrs.evolve(scenario, config=attrs.evolve(config, convention=used))
+    if notes and not saved_target:
+        notes.append(f"global counters {config.global_counters}, as the file")
+    return scenario, "; ".join(notes) or None
 
 
 def replay_file(path: str | os.PathLike[str], target: str | Target | None = None) -> Replay:

@@ -22,7 +22,7 @@ import attrs
 
 from kvcheck.core.jsonable import jsonable
 from kvcheck.core.scenario import Grammar, config_to_dict, event_to_dict
-from kvcheck.core.target import Target
+from kvcheck.core.target import Target, allocation_rules
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
 from kvcheck.search.exhaust import Bounds, exhaust
 from kvcheck.search.processes import become_worker
@@ -302,12 +302,16 @@ def bounds_for(target: Target, bounds: Bounds = MINIMUM_BOUNDS) -> Bounds:
     grammars = (
         (None, Grammar("terminate", 2), Grammar("reject", 2)) if target.shape.grammar else (None,)
     )
-    # A target that touches kv_allocated_len is enumerated with the scheduler's allocation on
-    # (a rule that keeps Al after release, and the page-rounding one).
+    # A target that touches kv_allocated_len is enumerated with the scheduler's allocation on,
+    # under the rules of its generations (`allocation_rules`): of those, one that keeps Al after
+    # release (0.5.13) and the page-rounding one (0.5.16), else the older ones it has.
     touches_al = any("kv_allocated_len" in s for s in target.shape.spellings)
-    allocations = ("0.5.13", "0.5.16") if touches_al else bounds.allocations
+    allocations = bounds.allocations
+    if touches_al:
+        allowed = [rule for rule in allocation_rules(target) if rule != "off"]
+        allocations = tuple(r for r in allowed if r in ("0.5.13", "0.5.16")) or tuple(allowed)
     if target.allocation is not None:  # a broken allocation path: the rules it shows under
-        allocations = getattr(target.allocation, "rules", ("0.5.13",))
+        allocations = allocation_rules(target)
     return attrs.evolve(
         bounds,
         algorithms=distinct,

@@ -30,26 +30,35 @@ from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
 from kvcheck.core.invariants import Violation
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
+    ALLOCATION_RULES,
     CONVENTIONS,
     GLOBAL_COUNTER_MODES,
     Admit,
+    AllocationRule,
     Config,
     Convention,
     GlobalCounterMode,
     Scenario,
     Step,
     SwitchStride,
+    adaptive_allocation_problem,
     from_json,
     to_json_line,
 )
-from kvcheck.core.target import ApiShape, Target
+from kvcheck.core.target import ApiShape, Target, allocation_rules
 from kvcheck.counterexamples.fileformat import Counterexample
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError, ScenarioFormatError
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.shrink import shrink
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
-from kvcheck.strategies import ScenarioSpace, label_run, scenarios_of, space_of
+from kvcheck.strategies import (
+    ScenarioSpace,
+    adaptive_stand_in,
+    label_run,
+    scenarios_of,
+    space_of,
+)
 from kvcheck.targets.loading import load_target
 
 ConventionChoice = Literal["auto", "preclaim", "honest"]
@@ -297,13 +306,13 @@ def search(
     saving = database is not None and (seed is None or seeded_database)
     saved_key = scenarios_key(target, convention, global_counters, adaptive, overlap)
     if saving and reuse and database is not None:
+        rules = allocation_rules(target)
         for _, saved in reversed(saved_scenarios(database, saved_key)):
-            property_holds = example(with_overlap(saved, overlap))(property_holds)
+            if saved.config.allocation not in rules:  # saved before the target's rules were kept
+                continue
+            property_holds = example(with_overlap(saved, overlap, rules))(property_holds)
     if with_witness:
-        witness = Scenario(
-            Config(convention, True, 4, True, global_counters=global_counters),
-            STRIDE_SWITCH_WITNESS,
-        )
+        witness = stride_switch_witness(convention, global_counters, allocation_rules(target))
         property_holds = example(witness)(property_holds)
     if seed is not None and seeded_database:
         # What `@seed` does, less its `database=None` (hypothesis.core.seed).
@@ -427,21 +436,38 @@ def _scenarios(
     overlap: bool | None,
     target: Target,
 ) -> SearchStrategy[Scenario]:
-    space = scenario_space(target, convention, global_counters, adaptive)
+    space = scenario_space(target, convention, global_counters, adaptive, overlap)
     strategy: SearchStrategy[Scenario] = scenarios_of(space)
     if overlap is None:
         return strategy
-    return strategy.map(lambda s: with_overlap(s, overlap))
+    return strategy.map(lambda s: with_overlap(s, overlap, space.allocation))
 
 
 def scenario_space(
-    target: Target, convention: Convention, global_counters: GlobalCounterMode, adaptive: bool
+    target: Target,
+    convention: Convention,
+    global_counters: GlobalCounterMode,
+    adaptive: bool,
+    overlap: bool | None = None,
 ) -> ScenarioSpace:
     """The scenarios a search of `target` draws (with either generator): what its API shape
-    supports, under the rules of its own allocation path if it brings one."""
+    supports, under the allocation rules of the SGLang generations it fits, or of its own
+    allocation path if it brings one (`kvcheck.core.target.allocation_rules`): a scenario of
+    another generation's rule would show it states its release never has. Raises
+    `KvcheckUsageError` when adaptive switching (under `overlap`) meets none of them that can
+    run it."""
     shape = target.shape
-    # A target bringing its own allocation path is searched under the rules it implements.
-    rules = getattr(target.allocation, "rules", None)
+    rules = allocation_rules(target)
+    # Without a pinned overlap, rule 0.5.12 runs adaptive switching with overlap off.
+    pinned_on = overlap is True
+    problems = [
+        adaptive_allocation_problem(rule, adaptive=adaptive, overlap=pinned_on) for rule in rules
+    ]
+    if rules and all(problems):
+        raise KvcheckUsageError(
+            f"{target.description} is judged under allocation {', '.join(rules)} only "
+            f"({shape.allocation_reason}), and {problems[0]}"
+        )
     space: ScenarioSpace = space_of(
         convention=convention,
         global_counters=global_counters,
@@ -449,25 +475,62 @@ def scenario_space(
         algorithms=shape.algorithms,
         block_cap=shape.block_cap,
         grammar=shape.grammar,
-        allocation=rules if rules is not None else True,
+        allocation=rules,
     )
     return space
 
 
-def with_overlap(scenario: Scenario, overlap: bool | None) -> Scenario:
+def stride_switch_witness(
+    convention: Convention, global_counters: GlobalCounterMode, rules: tuple[AllocationRule, ...]
+) -> Scenario:
+    """`STRIDE_SWITCH_WITNESS` under overlap, without allocation when `rules` (the target's)
+    allow that, else under the first of them that runs adaptive switching with overlap (the
+    witness switches below the initial stride, which those rules reserve for)."""
+    rule: AllocationRule = "off"
+    if "off" not in rules:
+        rule = adaptive_stand_in(rules, overlap=True) or "off"
+    config = Config(
+        convention,
+        True,
+        4,
+        True,
+        global_counters=global_counters,
+        allocation=rule,
+        max_stride=None if rule == "off" else 4,
+    )
+    return Scenario(config, STRIDE_SWITCH_WITNESS)
+
+
+def with_overlap(
+    scenario: Scenario,
+    overlap: bool | None,
+    rules: tuple[AllocationRule, ...] = ALLOCATION_RULES,
+) -> Scenario:
     """`scenario` (drawn by either generator) with the overlap axis pinned to `overlap`
     (None: as it is). The 0.5.12 allocation rule under adaptive switching runs without overlap
     only (`kvcheck.core.scenario.adaptive_allocation_problem`), so pinned on, it becomes the
-    0.5.13 rule, reserving for the largest stride the scenario switches to."""
+    first of `rules` (the target's) that can (`kvcheck.strategies.adaptive_stand_in`: 0.5.13,
+    reserving for the largest stride the scenario switches to, then 0.5.16, then off)."""
     config = scenario.config
     if overlap is None or config.overlap == overlap:
         return scenario
     if not (overlap and config.adaptive and config.allocation == "0.5.12"):
         return attrs.evolve(scenario, config=attrs.evolve(config, overlap=overlap))
+    rule = adaptive_stand_in(rules, overlap=True)
+    if rule is None or rule == "off":
+        # `scenario_space` refuses a space where no rule can run; "off" models no allocation.
+        plain = attrs.evolve(
+            config, overlap=True, allocation="off", page_size=1, max_stride=None, pool_pages=0
+        )
+        return attrs.evolve(scenario, config=plain)
     strides = [e.stride for e in scenario.events if isinstance(e, SwitchStride)]
     maximum = max([config.max_stride or config.stride, *strides])
-    rule = attrs.evolve(config, overlap=True, allocation="0.5.13", max_stride=maximum)
-    return attrs.evolve(scenario, config=rule)
+    pages = config.pool_pages
+    page = config.page_size if rule == "0.5.16" else 1
+    evolved = attrs.evolve(
+        config, overlap=True, allocation=rule, max_stride=maximum, page_size=page, pool_pages=pages
+    )
+    return attrs.evolve(scenario, config=evolved)
 
 
 def detect_convention(target: Target) -> tuple[Convention, str]:

@@ -109,7 +109,7 @@ from kvcheck.core.scenario import (
     adaptive_allocation_problem,
     to_json_line,
 )
-from kvcheck.core.target import Target, allocation_path
+from kvcheck.core.target import Target, allocation_path, refuse_other_allocation_rules
 from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
 from kvcheck.search.exhaust_parallel import (
     Outcome,
@@ -251,6 +251,8 @@ class Bounds:
             described += f"; block/cap {ints(self.block_cap_lengths)}"
         if self.grammars != (None,):
             described += "; grammars {" + ",".join(_grammar_name(g) for g in self.grammars) + "}"
+        if self.allocations != ("off",):  # chosen from the target's shape unless given
+            described += "; allocation {" + ",".join(self.allocations) + "}"
         return described
 
     def to_dict(self) -> dict[str, Any]:
@@ -678,6 +680,7 @@ def exhaust(
     if workers < 1:
         raise KvcheckUsageError(f"workers must be >= 1, got {workers}")
     adaptive = default_adaptive(bounds) if adaptive is None else adaptive
+    refuse_other_allocation_rules(target, bounds.allocations)
     skipped = skipped_allocations(bounds, adaptive)
     if len(skipped) == len(set(bounds.allocations)) * len(set(bounds.overlap)):
         rule, overlap = skipped[0]

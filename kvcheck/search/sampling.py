@@ -28,7 +28,6 @@ from hypothesis.database import ExampleDatabase
 from kvcheck.core.deadline import check_time_limit
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
-    Config,
     Convention,
     GlobalCounterMode,
     Scenario,
@@ -37,7 +36,6 @@ from kvcheck.core.target import Target
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.check import (
     SEARCH_STOPS,
-    STRIDE_SWITCH_WITNESS,
     Progress,
     SearchOutcome,
     confirmed_result,
@@ -47,6 +45,7 @@ from kvcheck.search.check import (
     scenarios_key,
     shrink_failure,
     stop_name,
+    stride_switch_witness,
     with_overlap,
 )
 from kvcheck.strategies import ScenarioSpace, random_scenario, scenario_labels
@@ -77,7 +76,7 @@ def sample_search(
     re-raised unless `report_interrupt`. Raises `UnsupportedTargetError` and
     `NondeterministicTargetError` as `search` does."""
     rng = random.Random(seed if seed is not None else random.SystemRandom().getrandbits(64))
-    space = scenario_space(target, convention, global_counters, adaptive)
+    space = scenario_space(target, convention, global_counters, adaptive, overlap)
     key = scenarios_key(target, convention, global_counters, adaptive, overlap)
     reached: set[str] = set()
     stopped: list[str] = []
@@ -86,6 +85,8 @@ def sample_search(
     failing_saved: bytes | None = None
     started = time.perf_counter()
     saved = saved_scenarios(database, key) if database is not None and reuse else []
+    # Only scenarios of the target's allocation rules (one saved before they were kept is not).
+    saved = [(entry, s) for entry, s in saved if s.config.allocation in space.allocation]
     candidates = _candidates(saved, space, rng, convention, global_counters, overlap)
     try:  # Ctrl-C or the time limit may come anywhere: in a run, a draw, a progress report
         for entry, scenario in candidates:
@@ -143,7 +144,6 @@ def _candidates(
     search (as `search` tries it first), then draws from `rng` without end."""
     yield from saved
     if space.adaptive and overlap is not False:
-        config = Config(convention, True, 4, True, global_counters=global_counters)
-        yield None, Scenario(config, STRIDE_SWITCH_WITNESS)
+        yield None, stride_switch_witness(convention, global_counters, space.allocation)
     while True:
-        yield None, with_overlap(random_scenario(space, rng), overlap)
+        yield None, with_overlap(random_scenario(space, rng), overlap, space.allocation)

@@ -29,7 +29,7 @@ from kvcheck.core.scenario import (
     Step,
     SwitchStride,
 )
-from kvcheck.core.target import Target
+from kvcheck.core.target import Target, allocation_rules
 
 DEFAULT_MAX_RUNS = 4000
 # A stride below 2 leaves no room for a draft token; the generators never produce one either.
@@ -216,10 +216,15 @@ def shrink(
 
     best = failing
     runs = 0
+    # A simpler scenario stays under the target's allocation rules: dropping the rule ("off")
+    # only where the target never touches `kv_allocated_len`.
+    rules = allocation_rules(target)
 
     def attempt(candidate: Scenario) -> bool:
         nonlocal best, runs
         if _size(candidate) >= _size(best.scenario) or runs >= max_runs:
+            return False
+        if candidate.config.allocation not in rules:
             return False
         runs += 1
         result = run_scenario(candidate, target)

@@ -30,8 +30,10 @@ import attrs
 from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.engine import Engine
 from kvcheck.core.scenario import (
+    ALLOCATION_RULE_LAST,
     Admit,
     Algorithm,
+    AllocationRule,
     Config,
     Convention,
     Event,
@@ -99,7 +101,12 @@ PROBE_EVENTS: Final[tuple[Event, ...]] = (
     Retract("r0"),
     Step(),
 )
-PROBE_CONFIG: Final = Config(convention="honest", stride=PROBE_STRIDE, global_counters="off")
+# With an allocation rule, so that a target reading `kv_allocated_len` finds it sized as every
+# release sizes it (without a rule the fakes refuse it); the rule changes no committed length.
+PROBE_CONFIG: Final = Config(
+    convention="honest", stride=PROBE_STRIDE, global_counters="off", allocation="0.5.16"
+)
+_ALLOCATED_KEYS: Final = frozenset({"req.kv_allocated_len", "req.kv.kv_allocated_len"})
 
 
 def _v(text: str) -> Version:
@@ -202,6 +209,12 @@ def _probe(
             break
         error = error or observation.target_error
         delivery = observation.delivery
+        if delivery is not None and any(
+            type(after) is not int for _, _, after in delivery.allocated_changed
+        ):
+            # The scheduler's allocation cannot go on from a non-number in `kv_allocated_len`
+            # (a judged run stops here with `alloc-untouched-by-resolver`): what was seen stands.
+            break
         if delivery is None or observation.target_error is not None:
             continue
         for rid, stale in zip(delivery.rids, delivery.stale, strict=True):
@@ -227,6 +240,33 @@ def _algorithms(window: _Window, reads: set[str]) -> tuple[Algorithm, ...]:
     if reads & _UNO_KEYS:
         found.append("uno")
     return tuple(found)
+
+
+def _allocation_rules(
+    window: _Window, touched: Iterable[str]
+) -> tuple[tuple[AllocationRule, ...], str]:
+    """The allocation rules a target's scenarios may use, and why: those of the releases its
+    spellings fit (every rule when they fit none), and "off" (no allocation modelled) only when
+    it never touches `kv_allocated_len`. A rule of another generation would show it states its
+    own release never has (e.g. `Al` of 0.5.16+ before page rounding)."""
+    if window.empty:
+        rules = [rule for rule in ALLOCATION_RULE_LAST]
+        where = "every allocation rule (its spellings fit no single SGLang generation)"
+    else:
+        rules = [
+            rule
+            for rule, last in ALLOCATION_RULE_LAST.items()
+            if (window.high is None or _v(rule) <= window.high)
+            and (last is None or _v(last) >= window.low)
+        ]
+        shown = version_range(_text(window.low), _text(window.high) if window.high else None)
+        where = (
+            f"allocation rule{'s' if len(rules) > 1 else ''} {', '.join(rules)} (SGLang {shown})"
+        )
+    reads = sorted(set(touched) & _ALLOCATED_KEYS)
+    if reads:
+        return tuple(rules), f"{where}; never off: it touches {', '.join(reads)}"
+    return ("off", *rules), f"{where}, or off: it never touches kv_allocated_len"
 
 
 def _convention(window: _Window, run: _ProbeRun) -> tuple[Convention, str]:
@@ -304,6 +344,7 @@ def detect_api_shape(
         stride += " (the worker's current value)"
 
     convention, reason = _convention(window, run)
+    allocation_rules, allocation_reason = _allocation_rules(window, touched)
     return ApiShape(
         algorithms=_algorithms(window, log.reads),
         block_cap=bool(log.reads & _BLOCK_CAP_KEYS),
@@ -319,6 +360,8 @@ def detect_api_shape(
         convention=convention,
         convention_reason=reason,
         probe_error=run.error,
+        allocation_rules=allocation_rules,
+        allocation_reason=allocation_reason,
     )
 
 

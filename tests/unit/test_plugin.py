@@ -81,6 +81,24 @@ def test_a_given_convention_splits_by_overlap(pytester: pytest.Pytester) -> None
     assert "FAILED kvcheck[builtin:seed-prefix][preclaim-overlap-on]" in result.stdout.str()
 
 
+def test_convention_both_passes_a_correct_resolver_and_fails_one_wrong_under_either(
+    pytester: pytest.Pytester,
+) -> None:
+    """`both` judged each item by each convention alone, so every correct resolver failed the
+    items of the convention it does not follow, without saying why (issue 23, messages)."""
+    correct = pytester.runpytest(
+        "--kvcheck-target", "builtin:reference", "--kvcheck-convention", "both", *PLUGIN_FAST
+    )
+    correct.assert_outcomes(passed=2)
+    wrong = pytester.runpytest(
+        "--kvcheck-target", "builtin:seed-prefix", "--kvcheck-convention", "both", *PLUGIN_FAST
+    )
+    wrong.assert_outcomes(failed=1, passed=1)
+    out = wrong.stdout.str()
+    assert "FAILED kvcheck[builtin:seed-prefix][both-overlap-on]" in out
+    assert "it also fails under honest" in out
+
+
 def test_one_item_per_axis_value(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(
         "--kvcheck-target",
@@ -99,8 +117,9 @@ def test_one_item_per_axis_value(pytester: pytest.Pytester) -> None:
         "no:cacheprovider",
     )
     ids = [line for line in result.stdout.lines if line.startswith("kvcheck[")]
-    assert len(ids) == 16 and len(set(ids)) == 16
-    assert "kvcheck[builtin:seed-fixed][honest-overlap-off-adaptive-on]" in ids
+    # `both` is one item per overlap value judged by either convention (2 x 2 x 2 items).
+    assert len(ids) == 8 and len(set(ids)) == 8
+    assert "kvcheck[builtin:seed-fixed][both-overlap-off-adaptive-on]" in ids
     # -k selects among them like any other item.
     picked = pytester.runpytest(
         "--kvcheck-target",
@@ -183,11 +202,13 @@ def test_bad_counterexample_files_are_collection_errors(
 
 def test_collect_only_counts_the_property_items(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="def test_ok():\n    assert True\n")
+    # Both conventions in one item per overlap value, both adaptive settings: 4 property items.
     options = ["--kvcheck-target", "builtin:reference", "--kvcheck-convention", "both"]
+    options += ["--kvcheck-adaptive", "both"]
     result = pytester.runpytest(*options, "--collect-only", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["collected 5 items", "*= 5 tests collected in *"])
-    quiet = pytester.runpytest(*options, "--co", "-q", "-k", "honest", "-p", "no:cacheprovider")
-    quiet.stdout.fnmatch_lines(["2/5 tests collected (3 deselected) in *"])
+    quiet = pytester.runpytest(*options, "--co", "-q", "-k", "test_ok", "-p", "no:cacheprovider")
+    quiet.stdout.fnmatch_lines(["1/5 tests collected (4 deselected) in *"])
 
 
 # A file target outside the project, with the stale-finished-row bug of builtin:seed-prefix
