@@ -34,6 +34,8 @@ def test_bad_numbers_are_exit_2(
 def test_an_unreachable_redis_is_exit_2_with_the_url_before_any_worker(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    pytest.importorskip("redis")  # the optional `redis` extra
+
     def no_campaign(*args: object, **kwargs: object) -> None:
         raise AssertionError("a worker was started")
 

@@ -52,6 +52,7 @@ def test_an_unknown_scheme_is_a_usage_error() -> None:
 
 
 def test_an_unreachable_redis_names_the_url_and_the_error() -> None:
+    pytest.importorskip("redis")  # the optional `redis` extra
     # Port 1 on the loopback: nothing listens there, the connection is refused at once.
     with pytest.raises(KvcheckUsageError) as raised:
         open_database("redis://:secret@127.0.0.1:1/0")
