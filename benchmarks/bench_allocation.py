@@ -16,10 +16,10 @@ import time
 
 import attrs
 from hypothesis import HealthCheck, given, seed, settings
-from kvcheck.strategies import scenarios
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
+from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target
 
 

@@ -20,12 +20,12 @@ import time
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
-from kvcheck.strategies import random_scenario, scenarios_of
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
 from kvcheck.search.check import scenario_space, search
 from kvcheck.search.sampling import sample_search
+from kvcheck.strategies import random_scenario, scenarios_of
 from kvcheck.targets.loading import load_target
 
 

@@ -27,7 +27,6 @@ from typing import Any
 import attrs
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
-from kvcheck.strategies import scenarios
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario, Step
@@ -36,6 +35,7 @@ from kvcheck.mutants import MUTANTS
 from kvcheck.mutants.matrix import exhaustive_minimum, quantile, search_entry
 from kvcheck.search.check import search
 from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,6 +26,7 @@ section).
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import inspect
 import json
@@ -62,21 +63,30 @@ def load_average() -> str:
 
 
 def use_tree(root: Path) -> None:
-    """Import kvcheck (and `kvcheck.strategies`, which the editable install maps to this
-    checkout's strategies/) from `root` rather than the installed checkout."""
+    """Import kvcheck, `kvcheck.strategies` included, from `root` rather than the installed
+    checkout.
+
+    Trees from before the strategies moved into `kvcheck/strategies/` kept them in a root
+    `strategies/` folder that only the installed package mapping named `kvcheck.strategies`;
+    for those the module is loaded from that folder under its installed name."""
     sys.path.insert(0, str(root))
-    spec = importlib.util.spec_from_file_location(
-        "kvcheck.strategies",
-        root / "strategies" / "__init__.py",
-        submodule_search_locations=[str(root / "strategies")],
-    )
-    assert spec is not None and spec.loader is not None
     import kvcheck
 
     assert Path(kvcheck.__file__).resolve().is_relative_to(root.resolve()), kvcheck.__file__
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kvcheck.strategies"] = module
-    spec.loader.exec_module(module)
+    old_layout = root / "strategies"
+    if (old_layout / "__init__.py").exists():
+        spec = importlib.util.spec_from_file_location(
+            "kvcheck.strategies",
+            old_layout / "__init__.py",
+            submodule_search_locations=[str(old_layout)],
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["kvcheck.strategies"] = module
+        spec.loader.exec_module(module)
+    strategies_file = importlib.import_module("kvcheck.strategies").__file__
+    assert strategies_file is not None
+    assert Path(strategies_file).resolve().is_relative_to(root.resolve()), strategies_file
 
 
 # --- measuring (runs in whichever tree `use_tree` selected) ---------------------------------------
@@ -88,9 +98,9 @@ def draw_corpus(count: int, path: Path) -> None:
     run."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
-    from kvcheck.strategies import scenarios
 
     from kvcheck.core.scenario import to_json_line
+    from kvcheck.strategies import scenarios
 
     lines: list[str] = []
 

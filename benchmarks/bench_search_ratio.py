@@ -37,12 +37,12 @@ REPLAY_SEED = 1234
 def measure() -> dict[str, float]:
     """One round in this process (whichever tree `use_tree` chose)."""
     import attrs
-    from kvcheck.strategies import random_scenario
 
     from kvcheck.core.run import run_scenario
     from kvcheck.core.scenario import Step
     from kvcheck.search.check import scenario_space
     from kvcheck.search.sampling import sample_search
+    from kvcheck.strategies import random_scenario
     from kvcheck.targets.loading import load_target
 
     target = load_target("builtin:reference")

@@ -115,10 +115,9 @@ def draw(path: Path) -> None:
     """The corpus: per target, scenarios of its search space, as `name<TAB>json line`."""
     import random
 
-    from kvcheck.strategies import random_scenario
-
     from kvcheck.core.scenario import to_json_line
     from kvcheck.search.check import scenario_space
+    from kvcheck.strategies import random_scenario
 
     lines = []
     for number, (name, target, convention, counters, adaptive, count) in enumerate(targets()):

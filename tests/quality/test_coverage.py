@@ -11,6 +11,11 @@ import random
 import statistics
 
 from hypothesis import HealthCheck, given, seed, settings
+
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
+from kvcheck.search.profiles import PROFILE_EXAMPLES
 from kvcheck.strategies import (
     ADAPTIVE_COVERAGE_TARGETS,
     COVERAGE_TARGETS,
@@ -23,11 +28,6 @@ from kvcheck.strategies import (
     scenarios_of,
     space_of,
 )
-
-from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Scenario
-from kvcheck.core.target import Target
-from kvcheck.search.profiles import PROFILE_EXAMPLES
 from kvcheck.targets.builtins import reference
 from kvcheck.targets.loading import load_target
 from tests.helpers import target

@@ -4,6 +4,7 @@ contracts in pyproject.toml hold (CI also runs `lint-imports` on its own)."""
 from __future__ import annotations
 
 import graphlib
+import os
 import re
 import shutil
 import subprocess
@@ -19,15 +20,15 @@ from tests.helpers import ROOT
 def _import_graph() -> dict[str, set[str]]:
     """Module -> the kvcheck modules it imports: function-level imports included, imports for
     type checkers only left out (they never run)."""
-    graph = grimp.build_graph("kvcheck", "strategies", exclude_type_checking_imports=True)
+    graph = grimp.build_graph("kvcheck", exclude_type_checking_imports=True)
     return {
         module: {
             imported
             for imported in graph.find_modules_directly_imported_by(module)
-            if imported.split(".")[0] in ("kvcheck", "strategies")
+            if imported.split(".")[0] == "kvcheck"
         }
         for module in graph.modules
-        if module.split(".")[0] in ("kvcheck", "strategies")
+        if module.split(".")[0] == "kvcheck"
     }
 
 
@@ -50,22 +51,67 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert cycle is not None and "kvcheck.core.engine" in cycle
 
 
-@pytest.mark.skipif(
+_needs_import_linter = pytest.mark.skipif(
     shutil.which("lint-imports") is None
     and not Path(sys.executable).with_name("lint-imports").exists(),
     reason="import-linter is not installed (the dev extra has it)",
 )
-def test_import_linter_contracts_hold() -> None:
+
+
+def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` on the contracts and the `kvcheck` package of `tree` (a checkout or a copy
+    of one), with `tree` first on the path so that its `kvcheck` is the one analysed."""
     command = Path(sys.executable).with_name("lint-imports")
-    done = subprocess.run(
+    return subprocess.run(
         [str(command) if command.exists() else "lint-imports", "--no-cache"],
-        cwd=ROOT,
+        cwd=tree,
+        # Wide enough that no contract's name wraps in the report.
+        env=os.environ | {"PYTHONPATH": str(tree), "COLUMNS": "1000"},
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+@_needs_import_linter
+def test_import_linter_contracts_hold() -> None:
+    done = _lint_imports(ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 broken" in done.stdout
+
+
+# The contracts that must break when the module on the left imports the strategies (which load
+# Hypothesis): the strategies are a layer the contracts see, not a name outside them.
+_STRATEGIES_FORBIDDEN_IN = {
+    "kvcheck/core/model.py": (
+        "The pipeline: each layer uses only the layers below it",
+        "The reference model is written from the semantics",
+    ),
+    "kvcheck/counterexamples/replay.py": (
+        "The pipeline: each layer uses only the layers below it",
+        "No Hypothesis in the counterexample, replay and exhaustive paths",
+    ),
+}
+
+
+@_needs_import_linter
+@pytest.mark.parametrize("module", sorted(_STRATEGIES_FORBIDDEN_IN))
+def test_the_contracts_forbid_the_strategies_below_the_search(module: str, tmp_path: Path) -> None:
+    shutil.copytree(
+        ROOT / "kvcheck", tmp_path / "kvcheck", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    with (tmp_path / module).open("a") as source:
+        source.write("\nimport kvcheck.strategies  # noqa: E402\n")
+    done = _lint_imports(tmp_path)
+    report = done.stdout + done.stderr
+    assert done.returncode == 1, report
+    broken = {
+        name
+        for name in _STRATEGIES_FORBIDDEN_IN[module]
+        if re.search(f"^{re.escape(name)}.* BROKEN", report, re.MULTILINE)
+    }
+    assert broken == set(_STRATEGIES_FORBIDDEN_IN[module]), report
 
 
 def _named_paths(text: str) -> set[str]:

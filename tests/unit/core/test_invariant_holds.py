@@ -13,7 +13,6 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kvcheck.strategies import scenarios
 
 from kvcheck.core.engine import Engine, Observation, UnsupportedTargetError
 from kvcheck.core.fakes import ControllerFeed
@@ -23,6 +22,7 @@ from kvcheck.core.pool import PoolFault
 from kvcheck.core.scenario import Admit, Step
 from kvcheck.core.target import ASPECTS, Target, allocation_path
 from kvcheck.mutants import ENTRIES
+from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given
-from kvcheck.strategies import scenarios
 
 from kvcheck.core.model import Expectation, ReferenceModel, RequestExpectation
 from kvcheck.core.scenario import Abort, Admit, Config, Retract, Scenario, Step, SwitchStride
+from kvcheck.strategies import scenarios
 
 
 def replay(scenario: Scenario) -> list[Expectation]:

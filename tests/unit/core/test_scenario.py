@@ -6,7 +6,6 @@ import json
 
 import pytest
 from hypothesis import given
-from kvcheck.strategies import scenarios
 
 from kvcheck.core.scenario import (
     ALGORITHMS,
@@ -20,6 +19,7 @@ from kvcheck.core.scenario import (
     to_json,
 )
 from kvcheck.errors import ScenarioFormatError
+from kvcheck.strategies import scenarios
 
 
 @given(

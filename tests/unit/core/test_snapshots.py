@@ -10,7 +10,6 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kvcheck.strategies import scenarios
 
 from kvcheck.core.engine import Engine, UnsupportedTargetError
 from kvcheck.core.model import ReferenceModel
@@ -19,6 +18,7 @@ from kvcheck.core.scenario import Admit, Step
 from kvcheck.core.snapshots import refreshed
 from kvcheck.core.target import allocation_path
 from kvcheck.mutants import ENTRIES
+from kvcheck.strategies import scenarios
 from kvcheck.targets.builtins import reference
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario, target

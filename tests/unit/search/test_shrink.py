@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
-from kvcheck.strategies import scenarios
 
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Admit, Retract, Scenario, Step, SwitchStride
 from kvcheck.core.target import Target
 from kvcheck.search.shrink import SMALLEST_STRIDE, shrink
+from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import statistics
 
+from kvcheck.core.scenario import Admit, Retract, Step, SwitchStride
 from kvcheck.strategies import (
     MAX_REQUESTS,
     RandomDraws,
@@ -14,8 +15,6 @@ from kvcheck.strategies import (
     random_scenario,
     space_of,
 )
-
-from kvcheck.core.scenario import Admit, Retract, Step, SwitchStride
 
 
 def test_random_scenarios_stay_in_their_space() -> None:

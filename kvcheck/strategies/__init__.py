@@ -1,5 +1,5 @@
 """The scenario distribution: Hypothesis strategies, and a seeded-Random driver of the same
-draws (installed as `kvcheck.strategies`).
+draws.
 
 A scenario is a `Config` plus a list of events (`kvcheck.core.scenario`). The strategies here draw
 request lifecycles for 1-6 requests: admissions with short or long generations and optional EOS
