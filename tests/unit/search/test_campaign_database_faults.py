@@ -46,7 +46,8 @@ class DroppingDatabase(ExampleDatabase):
         if self.back_after is not None and self.failed >= self.back_after:
             return
         self.failed += 1
-        raise self.redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        refused = "Error 111 connecting to 127.0.0.1:6379. Connection refused."
+        raise self.redis.ConnectionError(refused)
 
     def fetch(self, key: bytes) -> Iterable[bytes]:
         self._maybe_fail()
