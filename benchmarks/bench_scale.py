@@ -92,6 +92,19 @@ def use_tree(root: Path) -> None:
 # --- measuring (runs in whichever tree `use_tree` selected) ---------------------------------------
 
 
+def corpus_line(scenario: Any) -> str:
+    """A scenario as one JSON line that every tree reads: a tree from before schema version 4
+    refuses a version 4 line (its `family`), so the line is the scenario's pre-4 form, which
+    is also what such a tree writes itself (so corpora of two trees compare byte for byte)."""
+    try:
+        from kvcheck.core.scenario import legacy_scenario_dict
+    except ImportError:  # a tree from before version 4: its own lines are that form
+        from kvcheck.core.scenario import to_json_line
+
+        return str(to_json_line(scenario))
+    return json.dumps(legacy_scenario_dict(scenario), separators=(",", ":"))
+
+
 def draw_corpus(count: int, path: Path) -> None:
     """`count` scenarios as a search of builtin:reference draws them (preclaim, ideal counters,
     adaptive, allocation rules and pools drawn too), as JSON lines: the replay corpus both trees
@@ -99,7 +112,6 @@ def draw_corpus(count: int, path: Path) -> None:
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
-    from kvcheck.core.scenario import to_json_line
     from kvcheck.strategies import scenarios
 
     lines: list[str] = []
@@ -113,7 +125,7 @@ def draw_corpus(count: int, path: Path) -> None:
     )
     @given(scenarios(convention="preclaim", adaptive=True, allocation=True))
     def collect(scenario: Any) -> None:
-        lines.append(to_json_line(scenario))
+        lines.append(corpus_line(scenario))
 
     hypothesis_seed(CORPUS_SEED)(collect)()
     path.write_text("\n".join(lines) + "\n")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 # Run as a script: benchmarks/ is on the path. One way to import and export another tree.
-from bench_scale import export_tree, use_tree
+from bench_scale import corpus_line, export_tree, use_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 20261201
@@ -115,7 +115,6 @@ def draw(path: Path) -> None:
     """The corpus: per target, scenarios of its search space, as `name<TAB>json line`."""
     import random
 
-    from kvcheck.core.scenario import to_json_line
     from kvcheck.search.check import scenario_space
     from kvcheck.strategies import random_scenario
 
@@ -124,7 +123,7 @@ def draw(path: Path) -> None:
         space = scenario_space(target, convention, counters, adaptive)  # type: ignore[arg-type]
         rng = random.Random(SEED + number)
         for _ in range(count or REFERENCE_COUNT):
-            lines.append(f"{name}\t{to_json_line(random_scenario(space, rng))}")
+            lines.append(f"{name}\t{corpus_line(random_scenario(space, rng))}")
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -36,10 +36,17 @@ from kvcheck.errors import ScenarioFormatError
 
 # Version 2 added the algorithm, block/cap lengths and grammars (`Config.algorithm`,
 # `Config.block_cap`, `Step.blocks`, `Step.caps`, `Admit.grammar`); version 3 the allocation
-# rule (`Config.allocation`, `Config.max_stride`). A scenario is written with the lowest
-# version that can say it, so one that uses none of them is version 1, which every kvcheck reads.
-SCHEMA_VERSION: Final = 3
-SUPPORTED_SCHEMA_VERSIONS: Final = (1, 2, 3)
+# rule (`Config.allocation`, `Config.max_stride`); version 4 the engine family (`"family"`, at
+# the top level), which every scenario now names, so every scenario is written as version 4.
+# Versions 1-3 predate families and are SGLang's (`legacy_scenario_dict` writes that form).
+SCHEMA_VERSION: Final = 4
+SUPPORTED_SCHEMA_VERSIONS: Final = (1, 2, 3, 4)
+FAMILY_SINCE_VERSION: Final = 4
+# The engine families this kvcheck judges. SGLang is the only one until the family registry
+# (issue 20, item 1) exists; then the registry's names take the place of this tuple. Every
+# scenario is SGLang's, and so is every document older than version 4.
+SGLANG: Final = "sglang"
+FAMILIES: Final = (SGLANG,)
 
 Convention: TypeAlias = Literal["preclaim", "honest"]
 # The speculative algorithms SGLang's resolvers branch on or are fed by (docs/semantics.md §1.4):
@@ -664,9 +671,29 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
 
 
 def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
-    """The versioned JSON object of a scenario: `schema_version`, `config` and `events`.
+    """The versioned JSON object of a scenario: `schema_version` (`SCHEMA_VERSION`), `family`,
+    `config` and `events`.
 
-    Counterexample files carry these same three fields at their top level.
+    Counterexample files carry these same four fields at their top level.
+    """
+    legacy = legacy_scenario_dict(scenario)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "family": SGLANG,
+        "config": legacy["config"],
+        "events": legacy["events"],
+    }
+
+
+def legacy_scenario_dict(scenario: Scenario) -> dict[str, Any]:
+    """The scenario as kvcheck wrote it before schema version 4: no `family`, and the lowest of
+    versions 1-3 that can say it (1 when it uses nothing of versions 2 and 3).
+
+    What identifies a finding (`Counterexample.digest`, and so its file name) is computed on
+    this form, so a finding saved before version 4 keeps its name when it is found again; and
+    a corpus in this form is read by kvcheck trees from before version 4 (the benchmarks).
+    Every scenario has this form while SGLang, whose documents versions 1-3 are, is the only
+    family.
     """
     config = config_to_dict(scenario.config)
     events = [event_to_dict(e) for e in scenario.events]
@@ -693,11 +720,46 @@ def check_schema_version(data: Mapping[str, Any]) -> None:
         )
 
 
+def scenario_family(data: Mapping[str, Any]) -> str:
+    """The engine family a document (of a supported schema version) names: its `family` from
+    version 4 on, SGLang's for versions 1-3, which predate the field.
+
+    Raises `ScenarioFormatError` for a version 4 document without one, a family that is not a
+    string, or one this kvcheck does not know (the message names the known families).
+    """
+    known = ", ".join(FAMILIES)
+    if "family" not in data:
+        version = data.get("schema_version")
+        if isinstance(version, int) and version >= FAMILY_SINCE_VERSION:
+            raise ScenarioFormatError(
+                f"a schema_version {version} document must name its engine 'family' (known: "
+                f"{known})"
+            )
+        return SGLANG
+    family = data["family"]
+    if not isinstance(family, str):
+        raise ScenarioFormatError(
+            f"'family' must be a string naming an engine family (known: {known}), got "
+            f"{type(family).__name__}"
+        )
+    if len(family) > MAX_ID_CHARS:
+        raise ScenarioFormatError(
+            f"'family' is {len(family)} characters long, more than the bound {MAX_ID_CHARS}"
+        )
+    if family not in FAMILIES:
+        raise ScenarioFormatError(f"unknown engine family {family!r}; this kvcheck knows: {known}")
+    return family
+
+
 def scenario_from_dict(data: Mapping[str, Any]) -> Scenario:
-    """Parse a scenario object (schema version first); `ScenarioFormatError` if malformed."""
+    """Parse a scenario object (schema version and family first); `ScenarioFormatError` if
+    malformed."""
     if not isinstance(data, Mapping):
         raise ScenarioFormatError("scenario must be a JSON object")
     check_schema_version(data)
+    # SGLang is the only family, so the scenario below is SGLang's; the registry will choose
+    # the family's config and event types here.
+    scenario_family(data)
     events = data.get("events")
     if not isinstance(events, Sequence) or isinstance(events, str):
         raise ScenarioFormatError("scenario 'events' must be a list")

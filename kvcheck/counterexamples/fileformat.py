@@ -32,6 +32,7 @@ from kvcheck.core.scenario import (
     MAX_ID_CHARS,
     Scenario,
     check_schema_version,
+    legacy_scenario_dict,
     parse_json_document,
     scenario_from_dict,
     scenario_to_dict,
@@ -121,9 +122,13 @@ class Counterexample:
 
     @property
     def digest(self) -> str:
-        """A hash of what identifies the finding; metadata and messages are left out."""
+        """A hash of what identifies the finding; metadata and messages are left out.
+
+        The scenario is hashed in its form from before schema version 4, so a finding keeps
+        the file name (and `kvcheck regress` test name) it was given then.
+        """
         identity = {
-            "scenario": scenario_to_dict(self.scenario),
+            "scenario": legacy_scenario_dict(self.scenario),
             "target": self.target,
             "violation": None
             if self.violation is None
@@ -147,13 +152,14 @@ class Counterexample:
         return attrs.evolve(self, target=target, found_against=origin if origin != target else None)
 
     def to_dict(self) -> dict[str, Any]:
-        """The file's JSON object, in a fixed order people can read: format and versions, target,
-        violation and explanation, then the scenario's config and events.
+        """The file's JSON object, in a fixed order people can read: format, versions and
+        family, target, violation and explanation, then the scenario's config and events.
         """
         data = scenario_to_dict(self.scenario)
         out: dict[str, Any] = {
             "format": FORMAT,
             "schema_version": data["schema_version"],
+            "family": data["family"],
             "kvcheck_version": self.kvcheck_version,
             "target": self.target,
         }

@@ -192,14 +192,22 @@ def scenarios_key(
 
 def saved_scenarios(database: ExampleDatabase, key: bytes) -> list[tuple[bytes, Scenario]]:
     """The scenarios saved under `key` with their entries; an entry that does not parse as a
-    scenario (damaged, or written by an older format) is deleted."""
-    saved: list[tuple[bytes, Scenario]] = []
+    scenario (damaged, or written by an older format) is deleted, and one written in an older
+    schema version is saved again in today's form, so that one scenario is one entry (a search
+    saving it anew would otherwise add a second, and every later search replay it twice)."""
+    saved: dict[bytes, Scenario] = {}
     for value in sorted(database.fetch(key)):
         try:
-            saved.append((value, from_json(value.decode("utf-8"))))
+            scenario = from_json(value.decode("utf-8"))
         except (UnicodeDecodeError, ScenarioFormatError, ValueError, TypeError):
             database.delete(key, value)
-    return saved
+            continue
+        current = to_json_line(scenario).encode("utf-8")
+        if current != value:
+            database.save(key, current)
+            database.delete(key, value)
+        saved[current] = scenario
+    return sorted(saved.items(), key=lambda item: item[0])
 
 
 def save_scenario(

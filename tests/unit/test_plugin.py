@@ -181,7 +181,11 @@ def test_failing_replay_item_shows_timeline_file_and_command(pytester: pytest.Py
     ("content", "needle"),
     [
         ('{"schema_version": 1, "events": [', "not valid JSON (corrupt or truncated?)"),
-        ('{"schema_version": 4, "config": {}, "events": []}', "reads version(s) 1, 2, 3"),
+        ('{"schema_version": 5, "config": {}, "events": []}', "reads version(s) 1, 2, 3, 4"),
+        (
+            '{"schema_version": 4, "family": "vllm", "config": {}, "events": []}',
+            "unknown engine family 'vllm'; this kvcheck knows: sglang",
+        ),
         (None, "its target 'builtin:retired' does not load: unknown builtin 'retired'"),
     ],
 )

@@ -106,7 +106,11 @@ def test_replay_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ("content", "needle"),
     [
         ('{"schema_version": 1, "config": {', "not valid JSON (corrupt or truncated?)"),
-        ('{"schema_version": 99, "config": {}, "events": []}', "reads version(s) 1, 2, 3"),
+        ('{"schema_version": 99, "config": {}, "events": []}', "reads version(s) 1, 2, 3, 4"),
+        (
+            '{"schema_version": 4, "family": "vllm", "config": {}, "events": []}',
+            "unknown engine family 'vllm'; this kvcheck knows: sglang",
+        ),
         (None, "no such counterexample file"),
     ],
 )

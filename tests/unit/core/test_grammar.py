@@ -17,6 +17,7 @@ from kvcheck.core.scenario import (
     Scenario,
     Step,
     from_json,
+    legacy_scenario_dict,
     scenario_to_dict,
     to_json,
     token_id,
@@ -28,10 +29,11 @@ from tests.helpers import scenario, target
 
 def test_grammar_is_schema_version_2_and_only_written_when_set() -> None:
     plain = Scenario(Config(), (Admit("r0", 4, 8), Step()))
-    assert scenario_to_dict(plain)["schema_version"] == 1
+    assert legacy_scenario_dict(plain)["schema_version"] == 1
+    assert "grammar" not in scenario_to_dict(plain)["events"][0]
     constrained = Scenario(Config(), (Admit("r0", 4, 8, grammar=Grammar("terminate", 3)),))
     data = scenario_to_dict(constrained)
-    assert data["schema_version"] == 2
+    assert legacy_scenario_dict(constrained)["schema_version"] == 2
     assert data["events"][0]["grammar"] == {"kind": "terminate", "at": 3}
     assert from_json(to_json(constrained)) == constrained
     accept = Scenario(Config(), (Admit("r0", 4, 8, grammar=Grammar("accept")),))

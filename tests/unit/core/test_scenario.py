@@ -15,6 +15,7 @@ from kvcheck.core.scenario import (
     Scenario,
     Step,
     from_json,
+    legacy_scenario_dict,
     scenario_to_dict,
     to_json,
 )
@@ -32,9 +33,13 @@ def test_json_round_trips_exactly(scenario: Scenario) -> None:
 
 
 def test_json_form_is_versioned_and_readable() -> None:
-    data = scenario_to_dict(Scenario(Config(), (Admit("r0", 3, 2, eos_at=1), Step((2, 3)))))
-    # Nothing of version 2 is used, so the file stays readable by every kvcheck (version 1).
-    assert data["schema_version"] == 1 and set(data["config"]) == {
+    scenario = Scenario(Config(), (Admit("r0", 3, 2, eos_at=1), Step((2, 3))))
+    data = scenario_to_dict(scenario)
+    assert list(data) == ["schema_version", "family", "config", "events"]
+    assert data["schema_version"] == SCHEMA_VERSION == 4 and data["family"] == "sglang"
+    # Nothing of version 2 is used: its form before version 4 is version 1.
+    assert legacy_scenario_dict(scenario)["schema_version"] == 1
+    assert set(data["config"]) == {
         "convention",
         "overlap",
         "stride",
@@ -86,12 +91,12 @@ def test_algorithms_and_block_cap_lengths_are_schema_version_2() -> None:
         Config(algorithm="uno", block_cap=True), (Admit("r0", 3, 2), Step((2,), (1,), (3,)))
     )
     data = scenario_to_dict(scenario)
-    assert data["schema_version"] == 2 and SCHEMA_VERSION == 3
+    assert legacy_scenario_dict(scenario)["schema_version"] == 2
     assert data["config"]["algorithm"] == "uno" and data["config"]["block_cap"] is True
     assert data["events"][1] == {"kind": "step", "accepts": [2], "blocks": [1], "caps": [3]}
     assert from_json(to_json(scenario)) == scenario
     only_lengths = Scenario(Config(), (Step((), (1,)),))
-    assert scenario_to_dict(only_lengths)["schema_version"] == 2
+    assert legacy_scenario_dict(only_lengths)["schema_version"] == 2
 
 
 def test_events_validate_at_the_boundary() -> None:

@@ -44,7 +44,7 @@ def test_round_trip_keeps_everything() -> None:
     again = loads(cx.to_json())
     assert again == cx
     data = json.loads(cx.to_json())
-    assert data["schema_version"] == 1  # an EAGLE scenario: nothing of version 2 is used
+    assert (data["schema_version"], data["family"]) == (4, "sglang")
     assert data["target"] == "builtin:seed-prefix"
     assert data["kvcheck_version"]
     assert data["violation"]["invariant"] == "committed-finished-frozen"
@@ -110,10 +110,11 @@ def valid_text() -> str:
         (lambda t: "", "not valid JSON"),
         (lambda t: "[1, 2]", "must be a JSON object"),
         (
-            lambda t: t.replace('"schema_version": 1', '"schema_version": 4'),
-            "reads version(s) 1, 2, 3",
+            lambda t: t.replace('"schema_version": 4', '"schema_version": 5'),
+            "reads version(s) 1, 2, 3, 4",
         ),
-        (lambda t: t.replace('"schema_version": 1,', ""), "unsupported schema_version None"),
+        (lambda t: t.replace('"schema_version": 4,', ""), "unsupported schema_version None"),
+        (lambda t: t.replace('"family": "sglang"', '"family": "vllm"'), "unknown engine family"),
         (lambda t: t.replace("kvcheck-counterexample", "something-else"), "format is"),
         (lambda t: t.replace('"event_index": 4', '"event_index": "4"'), "event_index"),
         (lambda t: t.replace('"kind": "step"', '"kind": "teleport"', 1), "unknown event kind"),

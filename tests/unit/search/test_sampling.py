@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDatabase
 
 from kvcheck.core.deadline import time_limit
-from kvcheck.core.scenario import Step, from_json, to_json_line
+from kvcheck.core.scenario import Step, from_json, legacy_scenario_dict, to_json_line
 from kvcheck.counterexamples.fileformat import loads
 from kvcheck.counterexamples.replay import from_run, replay
 from kvcheck.errors import NondeterministicTargetError
@@ -140,6 +141,34 @@ def test_a_saved_scenario_that_passes_or_is_damaged_is_deleted() -> None:
     )
     assert outcome.examples == 3 and outcome.failure is None
     assert list(database.fetch(key)) == []
+
+
+def test_a_failure_saved_before_schema_version_4_is_replayed_first_and_kept_once(
+    tmp_path: Path,
+) -> None:
+    # A database an older kvcheck filled: the failure as a version 1 line, no `family`.
+    database = DirectoryBasedExampleDatabase(str(tmp_path))
+    found = sample_search(SEED_PREFIX, convention="preclaim", seed=1, max_examples=500)
+    assert found.failure is not None
+    failing = found.failure.scenario
+    old_line = json.dumps(legacy_scenario_dict(failing), separators=(",", ":")).encode()
+    assert b'"schema_version":1' in old_line and b"family" not in old_line
+    database.save(KEY, old_line)
+    ran: list[str] = []
+    again = sample_search(
+        SEED_PREFIX,
+        convention="preclaim",
+        seed=2,
+        database=database,
+        on_run=lambda result: ran.append(to_json_line(result.scenario)),
+    )
+    assert again.examples_to_failure == 1 and ran[0] == to_json_line(failing)
+    # One entry, in today's form: the old line was not kept beside the new one.
+    assert list(database.fetch(KEY)) == [to_json_line(failing).encode()]
+    # The slow search saves without replacing; reading migrates the old line all the same.
+    database.save(KEY, old_line)
+    assert [s for _, s in saved_scenarios(database, KEY)] == [failing]
+    assert list(database.fetch(KEY)) == [to_json_line(failing).encode()]
 
 
 def test_overlap_pins_the_overlap_axis() -> None:
