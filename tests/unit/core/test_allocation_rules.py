@@ -25,7 +25,7 @@ from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Admit, Config, Retract, Scenario, Step
 from kvcheck.targets.builtins import reference
 from strategies import adaptive_stand_in
-from tests.helpers import target
+from tests.helpers import ROOT, target
 
 REFERENCE = target(reference)
 
@@ -158,3 +158,26 @@ class _Req:
     @property
     def kv_allocated_len(self) -> int:
         return self.allocated
+
+
+def test_the_docs_table_says_what_the_rows_say() -> None:
+    """docs/allocation-rules.md's table gives every rule's releases and features as `RULES`."""
+    text = (ROOT / "docs" / "allocation-rules.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0].startswith("`") and cells[0] != "`off`":
+            rows[cells[0].strip("`")] = cells[1:6]
+    yes = {"yes": True, "no": False}
+    for rule in RULES[1:]:
+        releases, clamp, reserve_from, page_round, zero_on_release = rows.pop(rule.name)
+        last = rule.last_release or "on"
+        shown = rule.name if last == rule.name else f"{rule.first_release}-{last}"
+        assert releases == shown.replace("-on", " on"), rule.name
+        assert (yes[clamp], reserve_from, yes[page_round], yes[zero_on_release]) == (
+            rule.clamp,
+            rule.reserve_from,
+            rule.page_round,
+            rule.zero_on_release,
+        ), rule.name
+    assert not rows, f"rows of no rule: {sorted(rows)}"
