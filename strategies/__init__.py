@@ -380,14 +380,16 @@ def _draw_allocation(
 
 
 # What stands in for a rule that cannot run with adaptive switching: the first of these among the
-# rules drawn (the target's) that can, so a scenario never leaves them. First the rules reserving
-# for the adaptive maximum, oldest first (0.5.13 fixed the under-reservation), then the other
-# rules that allocate (0.5.12, without overlap), then none ("off").
+# rules drawn (the target's) that can, so a scenario never leaves them. The rules that run it at
+# least without overlap: first those reserving for the adaptive maximum, oldest first (0.5.13
+# fixed the under-reservation), then the other rules that allocate (0.5.12, without overlap),
+# then none ("off").
 _ADAPTIVE_STAND_INS: Final[tuple[AllocationRule, ...]] = tuple(
     rule.name
     for rule in sorted(
         RULES, key=lambda rule: (not rule.allocates, rule.reserve_from != "adaptive-max")
     )
+    if adaptive_allocation_problem(rule.name, adaptive=True, overlap=False) is None
 )
 
 

@@ -10,6 +10,7 @@ import attrs
 import pytest
 from packaging.version import Version
 
+import strategies
 from kvcheck.core import allocation_rules
 from kvcheck.core.allocation import RuleAllocation
 from kvcheck.core.allocation_rules import (
@@ -57,6 +58,7 @@ def _features(rule: AllocationFeatures) -> tuple[object, ...]:
 def test_adaptive_stand_ins_keep_their_order() -> None:
     """The stand-ins are derived from the features: the adaptive-maximum rules oldest first,
     then the clamped rule without overlap, then none."""
+    assert strategies._ADAPTIVE_STAND_INS == ("0.5.13", "0.5.16", "0.5.12", "off")
     every = ALLOCATION_RULES
     assert adaptive_stand_in(every, overlap=True) == "0.5.13"
     assert adaptive_stand_in(("0.5.16", "0.5.12", "off"), overlap=True) == "0.5.16"
