@@ -3,12 +3,13 @@ pages at admission, the decode reserve at each launch, release at finish and ret
 
 `RuleAllocation` is kvcheck's own correct path for each allocation rule (`Config.allocation`,
 docs/semantics.md §2.3 and §5), written for the engine from the release notes, independently of
-the reference model. It is the engine's only allocation code: the engine calls the four entry
-points below and nothing else, so another path can take its place, e.g. one that drives a
-release's own sizing, allocation and release functions on the same `KvPool` (SGLang's
-`page_aligned_decode_alloc_lens`, `alloc_for_spec_decode`, `release_kv_cache`; see
-docs/semantics.md §5.5). The resolver under test never calls these: it is judged only on leaving
-`kv_allocated_len` alone.
+the reference model; like the model it reads the rule's features (`Config.allocation_rule`,
+`kvcheck.core.allocation_rules`), never its name. It is the engine's only allocation code: the
+engine calls the four entry points below and nothing else, so another path can take its place,
+e.g. one that drives a release's own sizing, allocation and release functions on the same
+`KvPool` (SGLang's `page_aligned_decode_alloc_lens`, `alloc_for_spec_decode`,
+`release_kv_cache`; see docs/semantics.md §5.5). The resolver under test never calls these: it is
+judged only on leaving `kv_allocated_len` alone.
 """
 
 from __future__ import annotations
@@ -58,17 +59,17 @@ class RuleAllocation:
         """R = 2A: A is the launch's draft count (to 0.5.12) or the adaptive maximum (0.5.13+),
         plus one for UNO's extra root position."""
         drafts = stride
-        if self.config.allocation in ("0.5.13", "0.5.16"):
+        if self.config.allocation_rule.reserve_from == "adaptive-max":
             drafts = max(drafts, self.config.max_stride or self.config.stride)
         return 2 * (drafts + 1 if self.config.algorithm == "uno" else drafts)
 
     def sized(self, req: Any, reserve: int) -> int:
         """The allocated length a decode launch gives `req` (docs/semantics.md §2.3)."""
-        rule, page = self.config.allocation, self.pool.page_size
+        rule, page = self.config.allocation_rule, self.pool.page_size
         target: int = req.kv_committed_len + reserve
-        if rule == "0.5.16":
+        if rule.page_round:
             target = (target + page - 1) // page * page
-        return target if rule == "0.5.6" else max(int(req.kv_allocated_len), target)
+        return max(int(req.kv_allocated_len), target) if rule.clamp else target
 
     def overallocated_start(self, committed: int) -> int:
         """Where the over-allocated range starts: the committed length rounded up to a page
@@ -120,7 +121,7 @@ class RuleAllocation:
         if start < allocated:
             pool.free_range(req.rid, start, allocated)
         pool.free_row(req.rid)
-        if self.config.allocation == "0.5.16":
+        if self.config.allocation_rule.zero_on_release:
             req.kv_allocated_len = 0
 
     def retract(self, req: Any) -> None:

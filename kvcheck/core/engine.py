@@ -194,7 +194,7 @@ class Engine:
         self.not_judged = not_judged
         self.deadline = deadline
         self.allocation: AllocationPath | None = None
-        if config.allocation != "off":
+        if config.allocation_rule.allocates:
             self.allocation = allocation if allocation is not None else RuleAllocation(config)
         self.config = config
         self.resolver = resolver

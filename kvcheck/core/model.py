@@ -14,13 +14,14 @@ live row then adds a-1 and a finished row gives the one back; with `honest` (H=0
 launch and a live row adds a. Either way a live request satisfies
 C == P + L - 1 + n_prefill_in_flight + H * n_decode_in_flight (§2.9 invariant 1).
 
-Allocation (when `Config.allocation` names a rule, docs/semantics.md §2.3 and §5): a prefill
-assigns the allocated length Al = C; a decode launch sizes each request before its pre-claim,
-to C + R with R = 2A (A the stride launched, or the adaptive maximum from 0.5.13; UNO F + 1),
-rounded up to a page from 0.5.16, and from 0.5.12 never below the Al it had. A request holds
-ceil(Al / page) pages from admission to its release (finish or retraction, exactly once per
-residency); release leaves Al as it was before 0.5.16 and 0 from then on; retraction leaves
-C = Al = 0 until re-admission.
+Allocation (when `Config.allocation` names a rule that allocates, docs/semantics.md §2.3 and §5;
+the model reads the rule's features, `Config.allocation_rule`, never its name): a prefill assigns
+the allocated length Al = C; a decode launch sizes each request before its pre-claim, to C + R
+with R = 2A (A the stride launched, or the adaptive maximum with `reserve_from="adaptive-max"`,
+0.5.13+; UNO F + 1), rounded up to a page with `page_round` (0.5.16+), and with `clamp` (0.5.12+)
+never below the Al it had. A request holds ceil(Al / page) pages from admission to its release
+(finish or retraction, exactly once per residency); release leaves Al as it was, or sets it to 0
+with `zero_on_release` (0.5.16+); retraction leaves C = Al = 0 until re-admission.
 """
 
 from __future__ import annotations
@@ -331,7 +332,8 @@ class ReferenceModel:
     def _expect_request(self, r: RequestLedger) -> RequestExpectation:
         """What must hold for one request now."""
         config = self.config
-        allocating = config.allocation != "off"
+        rule = config.allocation_rule
+        allocating = rule.allocates
         page = config.page_size
         histogram = r.histogram
         cap_histogram = r.cap_histogram
@@ -352,7 +354,7 @@ class ReferenceModel:
             r.allocated if allocating else None,
             r.alloc_floor,
             r.alloc_peak,
-            r.decoded and config.allocation == "0.5.16",
+            r.decoded and rule.page_round,
             page,
             -(-r.allocated // page) if r.holds_kv and allocating else 0,
         )
@@ -511,22 +513,22 @@ class ReferenceModel:
     def _reserve(self, stride: int) -> int:
         """R = 2A at `stride` (module docstring; docs/semantics.md §2.3)."""
         drafts = stride
-        if self.config.allocation in ("0.5.13", "0.5.16"):
+        if self.config.allocation_rule.reserve_from == "adaptive-max":
             drafts = max(stride, self.config.max_stride or self.config.stride)
         return 2 * (drafts + 1 if self.config.algorithm == "uno" else drafts)
 
     def _sized(self, req: RequestLedger, stride: int) -> tuple[int, int]:
         """C + R, and Al after a decode launch at `stride` (docs/semantics.md §2.3)."""
-        rule = self.config.allocation
+        rule = self.config.allocation_rule
         floor = target = req.committed + self._reserve(stride)
-        if rule == "0.5.16":
+        if rule.page_round:
             page = self.config.page_size
             target = -(-target // page) * page
-        return floor, target if rule == "0.5.6" else max(req.allocated, target)
+        return floor, max(req.allocated, target) if rule.clamp else target
 
     def _size_allocation(self, req: RequestLedger, stride: int) -> None:
         """Al after a decode launch at `stride`."""
-        if self.config.allocation == "off":
+        if not self.config.allocation_rule.allocates:
             return
         req.alloc_floor, req.allocated = self._sized(req, stride)
         req.alloc_peak = max(req.alloc_peak, req.allocated)
@@ -699,7 +701,7 @@ class ReferenceModel:
         req.phase = "finished"
         req.finish_reason = reason
         req.finished_len = finished_len
-        if req.holds_kv and self.config.allocation == "0.5.16":
+        if req.holds_kv and self.config.allocation_rule.zero_on_release:
             req.allocated = 0  # released: `req.kv = None` (0.5.16-0.5.18), Al = 0 (0.5.19+)
         req.holds_kv = False
         req.abort_pending = False

@@ -32,6 +32,10 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
+# `AllocationRule` and `ALLOCATION_RULES` are re-exported: the vocabulary of a scenario.
+from kvcheck.core.allocation_rules import ALLOCATION_RULES as ALLOCATION_RULES
+from kvcheck.core.allocation_rules import AllocationFeatures, allocation_features, first_rule_with
+from kvcheck.core.allocation_rules import AllocationRule as AllocationRule
 from kvcheck.errors import ScenarioFormatError
 
 # Version 2 added the algorithm, block/cap lengths and grammars (`Config.algorithm`,
@@ -55,21 +59,6 @@ Convention: TypeAlias = Literal["preclaim", "honest"]
 Algorithm: TypeAlias = Literal["eagle", "eagle3", "ngram", "dflash", "uno"]
 ALGORITHMS: Final[tuple[Algorithm, ...]] = ("eagle", "eagle3", "ngram", "dflash", "uno")
 GlobalCounterMode: TypeAlias = Literal["ideal", "sglang", "off"]
-# How decode launches size the KV allocation (docs/semantics.md §2.3, §5), named by the first
-# release of each rule: "0.5.6" (to 0.5.11) `Al = C + 2A` with A the current draft count and no
-# clamp; "0.5.12" adds the clamp `max(Al, .)`; "0.5.13" (to 0.5.15) takes A from the adaptive
-# maximum; "0.5.16" (on) also rounds up to a page. "off": allocation is neither done nor judged.
-AllocationRule: TypeAlias = Literal["off", "0.5.6", "0.5.12", "0.5.13", "0.5.16"]
-ALLOCATION_RULES: Final[tuple[AllocationRule, ...]] = ("off", "0.5.6", "0.5.12", "0.5.13", "0.5.16")
-# The last release of each rule (None: still current); each starts with the release it is named
-# after (docs/semantics.md §2.3's table: the clamp came with 0.5.12, the adaptive maximum with
-# 0.5.13, page rounding with 0.5.16).
-ALLOCATION_RULE_LAST: Final[Mapping[AllocationRule, str | None]] = {
-    "0.5.6": "0.5.11",
-    "0.5.12": "0.5.12",
-    "0.5.13": "0.5.15",
-    "0.5.16": None,
-}
 CONVENTIONS: Final[tuple[Convention, ...]] = ("preclaim", "honest")
 GLOBAL_COUNTER_MODES: Final[tuple[GlobalCounterMode, ...]] = ("ideal", "sglang", "off")
 MIN_STRIDE: Final = 1
@@ -110,12 +99,14 @@ class Config:
     algorithm: Algorithm = attrs.field(default="eagle", validator=attrs.validators.in_(ALGORITHMS))
     # Results carry per-row block-accept and cap lengths (`Step.blocks`, `Step.caps`; 0.5.16+).
     block_cap: bool = False
-    # The scheduler allocates, page by page, and releases KV by this rule (schema version 3).
+    # The scheduler allocates, page by page, and releases KV by this rule (schema version 3),
+    # named here and in files; what it does is its row of `kvcheck.core.allocation_rules.RULES`
+    # (`allocation_rule`).
     allocation: AllocationRule = attrs.field(
         default="off", validator=attrs.validators.in_(ALLOCATION_RULES)
     )
-    # The adaptive candidates' largest draft count, which rules "0.5.13" and "0.5.16" reserve
-    # for (None: the initial stride); a switch above it raises the reserve with it.
+    # The adaptive candidates' largest draft count, which the rules reserving from the adaptive
+    # maximum reserve for (None: the initial stride); a switch above it raises the reserve.
     max_stride: int | None = attrs.field(default=None, validator=attrs.validators.optional(_stride))
 
     # A fixed pool of this many pages (0: unbounded). The scheduler then checks memory before a
@@ -123,24 +114,31 @@ class Config:
     pool_pages: int = attrs.field(default=0, validator=attrs.validators.ge(0))
 
     def __attrs_post_init__(self) -> None:
+        rule = self.allocation_rule
         if self.pool_pages and (
-            self.allocation == "off" or self.pool_pages * self.page_size < MIN_POOL_TOKENS
+            not rule.allocates or self.pool_pages * self.page_size < MIN_POOL_TOKENS
         ):
             raise ValueError(
                 f"a fixed pool needs an allocation rule and at least {MIN_POOL_TOKENS} tokens "
                 f"(one request alone must fit), got {self.pool_pages} pages of "
                 f"{self.page_size} with allocation {self.allocation}"
             )
-        if self.allocation not in ("off", "0.5.16") and self.page_size != 1:
+        if rule.allocates and not rule.page_round and self.page_size != 1:
             raise ValueError(
                 f"allocation rule {self.allocation} is modelled at page size 1 only "
-                f"(page rounding starts with 0.5.16), got page_size {self.page_size}"
+                f"(page rounding starts with {first_rule_with(page_round=True).name}), "
+                f"got page_size {self.page_size}"
             )
         unsafe = adaptive_allocation_problem(
             self.allocation, adaptive=self.adaptive, overlap=self.overlap
         )
         if unsafe:
             raise ValueError(unsafe)
+
+    @property
+    def allocation_rule(self) -> AllocationFeatures:
+        """What the allocation rule does (`allocation` is its name)."""
+        return allocation_features(self.allocation)
 
     @property
     def preclaims(self) -> bool:
@@ -158,19 +156,20 @@ class Config:
         return stride + 1 if self.algorithm == "uno" else stride
 
 
-# Adaptive switching and the allocation rules (docs/semantics.md §5, "Scheduler-side bugs kvcheck
-# does not judge"). Under overlap a decode launch must reserve room for the run of the launch
-# still in flight plus its own: `2A` does that only while `A` is at least both strides. The rules
-# before 0.5.13 size `A` by the current draft count, so after a down-switch the launch in flight
-# (old, larger count) and the new one can write past `Al` (SGLang 0.5.12's own under-reservation,
-# fixed in 0.5.13 by reserving for the adaptive maximum; sglang#23336/#24055). That is a fault of
-# the scheduler, which kvcheck plays itself, and judging a resolver there would blame it for
-# kvcheck's scheduler (a false verdict found by CI on 0.5.23). So those combinations are refused:
-# - "0.5.6" never met adaptive switching (it starts with 0.5.12) and shrinks `Al` on a
-#   down-switch: refused with adaptive switching at all;
-# - "0.5.12" with adaptive switching is judged without overlap only (its clamp, the reason to
-#   keep it, shows there);
-# - "0.5.13"/"0.5.16" reserve for the candidates' maximum, which bounds every switch in SGLang:
+# Adaptive switching and the allocation rules (docs/semantics.md §5.6, "Adaptive switching the
+# scheduler cannot run safely"). Under overlap a decode launch must reserve room for the run of
+# the launch still in flight plus its own: `2A` does that only while `A` is at least both
+# strides. A rule reserving from the launched stride (0.5.6, 0.5.12) lets the launch in flight
+# (old, larger count) and the new one write past `Al` after a down-switch (SGLang 0.5.12's own
+# under-reservation, fixed in 0.5.13 by reserving for the adaptive maximum; sglang#23336/#24055).
+# That is a fault of the scheduler, which kvcheck plays itself, and judging a resolver there
+# would blame it for kvcheck's scheduler (a false verdict found by CI on 0.5.23). So those
+# combinations are refused, by the rule's features:
+# - without the clamp (0.5.6, which never met adaptive switching: it starts with 0.5.12) a
+#   down-switch shrinks `Al`: refused with adaptive switching at all;
+# - with the clamp but reserving from the launched stride (0.5.12), adaptive switching is judged
+#   without overlap only (the clamp, the reason to keep the rule, shows there);
+# - reserving from the adaptive maximum (0.5.13, 0.5.16), which bounds every switch in SGLang:
 #   a scenario switching above it under overlap is refused (`Scenario`).
 
 
@@ -179,29 +178,32 @@ def adaptive_allocation_problem(
 ) -> str | None:
     """Why `allocation` cannot run with adaptive switching under `overlap` (None: it can, or
     there is no switching)."""
-    if not adaptive:
+    rule = allocation_features(allocation)
+    if not (adaptive and rule.allocates):
         return None
-    if allocation == "0.5.6":
+    if not rule.clamp:
         return (
-            "allocation rule 0.5.6 with adaptive switching shrinks Al on a down-switch (no "
-            "clamp; adaptive speculation starts with 0.5.12): a scheduler fault kvcheck does not "
-            "judge a resolver under; use rule 0.5.12 or later"
+            f"allocation rule {rule.name} with adaptive switching shrinks Al on a down-switch "
+            "(no clamp; adaptive speculation starts with 0.5.12): a scheduler fault kvcheck does "
+            f"not judge a resolver under; use rule {first_rule_with(clamp=True).name} or later"
         )
-    if allocation == "0.5.12" and overlap:
+    if rule.reserve_from == "launched-stride" and overlap:
+        fixed = first_rule_with(allocates=True, reserve_from="adaptive-max").name
         return (
-            "allocation rule 0.5.12 with adaptive switching under overlap reserves for the "
+            f"allocation rule {rule.name} with adaptive switching under overlap reserves for the "
             "current draft count, so after a down-switch the launch in flight and the next one "
-            "can write past Al (SGLang 0.5.12's own under-reservation, fixed in 0.5.13): a "
-            "scheduler fault kvcheck does not judge a resolver under; use rule 0.5.13 or later, "
-            "or overlap off"
+            f"can write past Al (SGLang {rule.name}'s own under-reservation, fixed in {fixed}): "
+            "a scheduler fault kvcheck does not judge a resolver under; use rule "
+            f"{fixed} or later, or overlap off"
         )
     return None
 
 
 def switch_above_maximum(config: Config, events: Iterable[Event]) -> str | None:
     """Why `events` cannot run under `config`: a stride switch above the adaptive maximum that
-    rules 0.5.13+ reserve for, under overlap (None: nothing wrong)."""
-    if not (config.adaptive and config.overlap and config.allocation in ("0.5.13", "0.5.16")):
+    the rule reserves for (0.5.13+), under overlap (None: nothing wrong)."""
+    rule = config.allocation_rule
+    if not (config.adaptive and config.overlap and rule.reserve_from == "adaptive-max"):
         return None
     maximum = config.max_stride or config.stride
     for index, event in enumerate(events):
@@ -447,7 +449,7 @@ def describe_config(config: Config) -> str:
         parts.append(f"algorithm {config.algorithm}")
     if config.block_cap:
         parts.append("block/cap lengths")
-    if config.allocation != "off":
+    if config.allocation_rule.allocates:
         parts.append(f"allocation as {config.allocation}+")
         if config.max_stride is not None:
             parts.append(f"max stride {config.max_stride}")

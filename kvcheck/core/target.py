@@ -162,7 +162,7 @@ class Target:
 def allocation_path(target: Target, config: Config) -> AllocationPath | None:
     """The allocation path the engine runs for `config`: the target's own when it brings one
     and the config names an allocation rule, else None (the engine's default)."""
-    if target.allocation is None or config.allocation == "off":
+    if target.allocation is None or not config.allocation_rule.allocates:
         return None
     return target.allocation(config)
 

@@ -40,7 +40,7 @@ class NoClamp(BrokenAllocation):
     def sized(self, req: Any, reserve: int) -> int:
         """Where the bug is (the class docstring says which)."""
         target = int(req.kv_committed_len) + reserve
-        if self.config.allocation == "0.5.16":
+        if self.config.allocation_rule.page_round:
             page = self.pool.page_size
             target = (target + page - 1) // page * page
         return target

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.allocation_rules import allocation_features
 from kvcheck.core.jsonable import jsonable
 from kvcheck.core.scenario import Grammar, config_to_dict, event_to_dict
 from kvcheck.core.target import Target, allocation_rules
@@ -303,13 +304,16 @@ def bounds_for(target: Target, bounds: Bounds = MINIMUM_BOUNDS) -> Bounds:
         (None, Grammar("terminate", 2), Grammar("reject", 2)) if target.shape.grammar else (None,)
     )
     # A target that touches kv_allocated_len is enumerated with the scheduler's allocation on,
-    # under the rules of its generations (`allocation_rules`): of those, one that keeps Al after
-    # release (0.5.13) and the page-rounding one (0.5.16), else the older ones it has.
+    # under the rules of its generations (`allocation_rules`): of those, the ones reserving for
+    # the adaptive maximum (0.5.13, keeping Al after release, and 0.5.16, rounding to a page and
+    # zeroing Al at release), else the older ones it has.
     touches_al = any("kv_allocated_len" in s for s in target.shape.spellings)
     allocations = bounds.allocations
     if touches_al:
-        allowed = [rule for rule in allocation_rules(target) if rule != "off"]
-        allocations = tuple(r for r in allowed if r in ("0.5.13", "0.5.16")) or tuple(allowed)
+        allowed = [r for r in allocation_rules(target) if allocation_features(r).allocates]
+        allocations = tuple(
+            r for r in allowed if allocation_features(r).reserve_from == "adaptive-max"
+        ) or tuple(allowed)
     if target.allocation is not None:  # a broken allocation path: the rules it shows under
         allocations = allocation_rules(target)
     return attrs.evolve(

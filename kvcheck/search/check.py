@@ -26,6 +26,7 @@ from hypothesis.errors import Flaky
 from hypothesis.reporting import with_reporter
 from hypothesis.strategies import SearchStrategy
 
+from kvcheck.core.allocation_rules import allocation_features
 from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
 from kvcheck.core.invariants import Violation
 from kvcheck.core.run import RunResult, run_scenario
@@ -504,7 +505,7 @@ def stride_switch_witness(
         True,
         global_counters=global_counters,
         allocation=rule,
-        max_stride=None if rule == "off" else 4,
+        max_stride=4 if allocation_features(rule).allocates else None,
     )
     return Scenario(config, STRIDE_SWITCH_WITNESS)
 
@@ -522,10 +523,13 @@ def with_overlap(
     config = scenario.config
     if overlap is None or config.overlap == overlap:
         return scenario
-    if not (overlap and config.adaptive and config.allocation == "0.5.12"):
+    if not (
+        overlap
+        and adaptive_allocation_problem(config.allocation, adaptive=config.adaptive, overlap=True)
+    ):
         return attrs.evolve(scenario, config=attrs.evolve(config, overlap=overlap))
     rule = adaptive_stand_in(rules, overlap=True)
-    if rule is None or rule == "off":
+    if rule is None or not allocation_features(rule).allocates:
         # `scenario_space` refuses a space where no rule can run; "off" models no allocation.
         plain = attrs.evolve(
             config, overlap=True, allocation="off", page_size=1, max_stride=None, pool_pages=0
@@ -534,7 +538,7 @@ def with_overlap(
     strides = [e.stride for e in scenario.events if isinstance(e, SwitchStride)]
     maximum = max([config.max_stride or config.stride, *strides])
     pages = config.pool_pages
-    page = config.page_size if rule == "0.5.16" else 1
+    page = config.page_size if allocation_features(rule).page_round else 1
     evolved = attrs.evolve(
         config, overlap=True, allocation=rule, max_stride=maximum, page_size=page, pool_pages=pages
     )

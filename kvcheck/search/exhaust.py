@@ -73,6 +73,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.allocation_rules import allocation_features
 from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import check_time_limit as _check_time
 from kvcheck.core.deadline import time_limit as _time_limit
@@ -402,6 +403,8 @@ def start_configs(plan: Plan) -> list[Config]:
     ):
         if (allocation, overlap) in skipped:
             continue
+        # A rule reserving for the adaptive maximum reserves for the bounds' largest stride.
+        reserves_for_maximum = allocation_features(allocation).reserve_from == "adaptive-max"
         configs.append(
             Config(
                 convention=plan.convention,
@@ -412,7 +415,7 @@ def start_configs(plan: Plan) -> list[Config]:
                 algorithm=algorithm,
                 block_cap=block_cap,
                 allocation=allocation,
-                max_stride=maximum if allocation in ("0.5.13", "0.5.16") else None,
+                max_stride=maximum if reserves_for_maximum else None,
             )
         )
     return configs
@@ -920,7 +923,7 @@ def inert_requests(engine: Engine, model: ReferenceModel) -> frozenset[str]:
     """The requests that can no longer influence anything (module docstring, "Reductions"):
     finished in both model and engine, in no queue, batch or launch of either, with nothing
     pending; only without an allocation rule (the pool's checks read a request's lengths)."""
-    if model.config.allocation != "off":
+    if model.config.allocation_rule.allocates:
         return _NONE_INERT
     # The ledgers' own conditions first: most states have no finished request, and then the
     # queues need not be looked at (this runs for every transition).

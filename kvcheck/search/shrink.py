@@ -56,7 +56,7 @@ def _size(scenario: Scenario) -> tuple[int, int]:
     # EAGLE and no block/cap lengths are the simplest: another algorithm or lengths cost one.
     total += (config.algorithm != "eagle") + config.block_cap
     # No allocation, pages of 1 and no adaptive maximum are simpler still.
-    total += (config.allocation != "off") + (config.page_size != 1) + (config.pool_pages != 0)
+    total += config.allocation_rule.allocates + (config.page_size != 1) + (config.pool_pages != 0)
     total += config.max_stride is not None
     for event in scenario.events:
         match event:
@@ -129,7 +129,7 @@ def _config_changes(config: Config) -> Iterator[dict[str, Any]]:
         yield {"algorithm": "eagle"}
     if config.block_cap:
         yield {"block_cap": False}
-    if config.allocation != "off":
+    if config.allocation_rule.allocates:
         yield {"allocation": "off", "page_size": 1, "max_stride": None, "pool_pages": 0}
     if config.pool_pages:
         yield {"pool_pages": 0}

@@ -27,6 +27,7 @@ import attrs
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 
+from kvcheck.core.allocation_rules import RULES, allocation_features
 from kvcheck.core.scenario import (
     ALGORITHMS,
     ALLOCATION_RULES,
@@ -44,6 +45,7 @@ from kvcheck.core.scenario import (
     Scenario,
     Step,
     SwitchStride,
+    adaptive_allocation_problem,
 )
 
 MAX_REQUESTS: Final = 6
@@ -378,8 +380,17 @@ def _draw_allocation(
 
 
 # What stands in for a rule that cannot run with adaptive switching: the first of these among the
-# rules drawn (the target's), so a scenario never leaves them.
-_ADAPTIVE_STAND_INS: Final[tuple[AllocationRule, ...]] = ("0.5.13", "0.5.16", "0.5.12", "off")
+# rules drawn (the target's) that can, so a scenario never leaves them. The rules that run it at
+# least without overlap: first those reserving for the adaptive maximum, oldest first (0.5.13
+# fixed the under-reservation), then the other rules that allocate (0.5.12, without overlap),
+# then none ("off").
+_ADAPTIVE_STAND_INS: Final[tuple[AllocationRule, ...]] = tuple(
+    rule.name
+    for rule in sorted(
+        RULES, key=lambda rule: (not rule.allocates, rule.reserve_from != "adaptive-max")
+    )
+    if adaptive_allocation_problem(rule.name, adaptive=True, overlap=False) is None
+)
 
 
 def adaptive_stand_in(rules: Sequence[AllocationRule], *, overlap: bool) -> AllocationRule | None:
@@ -390,7 +401,8 @@ def adaptive_stand_in(rules: Sequence[AllocationRule], *, overlap: bool) -> Allo
         (
             rule
             for rule in _ADAPTIVE_STAND_INS
-            if rule in rules and not (rule == "0.5.12" and overlap)
+            if rule in rules
+            and adaptive_allocation_problem(rule, adaptive=True, overlap=overlap) is None
         ),
         None,
     )
@@ -404,19 +416,22 @@ def _with_allocation(
 ) -> Config:
     rule, page, pool_tokens = drawn
     overlap = config.overlap
-    if rule == "0.5.6" and config.adaptive:
+    unsafe = functools.partial(adaptive_allocation_problem, adaptive=config.adaptive)
+    if unsafe(rule, overlap=False):  # not with adaptive switching at all (0.5.6)
         # A space with adaptive switching and no stand-in is refused before drawing
         # (`kvcheck.search.check.scenario_space`); left as it is, `Config` says why.
         rule = adaptive_stand_in(rules, overlap=False) or rule
-    if rule == "0.5.12" and config.adaptive:
-        overlap = False
+    if unsafe(rule, overlap=True) and not unsafe(rule, overlap=False):
+        overlap = False  # adaptive switching without overlap only (0.5.12, maybe the stand-in)
+    features = allocation_features(rule)
+    page = page if features.page_round else 1
     return attrs.evolve(
         config,
         overlap=overlap,
         allocation=rule,
-        page_size=page if rule == "0.5.16" else 1,
-        max_stride=MAX_GENERATED_STRIDE if config.adaptive and rule != "off" else None,
-        pool_pages=0 if rule == "off" else pool_tokens // (page if rule == "0.5.16" else 1),
+        page_size=page,
+        max_stride=MAX_GENERATED_STRIDE if config.adaptive and features.allocates else None,
+        pool_pages=pool_tokens // page if features.allocates else 0,
     )
 
 

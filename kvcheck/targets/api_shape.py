@@ -27,10 +27,10 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.allocation_rules import RULES
 from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.engine import Engine
 from kvcheck.core.scenario import (
-    ALLOCATION_RULE_LAST,
     Admit,
     Algorithm,
     AllocationRule,
@@ -104,7 +104,7 @@ PROBE_EVENTS: Final[tuple[Event, ...]] = (
 # With an allocation rule, so that a target reading `kv_allocated_len` finds it sized as every
 # release sizes it (without a rule the fakes refuse it); the rule changes no committed length.
 PROBE_CONFIG: Final = Config(
-    convention="honest", stride=PROBE_STRIDE, global_counters="off", allocation="0.5.16"
+    convention="honest", stride=PROBE_STRIDE, global_counters="off", allocation=RULES[-1].name
 )
 _ALLOCATED_KEYS: Final = frozenset({"req.kv_allocated_len", "req.kv.kv_allocated_len"})
 
@@ -250,14 +250,15 @@ def _allocation_rules(
     it never touches `kv_allocated_len`. A rule of another generation would show it states its
     own release never has (e.g. `Al` of 0.5.16+ before page rounding)."""
     if window.empty:
-        rules = [rule for rule in ALLOCATION_RULE_LAST]
+        rules = [rule.name for rule in RULES if rule.first_release is not None]
         where = "every allocation rule (its spellings fit no single SGLang generation)"
     else:
         rules = [
-            rule
-            for rule, last in ALLOCATION_RULE_LAST.items()
-            if (window.high is None or _v(rule) <= window.high)
-            and (last is None or _v(last) >= window.low)
+            rule.name
+            for rule in RULES
+            if rule.first_release is not None  # "off" is no release's rule
+            and (window.high is None or _v(rule.first_release) <= window.high)
+            and (rule.last_release is None or _v(rule.last_release) >= window.low)
         ]
         shown = version_range(_text(window.low), _text(window.high) if window.high else None)
         where = (

@@ -1,0 +1,119 @@
+"""The allocation rules as named features: how a decode launch sizes the allocated length `Al`
+and what release does to it (docs/semantics.md §2.3 and §5, docs/allocation-rules.md).
+
+A rule is a row of `RULES`. Its name is what a scenario stores (`Config.allocation`, and the JSON
+form of every counterexample file), the first SGLang release that allocated that way; the rest of
+the row says what the rule does, and which releases use it. The reference model, the engine's own
+allocation path and the searches read the features, never the name, so a rule differs from
+another exactly where its row does. Release strings live here only: as names, and as the range of
+releases each row covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, Literal, TypeAlias
+
+import attrs
+
+AllocationRule: TypeAlias = Literal["off", "0.5.6", "0.5.12", "0.5.13", "0.5.16"]
+# Where a launch takes the draft count A of its reserve R = 2A: the stride it is launched at, or
+# the adaptive candidates' maximum (`Config.max_stride`, else the initial stride).
+ReserveFrom: TypeAlias = Literal["launched-stride", "adaptive-max"]
+
+
+@attrs.frozen
+class AllocationFeatures:
+    """One allocation rule: its name, the releases that use it, and what it does."""
+
+    name: AllocationRule
+    # The first and the last release of the rule (last None: still current; both None for "off").
+    first_release: str | None
+    last_release: str | None
+    # The scheduler allocates and releases KV, and the pool and `alloc-*` invariants judge it;
+    # without (rule "off") `kv_allocated_len` is neither modelled nor judged.
+    allocates: bool
+    # A decode launch never shrinks `Al`: `Al = max(Al, C + R)` rather than `C + R`.
+    clamp: bool
+    reserve_from: ReserveFrom
+    # `C + R` is rounded up to a page; without it the rule is modelled at page size 1 only.
+    page_round: bool
+    # Release sets `Al = 0` (`req.kv = None`, later `mark_kv_released`); without it `Al` stays.
+    zero_on_release: bool
+
+
+OFF: Final = AllocationFeatures(
+    name="off",
+    first_release=None,
+    last_release=None,
+    allocates=False,
+    clamp=False,
+    reserve_from="launched-stride",
+    page_round=False,
+    zero_on_release=False,
+)
+
+# One row per rule, oldest first after "off"; each differs from the one before it in one
+# feature, which starts with the release the rule is named after.
+RULES: Final[tuple[AllocationFeatures, ...]] = (
+    OFF,
+    AllocationFeatures(
+        name="0.5.6",
+        first_release="0.5.6",
+        last_release="0.5.11",
+        allocates=True,
+        clamp=False,
+        reserve_from="launched-stride",
+        page_round=False,
+        zero_on_release=False,
+    ),
+    AllocationFeatures(
+        name="0.5.12",
+        first_release="0.5.12",
+        last_release="0.5.12",
+        allocates=True,
+        clamp=True,
+        reserve_from="launched-stride",
+        page_round=False,
+        zero_on_release=False,
+    ),
+    AllocationFeatures(
+        name="0.5.13",
+        first_release="0.5.13",
+        last_release="0.5.15",
+        allocates=True,
+        clamp=True,
+        reserve_from="adaptive-max",
+        page_round=False,
+        zero_on_release=False,
+    ),
+    AllocationFeatures(
+        name="0.5.16",
+        first_release="0.5.16",
+        last_release=None,
+        allocates=True,
+        clamp=True,
+        reserve_from="adaptive-max",
+        page_round=True,
+        zero_on_release=True,
+    ),
+)
+
+ALLOCATION_RULES: Final[tuple[AllocationRule, ...]] = tuple(rule.name for rule in RULES)
+# Looked up on every sizing of the model and the engine: one dict read.
+_BY_NAME: Final[Mapping[AllocationRule, AllocationFeatures]] = {rule.name: rule for rule in RULES}
+
+
+def allocation_features(name: AllocationRule) -> AllocationFeatures:
+    """The features of the rule named `name` (one of `ALLOCATION_RULES`)."""
+    return _BY_NAME[name]
+
+
+def first_rule_with(**features: object) -> AllocationFeatures:
+    """The oldest rule with these feature values, for messages that name where a behaviour
+    starts (e.g. `first_rule_with(page_round=True)`)."""
+    return next(
+        rule
+        for rule in RULES
+        if all(getattr(rule, field) == value for field, value in features.items())
+    )
