@@ -7,8 +7,9 @@ in (allocation rules and fixed pools drawn too), then each tree replays it in a 
 against `builtin:reference` and a set of mutants and correct rewrites chosen to reach every
 part of the engine (stale rows, tensors left in counters, adaptive strides, grammar, block/cap
 lengths, each allocation and pool fault). Per scenario it writes the violations, the coverage
-labels and the whole recorded trace (every event's expectation and observation), as canonical
-JSON lines; the two files must be identical, and so must the corpus each tree draws.
+labels, the whole recorded trace (every event's expectation and observation) and the report's
+explanation of the first violation, as canonical JSON lines; the two files must be identical,
+and so must the corpus each tree draws.
 
     .venv/bin/python benchmarks/compare_replay.py --baseline d16b9ea   # this tree vs a commit
     .venv/bin/python benchmarks/compare_replay.py --baseline /some/tree
@@ -132,6 +133,7 @@ def replay(corpus: Path, out: Path) -> None:
     line each (violations, labels, trace), or the error it raised."""
     from kvcheck.core.run import run_scenario
     from kvcheck.core.scenario import from_json
+    from kvcheck.reporting.explain import explain
 
     by_name = {name: target for name, target, *_ in targets()}
     with out.open("w") as sink:
@@ -144,6 +146,7 @@ def replay(corpus: Path, out: Path) -> None:
                     "violations": canonical(result.violations),
                     "reached": sorted(result.reached),
                     "trace": canonical(result.trace),
+                    "explanation": explain(result) if result.violations else None,
                 }
             except Exception as exc:  # an UnsupportedTargetError is a result too
                 record = {"raised": f"{type(exc).__name__}: {exc}"}
@@ -203,7 +206,7 @@ def main() -> int:
         if differing:
             print(f"{len(differing)} of {len(old)} results differ; first at line {differing[0]}")
             return 1
-        print(f"identical: {len(old)} scenarios, violations, labels and traces")
+        print(f"identical: {len(old)} scenarios, violations, labels, traces and explanations")
     return 0
 
 

@@ -7,8 +7,11 @@ them in the order they are checked, so the first violation reported at an event 
 one that broke. Every request is checked after every event, not only the rows of the delivered
 batch: a resolver that corrupts a request outside the batch is caught too.
 
-Adding an invariant is one edit: write its checker and add its record to `INVARIANTS`
-(docs/architecture.md, "Where to add an invariant"). A record may also carry a quick test
+Adding an invariant is one edit: write its checker and add its record to `_TABLE`
+(docs/architecture.md, "Where to add an invariant"). The record holds every fact about it: whom
+it judges, whether it needs an allocation rule, the API aspects its findings belong to, and the
+name of its explanation; docs/invariants.md's table is generated from the records
+(`invariants_table`). A record may also carry a quick test
 (`Invariant.holds`): true only where the checker finds nothing, it lets `check_event` pass an event
 without making generators, findings or messages; without one, the checker runs at every event.
 tests/unit/core/test_invariant_holds.py holds `check_event` to what every checker reports.
@@ -24,6 +27,7 @@ import attrs
 from kvcheck.core.engine import Observation, ObservedDelivery, ObservedRequest
 from kvcheck.core.jsonable import show
 from kvcheck.core.model import Expectation, ExpectedDelivery, RequestExpectation
+from kvcheck.core.target import ASPECTS
 from kvcheck.wording import plural
 
 
@@ -84,6 +88,13 @@ DeliveryHolds: TypeAlias = Callable[[ExpectedDelivery, ObservedDelivery, frozens
 RequestHolds: TypeAlias = Callable[[RequestExpectation, ObservedRequest, frozenset[str]], bool]
 
 
+# What an invariant judges: the resolver (the target's code), or the scheduler's allocation and
+# pool. The scheduler is kvcheck's own unless the target brings its own allocation path, and
+# then a scheduler invariant that breaks alone is kvcheck's fault, not the target's
+# (`kvcheck.core.run`).
+Judges: TypeAlias = Literal["resolver", "scheduler"]
+
+
 @attrs.frozen
 class Invariant:
     """One invariant: its public id, what it means, what it looks at, and its check (a checker
@@ -91,7 +102,16 @@ class Invariant:
 
     `holds` is its quick test on the scope's own pair (`EventHolds`, `DeliveryHolds` or
     `RequestHolds`); None: the checker runs at every event. An event-scope invariant that also
-    looks at every request has the request part of its test in `each_request`."""
+    looks at every request has the request part of its test in `each_request`.
+
+    `judges` says whose fault a violation is (`Judges`). `needs_allocation`: it judges
+    allocation and the pool only, so its quick test holds on every event without a pool and on
+    every request without an allocation rule, and it is not run there. `aspects` are the parts
+    of SGLang's API (`kvcheck.core.target.ASPECTS`) its findings may belong to; on a target not
+    held to one, those findings are dropped. `explain` names the function that tells how a
+    violation of it came about, as "module:function", taking the run's facts and the violation
+    (`kvcheck.reporting.explain`); it is a name, not the function, because the reporting layer
+    sits above the core. None: the report gives the checker's own sentence."""
 
     id: str
     meaning: str
@@ -99,6 +119,10 @@ class Invariant:
     check: EventChecker
     holds: Callable[..., bool] | None = None
     each_request: RequestHolds | None = None
+    judges: Judges = "resolver"
+    needs_allocation: bool = False
+    aspects: tuple[str, ...] = ()
+    explain: str | None = None
 
 
 def on_event(
@@ -107,14 +131,38 @@ def on_event(
     checker: EventChecker,
     holds: EventHolds | None = None,
     each_request: RequestHolds | None = None,
+    *,
+    judges: Judges,
+    explain: str | None,
+    needs_allocation: bool = False,
+    aspects: tuple[str, ...] = (),
 ) -> Invariant:
     """Checked once per event, on the expectation and the observation as a whole; its quick
     test is `holds` on the event and `each_request` on every request."""
-    return Invariant(id, meaning, "event", checker, holds, each_request)
+    return Invariant(
+        id,
+        meaning,
+        "event",
+        checker,
+        holds,
+        each_request,
+        judges,
+        needs_allocation,
+        aspects,
+        explain,
+    )
 
 
 def on_delivery(
-    id: str, meaning: str, checker: DeliveryChecker, holds: DeliveryHolds | None = None
+    id: str,
+    meaning: str,
+    checker: DeliveryChecker,
+    holds: DeliveryHolds | None = None,
+    *,
+    judges: Judges,
+    explain: str | None,
+    needs_allocation: bool = False,
+    aspects: tuple[str, ...] = (),
 ) -> Invariant:
     """Checked on the delivery of a launch, when the event delivered one."""
 
@@ -122,7 +170,9 @@ def on_delivery(
         if expected.delivery is not None and observed.delivery is not None:
             yield from checker(expected.delivery, observed.delivery)
 
-    return Invariant(id, meaning, "delivery", check, holds)
+    return Invariant(
+        id, meaning, "delivery", check, holds, None, judges, needs_allocation, aspects, explain
+    )
 
 
 # The last observation's requests by rid: every request-level invariant of an event looks them
@@ -138,7 +188,15 @@ def _by_rid(observed: Observation) -> dict[str, ObservedRequest]:
 
 
 def on_request(
-    id: str, meaning: str, checker: RequestChecker, holds: RequestHolds | None = None
+    id: str,
+    meaning: str,
+    checker: RequestChecker,
+    holds: RequestHolds | None = None,
+    *,
+    judges: Judges,
+    explain: str | None,
+    needs_allocation: bool = False,
+    aspects: tuple[str, ...] = (),
 ) -> Invariant:
     """Checked on every request the model knows of, after every event."""
 
@@ -150,7 +208,9 @@ def on_request(
                 raise AssertionError(f"engine has no request {exp_req.rid}")
             yield from checker(exp_req, obs_req)
 
-    return Invariant(id, meaning, "request", check, holds)
+    return Invariant(
+        id, meaning, "request", check, holds, None, judges, needs_allocation, aspects, explain
+    )
 
 
 def _values_equal(expected: Any, observed: Any) -> bool:
@@ -680,7 +740,8 @@ def _and(*checkers: EventChecker) -> EventChecker:
 
 
 def _requests(checker: RequestChecker) -> EventChecker:
-    return on_request("", "", checker).check
+    """A request checker lifted to the whole event (its own part of an event invariant)."""
+    return on_request("", "", checker, judges="resolver", explain=None).check
 
 
 def estimate_matches_holds(expected: Expectation, observed: Observation, _: frozenset[str]) -> bool:
@@ -925,170 +986,241 @@ def _controller_findings(
 _TABLE: Final[tuple[Invariant, ...]] = (
     on_event(
         "target-deadline",
-        "every call of the resolver returns within its deadline (--deadline)",
+        "every call of the resolver returns within its deadline (`--deadline`, default 0.25 s)",
         check_target_deadline,
         target_deadline_holds,
+        judges="resolver",
+        explain="kvcheck.reporting.explain:explain_target_deadline",
     ),
     on_event(
         "target-raised",
         "the resolver returns without raising",
         check_target_raised,
         target_raised_holds,
+        judges="resolver",
+        explain="kvcheck.reporting.explain:explain_target_raised",
     ),
     on_event(
         "alloc-estimate-matches",
-        "the pages the memory check estimates for a decode launch are the pages it allocates",
+        "the pages the memory check estimates for a decode launch are the pages the launch "
+        "allocates (not judged at an event with an ownership or pool fault: that fault's own "
+        "invariant reports it)",
         check_estimate_matches,
         estimate_matches_holds,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_delivery(
         "grammar-stale-untouched",
         "a stale row never advances its request's grammar",
         check_grammar_stale_untouched,
         grammar_stale_untouched_holds,
+        judges="resolver",
+        explain=None,
     ),
     on_delivery(
         "grammar-advanced-once",
-        "a live grammar row's grammar is offered its run once, up to the token that terminates "
-        "it or the one it refuses",
+        "a live grammar row's grammar is offered its run once, token by token, up to the token "
+        "that terminates it or the one it refuses",
         check_grammar_advanced_once,
         grammar_advanced_once_holds,
+        judges="resolver",
+        explain=None,
     ),
     on_event(
         "runs-aligned",
-        "one returned run per row, stale rows included; run i is row i's first accept_len "
-        "tokens under the stride recorded at launch (a live grammar row: the tokens its "
-        "grammar retained)",
+        "one run per row, stale rows included; run i is row i's first `accept_len` tokens under "
+        "the stride recorded at launch (a live grammar row: what its grammar retained)",
         check_runs_aligned,
         runs_aligned_holds,
+        judges="resolver",
+        explain="kvcheck.reporting.explain:explain_runs_aligned",
     ),
     on_request(
         "no-negative",
         "committed length and statistics never go below zero",
         check_no_negative,
         no_negative_holds,
+        judges="resolver",
+        explain="kvcheck.reporting.explain:explain_no_negative",
     ),
     on_request(
         "committed-live",
-        "a live request's committed length is prompt + outputs - 1, plus 1 for a prefill in "
-        "flight and (pre-claim) 1 for a decode launch in flight",
+        "live: committed == prompt + outputs - 1 (+1 with a prefill in flight, +1 per decode "
+        "launch in flight under pre-claim)",
         _committed_in(("running", "waiting"), "is live"),
         _committed_holds(("running", "waiting")),
+        judges="resolver",
+        explain="kvcheck.reporting.explain:explain_committed_live",
     ),
     on_request(
         "committed-finished-frozen",
-        "a finished request's committed length is final (pre-claim: one -1 at its stale row)",
+        "finished: committed is final (pre-claim: one -1 at its stale row)",
         _committed_in(("finished",), "finished"),
         _committed_holds(("finished",)),
+        judges="resolver",
+        explain="kvcheck.reporting.explain:explain_committed_finished_frozen",
     ),
     on_request(
         "committed-retracted-zero",
-        "a retracted request holds committed length 0 until re-admission",
+        "retracted: 0 until re-admission; its stale row changes nothing",
         _committed_in(("retracted",), "is retracted"),
         _committed_holds(("retracted",)),
+        judges="resolver",
+        explain="kvcheck.reporting.explain:explain_committed_retracted_zero",
     ),
     on_delivery(
         "alloc-untouched-by-resolver",
-        "the resolver leaves every request's kv_allocated_len as it found it",
+        "(with an allocation rule) the resolver leaves every request's `kv_allocated_len` as it "
+        "found it",
         check_alloc_untouched,
         alloc_untouched_holds,
+        judges="resolver",
+        explain=None,
     ),
     on_request(
         "alloc-covers-reserve",
-        "after a decode launch a live request's kv_allocated_len covers its committed length "
-        "at sizing plus the reserve 2A",
+        "after a decode launch a live request's `kv_allocated_len` covers its committed length "
+        "at sizing plus `2A`",
         check_alloc_covers_reserve,
         alloc_covers_reserve_holds,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_request(
         "alloc-page-aligned",
-        "from 0.5.16, a live request's kv_allocated_len is page-aligned once a decode launch "
+        "from 0.5.16 a live request's `kv_allocated_len` is page-aligned once a decode launch "
         "sized it",
         check_alloc_page_aligned,
         alloc_page_aligned_holds,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_request(
         "alloc-never-shrinks",
-        "a live request's kv_allocated_len never drops below its highest value this residency",
+        "a live request's `kv_allocated_len` never drops below its highest value this residency",
         check_alloc_never_shrinks,
         alloc_never_shrinks_holds,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_request(
         "alloc-expected",
-        "kv_allocated_len is exactly what the allocation rule gives, after release and "
-        "retraction too",
+        "`kv_allocated_len` is exactly what the allocation rule gives, after release (kept "
+        "before 0.5.16, 0 after) and retraction (0) too",
         check_alloc_expected,
         alloc_expected_holds,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_event(
         "kv-no-double-owner",
-        "no page has two owners and no row points at a page its request does not own",
+        "no page has two owners; no row points at a page its request does not own",
         _faults("double-owner"),
         _no_faults,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_event(
         "kv-no-use-after-free",
-        "no page is freed while another request owns it or a launch in flight reads it for a "
-        "live row, and no launch reads a released row",
+        "no page is freed while another request owns it or a live row of the launch in flight "
+        "reads it; no launch reads a released row",
         _faults("use-after-free"),
         _no_faults,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_event(
         "kv-released-once",
         "a request's KV is released exactly once per residency: nothing freed twice, nothing "
-        "left in its row, nothing held after it finished",
+        "left in its row, nothing held once finished",
         _and(_faults("double-free", "leak"), _requests(check_released)),
         _no_faults,
         released_holds,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_request(
         "kv-retracted-empty",
-        "a retracted request has kv_allocated_len 0 and holds no row until re-admission",
+        "a retracted request has `kv_allocated_len` 0 and no row until re-admission",
         check_retracted_empty,
         retracted_empty_holds,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_event(
         "kv-pool-conserved",
-        "available + held == total pages after every event, and a live request holds exactly "
-        "the pages covering its kv_allocated_len",
+        "available + held == total pages after every event; a live request holds exactly the "
+        "pages covering its `kv_allocated_len`",
         _and(_faults("pool", "out-of-memory"), _requests(check_pages_held)),
         _no_faults,
         pages_held_holds,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_request(
         "stats-verify-count",
-        "spec_verify_ct counts the applied (non-stale) rows of the request",
+        "`spec_verify_ct` counts applied (non-stale) rows",
         check_verify_count,
         verify_count_holds,
+        judges="resolver",
+        explain="kvcheck.reporting.explain:explain_verify_count",
     ),
     on_request(
         "stats-accepted-drafts",
-        "the accepted-draft counter sums accept_len - k over applied rows (k = 1; UNO 2)",
+        "the accepted-draft counter sums `accept_len - k` (k = 1; UNO 2) over applied rows",
         check_accepted_drafts,
         accepted_drafts_holds,
+        judges="resolver",
+        explain="kvcheck.reporting.explain:explain_accepted_drafts",
     ),
     on_request(
         "stats-histogram",
-        "the acceptance histogram counts applied rows by accept_len - k and sums to the verify "
+        "the acceptance histogram counts applied rows by `accept_len - k` and sums to the verify "
         "count",
         check_histogram,
         histogram_holds,
+        judges="resolver",
+        aspects=("histogram",),
+        explain="kvcheck.reporting.explain:explain_histogram",
     ),
     on_request(
         "stats-block-cap",
-        "the block-accept and cap token counters and the cap-length histogram (0.5.16+) sum "
-        "the block/cap lengths of applied rows only",
+        "the block-accept and cap token counters and the cap-length histogram (0.5.16+) sum the "
+        "block/cap lengths of applied rows only",
         check_block_cap,
         block_cap_holds,
+        judges="resolver",
+        explain=None,
     ),
     on_delivery(
         "global-counters",
-        "the batch-global accepted-draft counter the resolver writes on the result and the "
-        "samples it feeds the adaptive controller match the configured mode (ideal: stale rows "
-        "excluded; sglang: all rows), with batch_size the launched batch's row count; the "
-        "per-row draft list has one entry per row",
+        "the batch-global draft total on `result` and the adaptive controller's samples match "
+        "the mode, its `batch_size=` is the launched batch's row count (a routing key, "
+        "docs/call-arguments.md); the per-row draft list on `result` has `accept_len - k` for "
+        "every row; the block/cap totals are the rows' lengths summed under the mode (0 when "
+        "the result carries none)",
         check_global_counters,
         global_counters_hold,
+        judges="resolver",
+        aspects=(
+            "result-drafts-total",
+            "result-drafts-per-row",
+            "result-block-cap",
+            "controller-feed",
+            "controller-routing",
+        ),
+        explain="kvcheck.reporting.explain:explain_global_counters",
     ),
 )
 
@@ -1096,27 +1228,27 @@ _TABLE: Final[tuple[Invariant, ...]] = (
 INVARIANTS: Final[dict[str, Invariant]] = {invariant.id: invariant for invariant in _TABLE}
 
 
-# The invariants about allocation and the pool: their quick tests hold on every event without a
-# pool (`Observation.pool` None) and on every request without an allocation rule
-# (`RequestExpectation.allocated` None), where they are not run.
-_ABOUT_ALLOCATION: Final = frozenset(
-    {
-        "alloc-estimate-matches",
-        "alloc-covers-reserve",
-        "alloc-page-aligned",
-        "alloc-never-shrinks",
-        "alloc-expected",
-        "kv-no-double-owner",
-        "kv-no-use-after-free",
-        "kv-released-once",
-        "kv-retracted-empty",
-        "kv-pool-conserved",
-    }
-)
-# The table split by scope, each invariant with its position in the table and its quick test.
+def invariants_table() -> str:
+    """The invariants as a Markdown table, in the order they are checked (docs/invariants.md,
+    "Invariants"; tests/unit/test_docs_invariants.py holds the doc to it)."""
+    lines = [
+        "| id | what must hold after every event, for every request | judges | "
+        "with allocation only | only where the target maintains |",
+        "|---|---|---|---|---|",
+    ]
+    for v in _TABLE:
+        allocation = "yes" if v.needs_allocation else ""
+        aspects = ", ".join(ASPECTS[aspect] for aspect in v.aspects)
+        lines.append(f"| `{v.id}` | {v.meaning} | {v.judges} | {allocation} | {aspects} |")
+    return "\n".join(lines)
+
+
+# The table split by scope, each invariant with its position in the table and its quick test;
+# without a pool (event tests) or an allocation rule (request tests), those that need one are
+# left out: their quick tests hold there.
 _EVENT_TESTS: Final = tuple((i, v.holds) for i, v in enumerate(_TABLE) if v.scope == "event")
 _EVENT_TESTS_NO_POOL: Final = tuple(
-    (i, holds) for i, holds in _EVENT_TESTS if _TABLE[i].id not in _ABOUT_ALLOCATION
+    (i, holds) for i, holds in _EVENT_TESTS if not _TABLE[i].needs_allocation
 )
 _DELIVERY_TESTS: Final = tuple((i, v.holds) for i, v in enumerate(_TABLE) if v.scope == "delivery")
 # Tested on every request: request-scope invariants and the request part of event-scope ones.
@@ -1126,7 +1258,7 @@ _PER_REQUEST_TESTS: Final = tuple(
     if v.scope == "request" or v.each_request is not None
 )
 _PER_REQUEST_TESTS_NO_ALLOCATION: Final = tuple(
-    (i, holds) for i, holds in _PER_REQUEST_TESTS if _TABLE[i].id not in _ABOUT_ALLOCATION
+    (i, holds) for i, holds in _PER_REQUEST_TESTS if not _TABLE[i].needs_allocation
 )
 # Per rid, the last (expectation, observation, aspects not judged) on which every per-request
 # test held. Both records are frozen, and what a passing test read from them is plain ints

@@ -7,7 +7,6 @@ the first event with a violation: later events would only report consequences of
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
 
 import attrs
 
@@ -18,12 +17,6 @@ from kvcheck.core.model import Expectation, ReferenceModel
 from kvcheck.core.scenario import Event, Scenario, to_json_line
 from kvcheck.core.target import Target, allocation_path
 from kvcheck.errors import KvcheckInternalError
-
-# The invariants that judge the scheduler's allocation and pool rather than the resolver: every
-# `alloc-*` and `kv-*` but the resolver's own `alloc-untouched-by-resolver`.
-SCHEDULER_INVARIANTS: Final = frozenset(
-    i for i in INVARIANTS if i.startswith(("alloc-", "kv-")) and i != "alloc-untouched-by-resolver"
-)
 
 
 @attrs.frozen
@@ -117,15 +110,15 @@ def _refuse_outside_model(engine: Engine, violation: Violation) -> None:
 def _refuse_own_scheduler_fault(
     engine: Engine, violations: list[Violation], scenario: Scenario
 ) -> None:
-    """No verdict when only scheduler invariants broke while kvcheck itself played the
-    scheduler (its own allocation path on its own pool): the resolver agreed with the model on
-    everything it is judged by, so the fault is kvcheck's (docs/semantics.md §5.6 tells of
-    one), and blaming the target for it would be a false verdict. A target that brings its own
-    allocation path is judged on it as before."""
+    """No verdict when only invariants that judge the scheduler (`Invariant.judges`) broke
+    while kvcheck itself played the scheduler (its own allocation path on its own pool): the
+    resolver agreed with the model on everything it is judged by, so the fault is kvcheck's
+    (docs/semantics.md §5.6 tells of one), and blaming the target for it would be a false
+    verdict. A target that brings its own allocation path is judged on it as before."""
     allocation = engine.allocation
     if type(allocation) is not RuleAllocation or not allocation.pool.exclusive:
         return
-    if any(v.invariant not in SCHEDULER_INVARIANTS for v in violations):
+    if any(INVARIANTS[v.invariant].judges != "scheduler" for v in violations):
         return
     first = violations[0]
     raise KvcheckInternalError(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-from kvcheck.core.invariants import first_judged_finding
+from kvcheck.core.invariants import INVARIANTS, first_judged_finding
 from kvcheck.core.scenario import describe_event
 from kvcheck.reporting.facts import RunFacts, short
 
@@ -13,11 +15,25 @@ if TYPE_CHECKING:
     from kvcheck.core.run import RunResult
 
 
-_STAT_FIELDS: Final = {
-    "stats-verify-count": ("verify_ct", "spec_verify_ct"),
-    "stats-accepted-drafts": ("drafts", "its accepted-draft counter"),
-    "stats-histogram": ("histogram", "its acceptance histogram"),
-}
+# An invariant's explanation: the sentence on how a violation of it came about, or None where
+# the trace does not tell (the checker's own sentence is given then). Each invariant names its
+# own in its record (`Invariant.explain`, "module:function"), resolved here on first use.
+Explainer: TypeAlias = Callable[[RunFacts, "Violation"], str | None]
+_EXPLAINERS: dict[str, Explainer | None] = {}
+
+
+def explainer_of(invariant_id: str) -> Explainer | None:
+    """The explanation function `invariant_id`'s record names; None when it names none or the id
+    is not an invariant's (a counterexample file from another kvcheck)."""
+    if invariant_id not in _EXPLAINERS:
+        invariant = INVARIANTS.get(invariant_id)
+        name = invariant.explain if invariant is not None else None
+        explainer: Explainer | None = None
+        if name is not None:
+            module, _, function = name.partition(":")
+            explainer = getattr(importlib.import_module(module), function)
+        _EXPLAINERS[invariant_id] = explainer
+    return _EXPLAINERS[invariant_id]
 
 
 def explain(result: RunResult) -> str:
@@ -67,109 +83,198 @@ def _lifecycle(facts: RunFacts, rid: str, index: int) -> str:
 
 
 def _explain(facts: RunFacts, violation: Violation) -> str | None:
-    index, rid, invariant = violation.event_index, violation.rid, violation.invariant
+    explainer = explainer_of(violation.invariant)
+    return None if explainer is None else explainer(facts, violation)
+
+
+def _event_text(facts: RunFacts, index: int) -> str:
+    return describe_event(facts.scenario.events[index])
+
+
+def _launch_text(facts: RunFacts, index: int) -> str:
+    """How the result delivered at event `index` arrived, or "" when none was."""
     delivery = facts.delivery(index)
-    event_text = describe_event(facts.scenario.events[index])
-    launch_text = ""
-    if delivery is not None:
-        number = delivery.launch.number
-        launched_at = facts.launch_event.get(number)
-        when = f" (launched at event {launched_at})" if launched_at not in (None, index) else ""
-        launch_text = f"the result of launch {number}{when} arrived at event {index}"
+    if delivery is None:
+        return ""
+    number = delivery.launch.number
+    launched_at = facts.launch_event.get(number)
+    when = f" (launched at event {launched_at})" if launched_at not in (None, index) else ""
+    return f"the result of launch {number}{when} arrived at event {index}"
 
-    if invariant == "target-deadline":
-        when = launch_text or f"at event {index} ({event_text}) the target's code ran"
-        return _sentence(
-            f"{when}, and the resolver was {violation.observed}; it was interrupted there."
-        )
 
-    if invariant == "target-raised":
-        if delivery is not None:
-            return f"The resolver raised {violation.observed} when {launch_text}."
-        return f"The resolver raised {violation.observed} at event {index} ({event_text})."
+def _row_text(facts: RunFacts, index: int, rid: str) -> str:
+    """The row `rid` had in the result delivered at event `index`, or "" when it had none."""
+    delivery = facts.delivery(index)
+    if delivery is None or rid not in delivery.launch.rids:
+        return ""
+    row = delivery.launch.rids.index(rid)
+    kind = "a stale row" if delivery.stale[row] else "a live row"
+    return (
+        f"{_launch_text(facts, index)} with {kind} for it (accept_len "
+        f"{delivery.launch.accepts[row]})"
+    )
 
-    if invariant == "global-counters" and delivery is not None:
-        stale = [r for r, s in zip(delivery.launch.rids, delivery.stale, strict=True) if s]
-        what = _wrong_batch_value(facts, index, violation)
-        if stale:
-            why = "; ".join(_lifecycle(facts, r, index) for r in stale)
-            return (
-                f"{why}; {launch_text} with stale rows for {', '.join(stale)}, and the resolver "
-                f"{what}."
-            )
-        return _sentence(f"{launch_text} and the resolver {what}")
 
-    if invariant == "runs-aligned" and delivery is not None and rid is not None:
-        row = delivery.launch.rids.index(rid)
-        launch = delivery.launch
-        launched_at = facts.launch_event.get(launch.number, index)
-        switches = facts.stride_switches(launched_at, index)
-        switched = (
-            f"; the worker's stride had switched to {switches[-1][1]} at event {switches[-1][0]}"
-            if switches
-            else ""
-        )
+def explain_target_deadline(facts: RunFacts, violation: Violation) -> str | None:
+    """`target-deadline`: where the interrupted call ran."""
+    index = violation.event_index
+    when = _launch_text(facts, index) or (
+        f"at event {index} ({_event_text(facts, index)}) the target's code ran"
+    )
+    return _sentence(
+        f"{when}, and the resolver was {violation.observed}; it was interrupted there."
+    )
+
+
+def explain_target_raised(facts: RunFacts, violation: Violation) -> str | None:
+    """`target-raised`: what the resolver raised, and when."""
+    index = violation.event_index
+    if facts.delivery(index) is not None:
+        return f"The resolver raised {violation.observed} when {_launch_text(facts, index)}."
+    return (
+        f"The resolver raised {violation.observed} at event {index} ({_event_text(facts, index)})."
+    )
+
+
+def explain_global_counters(facts: RunFacts, violation: Violation) -> str | None:
+    """`global-counters`: which batch value is wrong, after the stale rows' stories."""
+    index = violation.event_index
+    delivery = facts.delivery(index)
+    if delivery is None:
+        return None
+    launch_text = _launch_text(facts, index)
+    stale = [r for r, s in zip(delivery.launch.rids, delivery.stale, strict=True) if s]
+    what = _wrong_batch_value(facts, index, violation)
+    if stale:
+        why = "; ".join(_lifecycle(facts, r, index) for r in stale)
         return (
-            f"Launch {launch.number} was launched at event {launched_at} with stride "
-            f"{launch.stride}{switched}; when its result arrived at event {index}, the run "
-            f"returned for row {row} ({rid}) was {short(violation.observed)} instead of its "
-            f"first {launch.accepts[row]} token(s) {short(violation.expected)}."
+            f"{why}; {launch_text} with stale rows for {', '.join(stale)}, and the resolver {what}."
         )
+    return _sentence(f"{launch_text} and the resolver {what}")
 
+
+def explain_runs_aligned(facts: RunFacts, violation: Violation) -> str | None:
+    """`runs-aligned`: the misread row, with the stride switches since its launch."""
+    index, rid = violation.event_index, violation.rid
+    delivery = facts.delivery(index)
+    if delivery is None or rid is None:
+        return None
+    row = delivery.launch.rids.index(rid)
+    launch = delivery.launch
+    launched_at = facts.launch_event.get(launch.number, index)
+    switches = facts.stride_switches(launched_at, index)
+    switched = (
+        f"; the worker's stride had switched to {switches[-1][1]} at event {switches[-1][0]}"
+        if switches
+        else ""
+    )
+    return (
+        f"Launch {launch.number} was launched at event {launched_at} with stride "
+        f"{launch.stride}{switched}; when its result arrived at event {index}, the run "
+        f"returned for row {row} ({rid}) was {short(violation.observed)} instead of its "
+        f"first {launch.accepts[row]} token(s) {short(violation.expected)}."
+    )
+
+
+def _counter_change(facts: RunFacts, violation: Violation, field: str, name: str) -> str | None:
+    """A per-request statistic (`field` of the observed request, `name` in words): what the
+    resolver did to it, after the request's story when it had finished or was retracted."""
+    index, rid = violation.event_index, violation.rid
     if rid is None:
         return None
     phase = facts.phase(index, rid)
-    row_text = ""
-    if delivery is not None and rid in delivery.launch.rids:
-        row = delivery.launch.rids.index(rid)
-        kind = "a stale row" if delivery.stale[row] else "a live row"
-        row_text = f"{launch_text} with {kind} for it (accept_len {delivery.launch.accepts[row]})"
+    row_text = _row_text(facts, index, rid)
+    before, after = facts.observed(index - 1, rid, field), facts.observed(index, rid, field)
+    if field == "histogram":
+        before, after = dict(before or ()), dict(after or ())
+    elif before is None:
+        before = 0
+    lead = _lifecycle(facts, rid, index) if phase in ("finished", "retracted") else ""
+    happened = row_text or f"at event {index} ({_event_text(facts, index)})"
+    joined = f"{lead}; {happened}" if lead else happened
+    return _sentence(
+        f"{joined}, and the resolver {_change(before, after, name)}; expected "
+        f"{short(violation.expected)}."
+    )
 
-    if invariant in _STAT_FIELDS:
-        field, name = _STAT_FIELDS[invariant]
-        before, after = facts.observed(index - 1, rid, field), facts.observed(index, rid, field)
-        if field == "histogram":
-            before, after = dict(before or ()), dict(after or ())
-        elif before is None:
-            before = 0
-        lead = _lifecycle(facts, rid, index) if phase in ("finished", "retracted") else ""
-        happened = row_text or f"at event {index} ({event_text})"
-        joined = f"{lead}; {happened}" if lead else happened
-        return _sentence(
-            f"{joined}, and the resolver {_change(before, after, name)}; expected "
-            f"{short(violation.expected)}."
+
+def explain_verify_count(facts: RunFacts, violation: Violation) -> str | None:
+    """`stats-verify-count`."""
+    return _counter_change(facts, violation, "verify_ct", "spec_verify_ct")
+
+
+def explain_accepted_drafts(facts: RunFacts, violation: Violation) -> str | None:
+    """`stats-accepted-drafts`."""
+    return _counter_change(facts, violation, "drafts", "its accepted-draft counter")
+
+
+def explain_histogram(facts: RunFacts, violation: Violation) -> str | None:
+    """`stats-histogram`."""
+    return _counter_change(facts, violation, "histogram", "its acceptance histogram")
+
+
+def _committed_change(
+    facts: RunFacts, violation: Violation, should: Callable[[], str]
+) -> str | None:
+    """A request's committed length: what the resolver did to it, after the request's story when
+    it had finished or was retracted, and what `should()` says it should have been."""
+    index, rid = violation.event_index, violation.rid
+    if rid is None:
+        return None
+    phase = facts.phase(index, rid)
+    row_text = _row_text(facts, index, rid)
+    before = facts.observed(index - 1, rid)
+    after = facts.observed(index, rid)
+    if before is None or (
+        phase == "retracted" and facts.last_change_to("retracted", rid, index) == index
+    ):
+        before = 0  # not admitted yet, or reset by the retraction at this very event
+    ought = should()
+    clauses = []
+    if phase in ("finished", "retracted"):
+        clauses.append(_lifecycle(facts, rid, index))
+    if row_text:
+        clauses.append(f"{row_text} and {_change(before, after, 'its committed length')}")
+    else:
+        what = f"{rid}'s committed length"
+        clauses.append(
+            f"at event {index} ({_event_text(facts, index)}) {_change(before, after, what)}"
         )
+    return _sentence("; ".join(clauses) + f", but {ought}.")
 
-    if invariant.startswith("committed-") or invariant == "no-negative":
-        before = facts.observed(index - 1, rid)
-        after = facts.observed(index, rid)
-        if before is None or (
-            phase == "retracted" and facts.last_change_to("retracted", rid, index) == index
-        ):
-            before = 0  # not admitted yet, or reset by the retraction at this very event
-        expected = violation.expected
-        if invariant == "committed-finished-frozen":
-            stale_row = delivery is not None and rid in delivery.launch.rids
-            if facts.scenario.config.convention == "preclaim" and stale_row:
-                should = f"it should have given back the pre-claimed slot ({expected})"
-            else:
-                should = f"it should have stayed at {expected}"
-        elif invariant == "committed-retracted-zero":
-            should = "it should stay 0 until re-admission"
-        elif invariant == "no-negative":
-            should = "it must never go below zero"
-        else:
-            should = f"it should be {expected}" + _live_formula(facts, index, rid)
-        clauses = []
-        if phase in ("finished", "retracted"):
-            clauses.append(_lifecycle(facts, rid, index))
-        if row_text:
-            clauses.append(f"{row_text} and {_change(before, after, 'its committed length')}")
-        else:
-            what = f"{rid}'s committed length"
-            clauses.append(f"at event {index} ({event_text}) {_change(before, after, what)}")
-        return _sentence("; ".join(clauses) + f", but {should}.")
-    return None
+
+def explain_no_negative(facts: RunFacts, violation: Violation) -> str | None:
+    """`no-negative`."""
+    return _committed_change(facts, violation, lambda: "it must never go below zero")
+
+
+def explain_committed_live(facts: RunFacts, violation: Violation) -> str | None:
+    """`committed-live`: the value it should have, with the terms that make it up."""
+
+    def should() -> str:
+        rid = violation.rid
+        assert rid is not None  # _committed_change returns before asking otherwise
+        formula = _live_formula(facts, violation.event_index, rid)
+        return f"it should be {violation.expected}" + formula
+
+    return _committed_change(facts, violation, should)
+
+
+def explain_committed_finished_frozen(facts: RunFacts, violation: Violation) -> str | None:
+    """`committed-finished-frozen`: pre-claim gives back the claimed slot at the stale row."""
+    delivery = facts.delivery(violation.event_index)
+    stale_row = delivery is not None and violation.rid in delivery.launch.rids
+    expected = violation.expected
+    if facts.scenario.config.convention == "preclaim" and stale_row:
+        ought = f"it should have given back the pre-claimed slot ({expected})"
+    else:
+        ought = f"it should have stayed at {expected}"
+    return _committed_change(facts, violation, lambda: ought)
+
+
+def explain_committed_retracted_zero(facts: RunFacts, violation: Violation) -> str | None:
+    """`committed-retracted-zero`."""
+    return _committed_change(facts, violation, lambda: "it should stay 0 until re-admission")
 
 
 def _live_formula(facts: RunFacts, index: int, rid: str) -> str:

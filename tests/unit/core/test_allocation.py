@@ -128,12 +128,11 @@ def test_fires_on_broken_allocation(
     assert _run(events, config, RuleAllocation, None) == []
 
 
-def test_broken_paths_and_resolver_cover_every_allocation_invariant() -> None:
+def test_broken_paths_cover_every_invariant_that_judges_the_scheduler() -> None:
     from kvcheck.core.invariants import INVARIANTS
 
-    allocation_ids = {i for i in INVARIANTS if i.startswith(("alloc-", "kv-"))}
-    covered = {case[0] for case in BROKEN_PATHS} | {"alloc-untouched-by-resolver"}
-    assert covered == allocation_ids
+    scheduler_ids = {i for i, invariant in INVARIANTS.items() if invariant.judges == "scheduler"}
+    assert {case[0] for case in BROKEN_PATHS} == scheduler_ids
 
 
 # --- the model's rules (docs/semantics.md §2.3, §2.5, §2.7) ---------------------------------------
