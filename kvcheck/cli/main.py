@@ -25,6 +25,7 @@ from kvcheck.cli.options import (
     error_json,
     wants_json,
 )
+from kvcheck.core import interrupts
 from kvcheck.core.spellings import spellings_table
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 from kvcheck.version import VERSION
@@ -88,7 +89,10 @@ def _fault(exc: Exception) -> KvcheckUsageError:
 def console() -> None:
     """The `kvcheck` console script: `main()`, and on Ctrl-C an exit that skips the interpreter's
     teardown (unloading torch alone takes about half a second), once the report is flushed."""
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's report was printed
+        code = EXIT_INTERRUPTED
     if code == EXIT_INTERRUPTED:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -103,8 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     (`{"error": ..., "exit_code": 2}`), so a reader of `--json` always gets one object.
     """
     words = sys.argv[1:] if argv is None else list(argv)
+    # Every Ctrl-C stops the command, also one that lands where Python drops exceptions.
+    interrupts.install()
     try:
         args = build_parser().parse_args(words)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except SystemExit as exc:  # --help or --version, already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except KvcheckUsageError as exc:  # a malformed command line (Parser.error)
