@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from kvcheck.cli import check, exhaust, fuzz, mutants, regress, releases, replay
 from kvcheck.cli.options import (
@@ -25,12 +25,16 @@ from kvcheck.cli.options import (
     error_json,
     wants_json,
 )
-from kvcheck.core import interrupts
+from kvcheck.core import interrupts, isolation
 from kvcheck.core.spellings import spellings_table
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 from kvcheck.version import VERSION
 
 _COMMANDS: tuple[Any, ...] = (check, replay, regress, releases, mutants, exhaust, fuzz)
+# The commands that start again isolated when a call of the target never returns (the others
+# end with one line naming target-deadline): each of their runs is one scenario in one process.
+# None: the demo on the built-ins, which never hang.
+_RESTARTABLE: Final = frozenset({"check", "replay", None})
 
 
 def _run_spellings(args: argparse.Namespace) -> int:
@@ -89,8 +93,9 @@ def _fault(exc: Exception) -> KvcheckUsageError:
 def console() -> None:
     """The `kvcheck` console script: `main()`, and on Ctrl-C an exit that skips the interpreter's
     teardown (unloading torch alone takes about half a second), once the report is flushed."""
+    isolation.guard_stdout()
     try:
-        code = main()
+        code = main(supervised=True)
     except KeyboardInterrupt:  # a second Ctrl-C while the first one's report was printed
         code = EXIT_INTERRUPTED
     if code == EXIT_INTERRUPTED:
@@ -100,11 +105,15 @@ def console() -> None:
     sys.exit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, supervised: bool = False) -> int:
     """Run the command line; returns the exit code (0 pass, 1 violation, 2 usage/load error).
 
     An error is one line on stderr; under `--json` it is also the one JSON object on stdout
     (`{"error": ..., "exit_code": 2}`), so a reader of `--json` always gets one object.
+
+    `supervised`: this is the command line's own process (`console`), which may end itself,
+    or start again isolated, when a call of the target cannot be stopped in-process
+    (`kvcheck.core.isolation`).
     """
     words = sys.argv[1:] if argv is None else list(argv)
     # Every Ctrl-C stops the command, also one that lands where Python drops exceptions.
@@ -117,6 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except KvcheckUsageError as exc:  # a malformed command line (Parser.error)
         return _error(str(exc), as_json=wants_json(words))
+    if supervised:
+        as_json = bool(getattr(args, "json", False))
+        isolation.resume_from_environment()
+        isolation.supervise(
+            restartable=args.command in _RESTARTABLE,
+            report=lambda message, code: _error(message, as_json=as_json, code=code),
+        )
     try:
         run = getattr(args, "run", None)
         return int(run(args)) if run is not None else check.run_default_job()
