@@ -28,7 +28,7 @@ from hypothesis.strategies import SearchStrategy
 
 from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
 from kvcheck.core.invariants import Violation
-from kvcheck.core.isolation import resumed_scenario
+from kvcheck.core.isolation import isolated, resumed_scenario
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
     ALLOCATION_RULES,
@@ -611,7 +611,9 @@ def check(
         "adaptive_reason": adaptive_reason,
         "api_shape": shape,
     }
-    meter = meter_for(loaded, enabled=measure_coverage)
+    # Isolated (a call of the target never returned: kvcheck.core.isolation), every run is in a
+    # child process, whose coverage data dies with it: not measured rather than under-counted.
+    meter = meter_for(loaded, enabled=measure_coverage and not isolated())
     with time_limit(time_limit_seconds):
         if meter is None:
             return _search_conventions(loaded, convention, options)
