@@ -23,8 +23,8 @@ The command line (`supervise`) handles them in three steps:
 
 Cost: until a call gets stuck, a monitor thread that wakes ten times a second and a counter per
 call (`benchmarks/bench_isolation.py`, docs/isolation.md); once isolated, two forks per run
-that hangs and one per run that does not. Where `os.fork` is missing (Windows) step 2 is the
-one-line end of step 2's other commands.
+that hangs and one per run that does not. Where `os.fork` is missing (Windows) no command starts
+again: all end as step 2 says of the others.
 """
 
 from __future__ import annotations

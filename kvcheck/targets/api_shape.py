@@ -227,6 +227,7 @@ def _probe(
                 live.append(after - was)
             elif not req.is_retracted:
                 finished.append(after - was)
+    log.forget_proxies()
     return _ProbeRun(log, tuple(live), tuple(finished), error)
 
 

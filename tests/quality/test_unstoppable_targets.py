@@ -79,6 +79,37 @@ def test_the_time_limit_stops_a_target_that_swallows_everything(tmp_path: Path) 
     assert took < 30, took
 
 
+def test_check_tries_the_scenario_that_got_stuck_first(tmp_path: Path) -> None:
+    # The probe passes; the search gets stuck, and the isolated image starts from there.
+    code, out, err, took = _kvcheck(
+        tmp_path, "check", f"{UNSTOPPABLE}::swallows_late", "--no-save", "--json"
+    )
+    assert code == 1, err
+    report = json.loads(out)
+    assert report["violation"]["invariant"] == "target-deadline"
+    assert report["examples_to_failure"] == 1
+    assert report["coverage"] is None  # the children's coverage data died with them
+    assert "starting again" in err
+    assert took < 120, took
+
+
+def test_a_time_limit_stuck_in_the_search_is_no_verdict(tmp_path: Path) -> None:
+    code, out, err, took = _kvcheck(
+        tmp_path,
+        "check",
+        f"{UNSTOPPABLE}::swallows_late",
+        "--deadline",
+        "0",
+        "--time-limit",
+        "3",
+        "--no-save",
+        "--json",
+    )
+    assert code == 2, err
+    assert "time limit passed inside a call" in json.loads(out)["error"]
+    assert took < 15, took
+
+
 def test_exhaust_names_target_deadline_in_one_line(tmp_path: Path) -> None:
     code, out, err, took = _kvcheck(
         tmp_path, "exhaust", f"{UNSTOPPABLE}::swallows_everything", "--no-save", "--json"

@@ -118,3 +118,17 @@ def test_isolated_the_probe_and_a_run_of_a_target_that_swallows_everything_end()
     assert done.returncode == 0, done.stderr
     assert "probe: TargetDeadlineExceeded" in done.stdout
     assert "run: target-deadline " in done.stdout
+
+
+def test_an_isolated_probe_sends_back_what_the_target_touched() -> None:
+    # The probe's log held its recording proxies, which pickle but do not unpickle.
+    from kvcheck.targets.api_shape import detect_api_shape
+    from kvcheck.targets.builtins import reference
+
+    here = detect_api_shape(reference)
+    isolation._isolated = True
+    try:
+        apart = detect_api_shape(reference)
+    finally:
+        isolation._isolated = False
+    assert apart == here
