@@ -1,5 +1,5 @@
 """`python -m kvcheck.cli` runs the command line."""
 
-from kvcheck.cli.main import console
+from kvcheck.cli import console
 
 console()

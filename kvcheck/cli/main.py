@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from kvcheck.cli import check, exhaust, fuzz, mutants, regress, releases, replay
 from kvcheck.cli.options import (
@@ -25,11 +25,16 @@ from kvcheck.cli.options import (
     error_json,
     wants_json,
 )
+from kvcheck.core import interrupts, isolation
 from kvcheck.core.spellings import spellings_table
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 from kvcheck.version import VERSION
 
 _COMMANDS: tuple[Any, ...] = (check, replay, regress, releases, mutants, exhaust, fuzz)
+# The commands that start again isolated when a call of the target never returns (the others
+# end with one line naming target-deadline): each of their runs is one scenario in one process.
+# None: the demo on the built-ins, which never hang.
+_RESTARTABLE: Final = frozenset({"check", "replay", None})
 
 
 def _run_spellings(args: argparse.Namespace) -> int:
@@ -88,7 +93,11 @@ def _fault(exc: Exception) -> KvcheckUsageError:
 def console() -> None:
     """The `kvcheck` console script: `main()`, and on Ctrl-C an exit that skips the interpreter's
     teardown (unloading torch alone takes about half a second), once the report is flushed."""
-    code = main()
+    isolation.guard_stdout()
+    try:
+        code = main(supervised=True)
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's report was printed
+        code = EXIT_INTERRUPTED
     if code == EXIT_INTERRUPTED:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -96,19 +105,34 @@ def console() -> None:
     sys.exit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, supervised: bool = False) -> int:
     """Run the command line; returns the exit code (0 pass, 1 violation, 2 usage/load error).
 
     An error is one line on stderr; under `--json` it is also the one JSON object on stdout
     (`{"error": ..., "exit_code": 2}`), so a reader of `--json` always gets one object.
+
+    `supervised`: this is the command line's own process (`console`), which may end itself,
+    or start again isolated, when a call of the target cannot be stopped in-process
+    (`kvcheck.core.isolation`).
     """
     words = sys.argv[1:] if argv is None else list(argv)
+    # Every Ctrl-C stops the command, also one that lands where Python drops exceptions.
+    interrupts.install()
     try:
         args = build_parser().parse_args(words)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except SystemExit as exc:  # --help or --version, already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except KvcheckUsageError as exc:  # a malformed command line (Parser.error)
         return _error(str(exc), as_json=wants_json(words))
+    if supervised:
+        as_json = bool(getattr(args, "json", False))
+        isolation.resume_from_environment()
+        isolation.supervise(
+            restartable=args.command in _RESTARTABLE,
+            report=lambda message, code: _error(message, as_json=as_json, code=code),
+        )
     try:
         run = getattr(args, "run", None)
         return int(run(args)) if run is not None else check.run_default_job()

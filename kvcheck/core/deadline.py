@@ -25,6 +25,13 @@ ran past its deadline, which is what makes a deadline counterexample replay as o
 stopped in-process: a target that swallows every interruption forever (it loops around a bare
 `except`), and, outside the main thread, a blocking C call.
 
+When in-process interruption fails, a monitor thread (`watch_stuck`, which the command line
+starts) sees the call still running `grace` seconds past its deadline, or past a Ctrl-C, and
+hands it to `kvcheck.core.isolation`, which ends the process and reports the call from a child
+process instead (a call that never returns is still `target-deadline`). Calls are numbered
+(`calls_started`), so that such a call can be named and, in the child that reports it, made to
+end at its deadline without running (`fail_calls`).
+
 kvcheck's own code inside a call (coverage.py started and stopped around the target) runs
 `shielded`: no signal arrives meanwhile (a handler run under coverage.py's tracer while it holds
 its locks could deadlock), and its time is given back to the call.
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import signal
 import sys
 import threading
@@ -47,6 +55,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any, Final
+
+from kvcheck.core import interrupts
 
 # A resolver call takes well under a millisecond (a few with coverage measured); SGLang calls it
 # once per decode step, whose own budget is tens of milliseconds. A call still running after a
@@ -78,6 +88,24 @@ class TimeLimitReached(BaseException):
 # --- the run's time limit -------------------------------------------------------------------------
 
 _stop_at: float | None = None  # time.monotonic() when the current time limit passes
+
+# Guarded calls started in this process (`reset_calls` sets it back), and the numbers of those
+# that end at their deadline without running (`fail_calls`: a call known to never return).
+_calls = 0
+_fail_calls: frozenset[int] = frozenset()
+
+
+def calls_started() -> int:
+    """How many guarded calls started since `reset_calls` (the number of the latest)."""
+    return _calls
+
+
+def reset_calls(failing: frozenset[int] = frozenset()) -> None:
+    """Number calls from 1 again; the calls numbered in `failing` raise
+    `TargetDeadlineExceeded` instead of running (they were seen to never return)."""
+    global _calls, _fail_calls
+    _calls = 0
+    _fail_calls = failing
 
 
 @contextmanager
@@ -122,13 +150,17 @@ class _Scope:
         "due",
         "fired",
         "last_fire",
+        "number",
         "pending",
         "shield",
+        "started",
         "stop_at",
         "thread",
     )
 
     def __init__(self, deadline: float | None, stop_at: float | None, due: float) -> None:
+        self.started = time.monotonic()
+        self.number = _calls
         self.deadline = deadline
         self.stop_at = stop_at
         self.due = due
@@ -183,15 +215,15 @@ class _Watchdog:
     """A daemon thread that interrupts guarded calls of other threads past their deadline."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._scopes: dict[int, _Scope] = {}
+        self.lock = threading.Lock()
+        self.scopes: dict[int, _Scope] = {}
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._raise = ctypes.pythonapi.PyThreadState_SetAsyncExc
 
     def watch(self, scope: _Scope) -> None:
-        with self._lock:
-            self._scopes[scope.thread] = scope
+        with self.lock:
+            self.scopes[scope.thread] = scope
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="kvcheck-deadline", daemon=True
@@ -204,10 +236,10 @@ class _Watchdog:
         this has run, nothing more is raised in its thread."""
         while True:
             try:
-                with self._lock:
+                with self.lock:
                     scope.active = False
-                    if self._scopes.get(scope.thread) is scope:
-                        del self._scopes[scope.thread]
+                    if self.scopes.get(scope.thread) is scope:
+                        del self.scopes[scope.thread]
                 if scope.fired is not None:
                     # Not cleared with SetAsyncExc(id, NULL): CPython 3.11 would leave the
                     # interpreter's "async exception pending" flag set for good. Delivered on
@@ -220,9 +252,9 @@ class _Watchdog:
 
     def _loop(self) -> None:
         while True:
-            with self._lock:
+            with self.lock:
                 now = time.monotonic()
-                for scope in self._scopes.values():
+                for scope in self.scopes.values():
                     if not scope.active or now < scope.due:
                         continue
                     if scope.shield:
@@ -233,7 +265,7 @@ class _Watchdog:
                     scope.fired = scope.fired or scope.reason()
                     scope.last_fire = now
                     self._raise(ctypes.c_ulong(scope.thread), ctypes.py_object(scope.fired))
-                waiting = [s.due for s in self._scopes.values() if s.active]
+                waiting = [s.due for s in self.scopes.values() if s.active]
             if not waiting:
                 self._wake.wait()
                 self._wake.clear()
@@ -287,8 +319,12 @@ def call_with_deadline(deadline: float | None, function: Callable[..., Any], *ar
     outer one."""
     deadline = deadline or None
     stop_at = _stop_at
-    if (deadline is None and stop_at is None) or _in_call.scope is not None:
+    if _in_call.scope is not None:
         return function(*args)
+    if deadline is None and stop_at is None:
+        if _monitor.handler is None:
+            return function(*args)
+        return _monitor.unguarded(function, args)
     now = time.monotonic()
     due = min(
         now + deadline if deadline is not None else math.inf,
@@ -296,6 +332,10 @@ def call_with_deadline(deadline: float | None, function: Callable[..., Any], *ar
     )
     if stop_at is not None and now >= stop_at:
         raise TimeLimitReached
+    global _calls
+    _calls += 1
+    if _fail_calls and _calls in _fail_calls:
+        raise TargetDeadlineExceeded(deadline or 0.0)
     scope = _Scope(deadline, stop_at, due)
     if sys.unraisablehook is not _quiet_unraisable:
         global _unraisable_before
@@ -404,6 +444,94 @@ def _leave_shield(scope: _Scope, spent: float, alarm: bool) -> None:
         scope.pending = False
         scope.fired = scope.fired or scope.reason()
         raise scope.exception()
+
+
+# --- calls nothing in-process can stop ---------------------------------------------------------
+
+# What `watch_stuck` calls: (why, the call's number, the call's deadline in seconds), why being
+# "deadline", "time limit" or "interrupt" (a Ctrl-C the call swallowed).
+StuckHandler = Callable[[str, int, float], None]
+
+
+class _Monitor:
+    """A daemon thread that looks at the running guarded calls every `period` seconds and hands
+    one still running `grace` seconds past its deadline, the time limit or a Ctrl-C to its
+    handler, once."""
+
+    def __init__(self) -> None:
+        self.handler: StuckHandler | None = None
+        self.grace = 1.0
+        self.pid = 0  # the process whose thread is running (none survives a fork)
+        # When the call running without a deadline (`--deadline 0`) started: a Ctrl-C it
+        # swallows is still seen.
+        self.unguarded_since: float | None = None
+
+    def unguarded(self, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """`function(*args)`, a call without deadline or time limit, watched for Ctrl-C only."""
+        self.unguarded_since = time.monotonic()
+        try:
+            return function(*args)
+        finally:
+            self.unguarded_since = None
+
+    def start(self, handler: StuckHandler | None, grace: float) -> None:
+        self.handler, self.grace = handler, grace
+        if handler is not None and self.pid != os.getpid():
+            self.pid = os.getpid()
+            threading.Thread(target=self._loop, name="kvcheck-stuck", daemon=True).start()
+
+    def _running(self) -> list[_Scope]:
+        scopes = [_alarm_scope] if _alarm_scope is not None else []
+        with _watchdog.lock:
+            scopes.extend(_watchdog.scopes.values())
+        return [scope for scope in scopes if scope.active and not scope.shield]
+
+    def _loop(self) -> None:
+        pid = self.pid
+        while self.pid == pid:
+            time.sleep(min(self.grace / 2, 0.1))
+            handler = self.handler
+            if handler is None:
+                continue
+            now = time.monotonic()
+            pressed = interrupts.last_received_at()
+            since = self.unguarded_since
+            if since is not None and pressed is not None and since < pressed < now - self.grace:
+                self.handler = None
+                handler("interrupt", 0, 0.0)
+                return
+            for scope in self._running():
+                why = None
+                if pressed is not None and scope.started < pressed < now - self.grace:
+                    why = "interrupt"
+                elif now > scope.due + self.grace:
+                    why = "time limit" if scope.reason() is TimeLimitReached else "deadline"
+                if why is not None:
+                    self.handler = None  # once: the handler ends this process
+                    handler(why, scope.number, scope.deadline or 0.0)
+                    return
+
+
+_monitor = _Monitor()
+
+
+def watch_stuck(handler: StuckHandler | None, grace: float) -> None:
+    """From now on, a guarded call still running `grace` seconds past its deadline (or the run's
+    time limit, or a Ctrl-C that arrived during it) goes to `handler`, called in a monitor
+    thread; None stops watching. For a process that can end itself there (the command line)."""
+    _monitor.start(handler, grace)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has only the thread that forked: the watchdog and the monitor start anew
+    there when needed, and no lock stays held by a thread that is gone."""
+    global _watchdog
+    _watchdog = _Watchdog()
+    _monitor.pid = 0
+    _monitor.handler = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def describe(deadline: float | None) -> str:

@@ -50,6 +50,8 @@ from kvcheck.core.fakes import (
     histogram_of,
     is_finished,
 )
+from kvcheck.core.interrupts import held, raise_if_dropped, swallowed_since
+from kvcheck.core.interrupts import received as interrupts_received
 from kvcheck.core.jsonable import type_name
 from kvcheck.core.pool import PoolState
 from kvcheck.core.scenario import (
@@ -701,10 +703,9 @@ class Engine:
         return None
 
     def _make_result(self, launch: _EngineLaunch) -> FakeResult:
-        # Imported here: torch takes seconds to import, and a CLI that only reports a usage
-        # error should not pay for it (workers import it up front: `import_tensor_library`).
-        import torch
-
+        # Imported at the first result: torch takes seconds to import, and a CLI that only
+        # reports a usage error should not pay for it (workers import it up front).
+        torch = _tensor_library()
         config = self.config
         rows, width = len(launch.batch.reqs), config.output_width(launch.stride)
         next_token_ids = _token_ids(torch, launch.number, rows, width)
@@ -774,7 +775,20 @@ def import_tensor_library() -> None:
     """Import torch now rather than at the first decode result. A worker process calls this
     before it says it is ready: the import takes seconds, and a worker inside it cannot see
     that its parent told it to stop, so Ctrl-C would wait for the import to end."""
-    import torch  # noqa: F401
+    _tensor_library()
+
+
+_torch: Any = None
+
+
+def _tensor_library() -> Any:
+    """torch, imported once, with Ctrl-C held until the import ends (`interrupts.held`)."""
+    global _torch
+    if _torch is None:
+        with held():
+            import torch
+        _torch = torch
+    return _torch
 
 
 def _token_ids(torch: Any, launch_no: int, rows: int, width: int) -> Any:
@@ -806,7 +820,25 @@ def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | No
     it raised. Raises `UnsupportedTargetError` when it reached what kvcheck does not model or
     cannot provide, and `KvcheckInternalError` when kvcheck's own code raised: neither is a
     verdict on the target. What the target prints goes to stderr: kvcheck's stdout is its report
-    (one JSON object under `--json`)."""
+    (one JSON object under `--json`).
+
+    Every call is a point where a Ctrl-C that did not stop kvcheck is raised again
+    (`kvcheck.core.interrupts`): one Python dropped since the last call, or one the target
+    swallowed during this one."""
+    raise_if_dropped()
+    sigints = interrupts_received()
+    try:
+        outcome = _call_target(function, *args)
+    except BaseException as exc:
+        if not isinstance(exc, KeyboardInterrupt) and swallowed_since(sigints):
+            raise KeyboardInterrupt from None
+        raise
+    if swallowed_since(sigints):
+        raise KeyboardInterrupt
+    return outcome
+
+
+def _call_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
     try:
         stdout, sys.stdout = sys.stdout, sys.stderr  # `contextlib.redirect_stdout`, inline
         try:

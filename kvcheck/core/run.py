@@ -13,6 +13,7 @@ import attrs
 from kvcheck.core.allocation import RuleAllocation
 from kvcheck.core.engine import Engine, Observation, UnsupportedTargetError
 from kvcheck.core.invariants import INVARIANTS, Violation, check_event
+from kvcheck.core.isolation import maybe_apart, running
 from kvcheck.core.model import Expectation, ReferenceModel
 from kvcheck.core.scenario import Event, Scenario, to_json_line
 from kvcheck.core.target import Target, allocation_path
@@ -65,7 +66,21 @@ def run_scenario(
     `on_event(index, total)` is called after each event (a replay's progress line). Raises
     `UnsupportedTargetError` when the target touches what kvcheck does not model, also when it
     caught the error itself and a violation followed.
+
+    Once this process is isolated (a call of the target never returned: `kvcheck.core.isolation`)
+    the run is done in a forked child.
     """
+    result: RunResult = maybe_apart(_run_here, scenario, target, record, on_event)
+    return result
+
+
+def _run_here(
+    scenario: Scenario,
+    target: Target,
+    record: bool,
+    on_event: Callable[[int, int], None] | None,
+) -> RunResult:
+    running(scenario)
     model = ReferenceModel(scenario.config)
     engine = Engine(
         scenario.config,

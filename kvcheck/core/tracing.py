@@ -28,6 +28,11 @@ class AccessLog:
         """Every spelling key the target read, wrote or called."""
         return self.reads | self.writes | self.calls
 
+    def forget_proxies(self) -> None:
+        """Drop the proxies once the target has run: they hold the fakes, and a proxy does not
+        unpickle (a probe in a child process sends its log back: `kvcheck.core.isolation`)."""
+        self._proxies.clear()
+
     def wrap(self, value: Any) -> Any:
         """`value` behind a recording proxy when it is a fake or a list of fakes (`batch.reqs`).
 

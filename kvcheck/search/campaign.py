@@ -36,6 +36,7 @@ from hypothesis.database import ExampleDatabase
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.engine import import_tensor_library
+from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.run import RunResult
 from kvcheck.core.scenario import Convention, GlobalCounterMode, to_json_line
 from kvcheck.counterexamples.fileformat import Counterexample, loads
@@ -542,6 +543,7 @@ def run_campaign(
         for process in processes:
             process.start()
         while not all(finished(w) for w in state.workers):
+            raise_if_dropped()  # no target call runs in this process to raise it again
             drain(poll)
             reap()
             if on_update is not None:

@@ -29,6 +29,7 @@ from hypothesis.strategies import SearchStrategy
 from kvcheck.core.allocation_rules import allocation_features
 from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
 from kvcheck.core.invariants import Violation
+from kvcheck.core.isolation import isolated, resumed_scenario
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import (
     ALLOCATION_RULES,
@@ -320,6 +321,14 @@ def search(
             if saved.config.allocation not in rules:  # saved before the target's rules were kept
                 continue
             property_holds = example(with_overlap(saved, overlap, rules))(property_holds)
+    resumed = resumed_scenario()
+    if resumed is not None:
+        # The scenario in which a call of the target never returned, before this process
+        # started again isolated (kvcheck.core.isolation): the first one tried.
+        stuck = from_json(resumed)
+        stuck_rules = allocation_rules(target)
+        if stuck.config.convention == convention and stuck.config.allocation in stuck_rules:
+            property_holds = example(with_overlap(stuck, overlap, stuck_rules))(property_holds)
     if with_witness:
         witness = stride_switch_witness(convention, global_counters, allocation_rules(target))
         property_holds = example(witness)(property_holds)
@@ -614,7 +623,9 @@ def check(
         "adaptive_reason": adaptive_reason,
         "api_shape": shape,
     }
-    meter = meter_for(loaded, enabled=measure_coverage)
+    # Isolated (a call of the target never returned: kvcheck.core.isolation), every run is in a
+    # child process, whose coverage data dies with it: not measured rather than under-counted.
+    meter = meter_for(loaded, enabled=measure_coverage and not isolated())
     with time_limit(time_limit_seconds):
         if meter is None:
             return _search_conventions(loaded, convention, options)

@@ -53,6 +53,7 @@ import attrs
 from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.engine import import_tensor_library
+from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 from kvcheck.search.processes import become_worker, forget_dead_resource_tracker
@@ -245,7 +246,9 @@ def search_sharded(
         return message
 
     def watch() -> None:
-        """Dead workers, limits and progress, every `_POLL` seconds while waiting."""
+        """Dead workers, limits and progress, every `_POLL` seconds while waiting; a Ctrl-C
+        that Python dropped is raised again here (no target call runs in this process)."""
+        raise_if_dropped()
         for i, process in enumerate(processes):
             if process.exitcode is not None and i not in done:
                 with contextlib.suppress(queue_module.Empty):

@@ -30,6 +30,7 @@ import attrs
 from kvcheck.core.allocation_rules import RULES
 from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.engine import Engine
+from kvcheck.core.isolation import maybe_apart, running
 from kvcheck.core.scenario import (
     Admit,
     Algorithm,
@@ -226,6 +227,7 @@ def _probe(
                 live.append(after - was)
             elif not req.is_retracted:
                 finished.append(after - was)
+    log.forget_proxies()
     return _ProbeRun(log, tuple(live), tuple(finished), error)
 
 
@@ -303,7 +305,8 @@ def detect_api_shape(
 ) -> ApiShape:
     """Probe `resolver` once (uncached), each call under `deadline` seconds (a call past it ends
     the probe and is its `probe_error`). Raises `UnsupportedTargetError` like a run does."""
-    run = _probe(resolver, self_methods or {}, deadline)
+    running(None)
+    run: _ProbeRun = maybe_apart(_probe, resolver, self_methods or {}, deadline)
     log = run.log
     touched = log.touched
     spellings = tuple(sorted(k for k in touched if k in SPELLINGS_BY_KEY))

@@ -1,0 +1,134 @@
+"""Calls nothing in-process can stop (`kvcheck.core.isolation`, `deadline.watch_stuck`): the
+monitor names a call still running past its deadline and a grace; a numbered call can be made
+to fail at once; isolated, a run is done in a forked child, and a run whose call never returns
+there is still a `target-deadline` violation at that call, in the probe too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kvcheck.core import deadline, isolation
+from kvcheck.core.deadline import TargetDeadlineExceeded, call_with_deadline
+from kvcheck.core.engine import UnsupportedTargetError
+from tests.helpers import ROOT, TESTS_DIR
+
+UNSTOPPABLE = TESTS_DIR / "fixtures" / "hostile" / "unstoppable.py"
+
+
+@pytest.fixture
+def numbered() -> Iterator[None]:
+    deadline.reset_calls()
+    try:
+        yield
+    finally:
+        deadline.reset_calls()
+        deadline.watch_stuck(None, 1.0)
+
+
+def _swallow_for(seconds: float) -> str:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            while time.monotonic() < end:
+                pass
+        except BaseException:
+            pass
+    return "late"
+
+
+def test_the_monitor_names_a_call_still_running_past_its_deadline(numbered: None) -> None:
+    seen: list[tuple[str, int, float]] = []
+    deadline.watch_stuck(lambda *stuck: seen.append(stuck), 0.1)
+    call_with_deadline(0.1, lambda: "fine")  # call 1
+    with pytest.raises(TargetDeadlineExceeded):
+        call_with_deadline(0.1, _swallow_for, 0.8)  # call 2, stuck after 0.2 s
+    assert seen == [("deadline", 2, 0.1)]
+
+
+def test_a_call_numbered_to_fail_raises_without_running(numbered: None) -> None:
+    ran: list[int] = []
+    deadline.reset_calls(frozenset({2}))
+    call_with_deadline(1.0, ran.append, 1)
+    with pytest.raises(TargetDeadlineExceeded):
+        call_with_deadline(1.0, ran.append, 2)
+    call_with_deadline(1.0, ran.append, 3)
+    assert ran == [1, 3]
+    assert deadline.calls_started() == 3
+
+
+def test_apart_returns_and_raises_what_the_child_did() -> None:
+    assert isolation.apart(sum, [1, 2, 3]) == 6
+    with pytest.raises(UnsupportedTargetError, match="not modelled"):
+        isolation.apart(_raise_unsupported)
+
+
+def _raise_unsupported() -> Any:
+    raise UnsupportedTargetError("not modelled")
+
+
+def _swallowing_run() -> Any:
+    # Stands for a run of the target: call 1 returns, call 2 never does.
+    call_with_deadline(0.1, lambda: None)
+    call_with_deadline(0.1, _swallow_for, 3600.0)
+    return "unreachable"
+
+
+def test_apart_ends_a_call_that_never_returns_at_its_deadline(numbered: None) -> None:
+    started = time.monotonic()
+    with pytest.raises(TargetDeadlineExceeded):
+        isolation.apart(_swallowing_run)
+    assert time.monotonic() - started < 5
+
+
+# A fresh interpreter: isolated, the probe and a run of a target that swallows every
+# interruption both end; before isolation both hung for good (the subprocess's timeout).
+ISOLATED_RUN = textwrap.dedent(
+    f"""
+    from kvcheck.core import isolation
+    from kvcheck.core.run import run_scenario
+    from kvcheck.core.scenario import Admit, Config, Scenario, Step
+    from kvcheck.targets.loading import load_target
+
+    isolation._isolated = True
+    target = load_target("{UNSTOPPABLE}::swallows_everything")
+    print("probe:", target.shape.probe_error)
+    events = (Admit("r0", 10, 20), Step(), Step((2,)), Step((3,)))
+    result = run_scenario(Scenario(Config(), events), target)
+    print("run:", result.violation.invariant, result.violation.event_index)
+    """
+)
+
+
+def test_isolated_the_probe_and_a_run_of_a_target_that_swallows_everything_end() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ISOLATED_RUN],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "probe: TargetDeadlineExceeded" in done.stdout
+    assert "run: target-deadline " in done.stdout
+
+
+def test_an_isolated_probe_sends_back_what_the_target_touched() -> None:
+    # The probe's log held its recording proxies, which pickle but do not unpickle.
+    from kvcheck.targets.api_shape import detect_api_shape
+    from kvcheck.targets.builtins import reference
+
+    here = detect_api_shape(reference)
+    isolation._isolated = True
+    try:
+        apart = detect_api_shape(reference)
+    finally:
+        isolation._isolated = False
+    assert apart == here
