@@ -98,11 +98,22 @@ def console() -> None:
         code = main(supervised=True)
     except KeyboardInterrupt:  # a second Ctrl-C while the first one's report was printed
         code = EXIT_INTERRUPTED
+    _flush_report()
     if code == EXIT_INTERRUPTED:
-        sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def _flush_report() -> None:
+    """Flush the report now, while a reader that went away (`kvcheck check --json | head -0`)
+    can still be handled: the pipe's end goes to /dev/null, so the interpreter's own flush at
+    exit cannot fail and turn the exit code into 120."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def main(argv: Sequence[str] | None = None, *, supervised: bool = False) -> int:
