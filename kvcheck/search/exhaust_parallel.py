@@ -45,7 +45,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -55,13 +55,11 @@ from kvcheck.core.engine import import_tensor_library
 from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
+from kvcheck.search.sharding import Candidate, Found, NodeLike, PlanLike, ShardFactory
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.search.workers import Crashed, Refused, WorkerMessage, WorkerPool
 from kvcheck.targets.loading import load_target
 from kvcheck.wording import plural
-
-if TYPE_CHECKING:  # `kvcheck.search.exhaust` imports this module: its classes come as arguments
-    from kvcheck.search.exhaust import Candidate, Found, Plan, Shard, _Node
 
 __all__ = ["Outcome", "WorkerLost", "collected_by_hand", "peak_memory_mb", "search_sharded"]
 
@@ -147,9 +145,9 @@ class _Setup:
     """What every worker is sent at its start (its index comes from the pool)."""
 
     workers: int
-    plan: Plan
+    plan: PlanLike
     # `kvcheck.search.exhaust.Shard` (sent by reference).
-    shard_class: type[Shard]
+    shard_class: ShardFactory
     # The target pickled, or None: load it from `spec`.
     target_bytes: bytes | None
     spec: str
@@ -212,9 +210,9 @@ _R = TypeVar("_R", _Ready, _Expanded, _Merged)
 
 def search_sharded(
     target: Target,
-    plan: Plan,
+    plan: PlanLike,
     workers: int,
-    shard_class: type[Shard],
+    shard_class: ShardFactory,
     *,
     max_states: int | None = None,
     time_limit: float | None = None,
@@ -426,7 +424,7 @@ def _finish(
 # --- a worker -----------------------------------------------------------------------------------
 
 
-def _encode(node: _Node, target: Target) -> bytes | None:
+def _encode(node: NodeLike, target: Target) -> bytes | None:
     """A node's engine and model as bytes, without the target: the resolver and the methods
     bound onto the fake scheduler are taken off while pickling (the receiver puts its own copy
     of the target back, `_decode`), so a target read from source, or one wrapped for coverage,
@@ -491,10 +489,10 @@ def _work(
         if time.monotonic() - last["progress"] >= _PROGRESS_EVERY:
             report()
 
-    def encode(node: _Node) -> bytes | None:
+    def encode(node: NodeLike) -> bytes | None:
         return _encode(node, target)
 
-    def decode(candidate: Candidate) -> _Node:
+    def decode(candidate: Candidate) -> Any:
         data = candidate[3]
         if data is not None:
             with contextlib.suppress(Exception):

@@ -83,9 +83,7 @@ def plan(**changes: object) -> CampaignPlan:
     return CampaignPlan(**(fields | changes))  # type: ignore[arg-type]
 
 
-def run_worker(
-    monkeypatch: pytest.MonkeyPatch, database: ExampleDatabase
-) -> list[WorkerMessage]:
+def run_worker(monkeypatch: pytest.MonkeyPatch, database: ExampleDatabase) -> list[WorkerMessage]:
     monkeypatch.setattr(campaign, "open_database", lambda spec: database)
     monkeypatch.setattr(campaign, "_DATABASE_RETRY_PAUSES", (0.0, 0.0))
     messages: queue.Queue[WorkerMessage] = queue.Queue()

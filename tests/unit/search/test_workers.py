@@ -58,9 +58,7 @@ def test_workers_send_named_messages_on_the_shared_queue() -> None:
         pool.start(echo, lambda i: ("hello", replies[i]))
         received = receive_all(pool, 2)
         assert sorted(received, key=lambda m: m.worker) == [Echo(0, "hello 0"), Echo(1, "hello 1")]
-        assert {replies[i].get(timeout=30) for i in range(2)} == {
-            p.pid for p in pool.processes
-        }
+        assert {replies[i].get(timeout=30) for i in range(2)} == {p.pid for p in pool.processes}
         assert [p.name for p in pool.processes] == ["kvcheck-test-0", "kvcheck-test-1"]
     finally:
         pool.close()
