@@ -45,7 +45,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
@@ -204,6 +204,9 @@ class _Done(WorkerMessage):
     grown_mb: float
 
 
+# What the parent tells each worker, once per barrier and at the end.
+_Command = Literal["expand", "merge", "finish"]
+
 # The replies the parent waits for from every worker, once per barrier.
 _R = TypeVar("_R", _Ready, _Expanded, _Merged)
 
@@ -340,7 +343,7 @@ def search_sharded(
         states = sum(r.seen for r in ready)
         while frontier and (plan.bounds.events is None or depth < plan.bounds.events):
             for control in controls:
-                control.put(("expand",))
+                control.put("expand")
             expanded = gather(_Expanded)
             if any(r.stopped for r in expanded):  # stopped within the level
                 complete = False
@@ -352,7 +355,7 @@ def search_sharded(
             if found:
                 break
             for control in controls:
-                control.put(("merge",))
+                control.put("merge")
             merged = gather(_Merged)
             if any(r.stopped for r in merged):
                 complete = False
@@ -376,7 +379,7 @@ def search_sharded(
         stop.set()
         for control in controls:
             with contextlib.suppress(Exception):
-                control.put(("finish",))
+                control.put("finish")
         with contextlib.suppress(Exception, KeyboardInterrupt):
             _finish(pool, on_message, done, said_ready)
         pool.close()
@@ -521,12 +524,12 @@ def _work(
     # As in the single-process search: collected per level and every so often.
     with collected_by_hand(), _time_limit(remaining):
         while True:
-            command = control.get()
-            if command[0] == "finish":
+            command: _Command = control.get()
+            if command == "finish":
                 break
             why = ""
             try:
-                if command[0] == "expand":
+                if command == "expand":
                     shard.expand(look)
                     report()
                     messages.put(_Expanded(index, "", tuple(shard.found)))
@@ -548,7 +551,7 @@ def _work(
             except TimeLimitReached:
                 why = "time limit"
             report()
-            if command[0] == "expand":
+            if command == "expand":
                 messages.put(_Expanded(index, why, ()))
             else:
                 messages.put(
