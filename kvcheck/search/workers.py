@@ -1,6 +1,7 @@
 """One pool of worker processes, for `fuzz`'s campaign and `exhaust --workers`, and what every
-kvcheck worker process does first (`mutants --jobs` uses `become_worker` in its own
-`concurrent.futures` pool).
+kvcheck worker process does first. `mutants --jobs` keeps its `concurrent.futures` pool (a task
+queue with one result per mutant, which this pool of long-lived workers streaming messages is
+not) and shares `become_worker` only.
 
 `WorkerPool` spawns the workers (multiprocessing's `spawn` context: torch and fork do not mix),
 owns the queues and the stop flag they share, tells how a dead worker ended, and at the end
