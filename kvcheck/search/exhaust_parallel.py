@@ -204,6 +204,21 @@ class _Done(WorkerMessage):
     grown_mb: float
 
 
+# The three rounds of a level's merge.
+_Phase = Literal["offer", "want", "state"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Batch(WorkerMessage):
+    """What one worker sends another in a round of the merge (module docstring): in `offer` the
+    children the receiver owns, in `want` the keys whose states it keeps, in `state` those
+    states."""
+
+    level: int
+    phase: _Phase
+    payload: Any
+
+
 # What the parent tells each worker, once per barrier and at the end.
 _Command = Literal["expand", "merge", "finish"]
 
@@ -502,22 +517,24 @@ def _work(
                 return shard.restore(candidate, _decode(data, target))
         return shard.restore(candidate, None)
 
-    stash: dict[tuple[int, str], list[tuple[int, Any]]] = {}
+    stash: dict[tuple[int, _Phase], list[tuple[int, Any]]] = {}
 
-    def receive(level: int, phase: str) -> list[tuple[int, Any]]:
+    def receive(level: int, phase: _Phase) -> list[tuple[int, Any]]:
         """The other workers' messages of one round of a level: (sender, payload) each."""
         while len(stash.get((level, phase), ())) < workers - 1:
             if stop.is_set():
                 raise _Stopped
             with contextlib.suppress(queue_module.Empty):
-                sent_level, sent_phase, sender, payload = inboxes[index].get(timeout=_POLL)
-                stash.setdefault((sent_level, sent_phase), []).append((sender, payload))
+                batch: _Batch = inboxes[index].get(timeout=_POLL)
+                stash.setdefault((batch.level, batch.phase), []).append(
+                    (batch.worker, batch.payload)
+                )
         return stash.pop((level, phase))
 
-    def send(level: int, phase: str, payloads: Any, empty: Any) -> None:
+    def send(level: int, phase: _Phase, payloads: Any, empty: Any) -> None:
         for other in range(workers):
             if other != index:
-                inboxes[other].put((level, phase, index, payloads.get(other, empty)))
+                inboxes[other].put(_Batch(index, level, phase, payloads.get(other, empty)))
 
     remaining = None if setup.stop_at is None else max(0.0, setup.stop_at - time.time())
     level = 0
@@ -538,7 +555,8 @@ def _work(
                 send(level, "offer", dict(enumerate(shard.offers())), {})
                 send(level, "want", shard.select(receive(level, "offer")), [])
                 for sender, keys in receive(level, "want"):
-                    inboxes[sender].put((level, "state", index, shard.give(sender, keys, encode)))
+                    states_wanted = shard.give(sender, keys, encode)
+                    inboxes[sender].put(_Batch(index, level, "state", states_wanted))
                 states: dict[bytes, Any] = {}
                 for _, batch in receive(level, "state"):
                     states.update(batch)
