@@ -26,7 +26,7 @@ from kvcheck.core.scenario import Grammar, config_to_dict, event_to_dict
 from kvcheck.core.target import Target, allocation_rules
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
 from kvcheck.search.exhaust import Bounds, exhaust
-from kvcheck.search.processes import become_worker
+from kvcheck.search.workers import become_worker
 from kvcheck.targets.loading import load_target
 
 # Where each mutant's shortest counterexample is looked for: the default exhaustive bounds plus a
@@ -349,7 +349,7 @@ def warm_up() -> None:
 def _worker_init() -> None:
     """A `--jobs` worker: Ctrl-C is the parent's to handle (it ends the workers), and a worker
     whose parent died (killed, say) exits instead of running on. The pool may start workers from
-    its own thread, so no kernel death signal (`kvcheck.search.processes`)."""
+    its own thread, so no kernel death signal (`kvcheck.search.workers`)."""
     become_worker(os.getppid(), kernel=False)
     warm_up()
 

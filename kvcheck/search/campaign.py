@@ -22,9 +22,7 @@ and die with the parent if it dies.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
-import os
-import queue as queue_module
+import dataclasses
 import random
 import re
 import time
@@ -43,10 +41,10 @@ from kvcheck.counterexamples.fileformat import Counterexample, loads
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.search.check import search
-from kvcheck.search.processes import become_worker, forget_dead_resource_tracker
 from kvcheck.search.profiles import directory_database
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
+from kvcheck.search.workers import Crashed, Refused, WorkerMessage, WorkerPool
 from kvcheck.targets.loading import load_target
 from kvcheck.wording import plural
 
@@ -317,19 +315,46 @@ def _database_faults() -> tuple[type[BaseException], ...]:
 # --- a worker -----------------------------------------------------------------------------------
 
 
-def _worker_main(
-    plan: CampaignPlan, index: int, messages: Any, stop: Any, parent: int
+@dataclasses.dataclass(frozen=True)
+class _Started(WorkerMessage):
+    """The worker loaded the target: from here on it sees a stop between scenarios."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Progress(WorkerMessage):
+    """Scenarios run and seconds spent so far, the scheduler states reached, and the target
+    coverage when it was measured this time (it costs an analysis)."""
+
+    examples: int
+    seconds: float
+    reached: frozenset[str]
+    coverage: TargetCoverage | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _FailureFound(WorkerMessage):
+    """A shrunk counterexample, as its file's JSON, found after `examples_to_failure` of the
+    worker's scenarios."""
+
+    counterexample_json: str
+    examples_to_failure: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _DatabaseLost(WorkerMessage):
+    """The example database failed; the worker goes on without it."""
+
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Done(WorkerMessage):
+    """The worker ended its last round."""
+
+
+def _work(
+    index: int, messages: Any, stop: Any, plan: CampaignPlan
 ) -> None:  # pragma: no cover - runs in a worker process (tests/quality/test_fuzz*.py)
-    become_worker(parent)
-    try:
-        _work(plan, index, messages, stop)
-    except KvcheckUsageError as exc:
-        messages.put(("error", index, str(exc)))
-    except Exception as exc:
-        messages.put(("crash", index, f"{type(exc).__name__}: {exc}"))
-
-
-def _work(plan: CampaignPlan, index: int, messages: Any, stop: Any) -> None:
     target = load_target(
         plan.target, allow_unavailable=plan.allow_unavailable_imports, deadline=plan.deadline
     )
@@ -337,7 +362,7 @@ def _work(plan: CampaignPlan, index: int, messages: Any, stop: Any) -> None:
     judged = meter.instrument(target) if meter is not None else target
 
     def lost(why: str) -> None:
-        messages.put(("database-lost", index, why))
+        messages.put(_DatabaseLost(index, why))
 
     try:
         opened = open_database(plan.database)
@@ -347,7 +372,7 @@ def _work(plan: CampaignPlan, index: int, messages: Any, stop: Any) -> None:
         lost(str(exc))
     database = None if opened is None else TolerantDatabase(opened, lost)
     import_tensor_library()
-    messages.put(("started", index))  # from here on, a stop is seen between scenarios
+    messages.put(_Started(index))  # from here on, a stop is seen between scenarios
     budget = plan.share(index)
     started = time.monotonic()
     deadline = None if plan.duration is None else started + plan.duration
@@ -362,7 +387,7 @@ def _work(plan: CampaignPlan, index: int, messages: Any, stop: Any) -> None:
             coverage, last["coverage"] = meter.result(), now
         last["progress"] = now
         messages.put(
-            ("progress", index, count["examples"], now - started, frozenset(reached), coverage)
+            _Progress(index, count["examples"], now - started, frozenset(reached), coverage)
         )
 
     def on_run(_result: RunResult) -> None:
@@ -404,11 +429,11 @@ def _work(plan: CampaignPlan, index: int, messages: Any, stop: Any) -> None:
                 allow_unavailable_imports=plan.allow_unavailable_imports,
             )
             to_failure = before + (outcome.examples_to_failure or 0)
-            messages.put(("failure", index, counterexample.to_json(), to_failure))
+            messages.put(_FailureFound(index, counterexample.to_json(), to_failure))
             if not plan.keep_going:
                 break
     report(final=True)
-    messages.put(("done", index))
+    messages.put(_Done(index))
 
 
 def _round_size(
@@ -446,40 +471,32 @@ def run_campaign(
     second Ctrl-C terminates them at once. Workers still running `_STOP_GRACE` seconds after
     being told to stop are terminated.
     """
-    context = multiprocessing.get_context("spawn")
-    messages: Any = context.Queue()
-    stop = context.Event()
+    pool = WorkerPool("fuzz", plan.workers)
+    stop = pool.stop
     state = CampaignState(plan, [WorkerStatus(i) for i in range(plan.workers)])
-    processes = [
-        context.Process(
-            target=_worker_main,
-            args=(plan, i, messages, stop, os.getpid()),
-            name=f"kvcheck-fuzz-{i}",
-            daemon=True,
-        )
-        for i in range(plan.workers)
-    ]
     coverages: dict[int, TargetCoverage] = {}
 
     def tell(line: str) -> None:
         if on_event is not None:
             on_event(state, line)
 
-    def handle(message: tuple[Any, ...]) -> None:
-        kind, index = message[0], message[1]
+    def handle(message: WorkerMessage) -> None:
+        index = message.worker
         worker = state.workers[index]
-        if kind == "started":
+        if isinstance(message, _Started):
             worker.state = "running"
-        elif kind == "progress":
-            _, _, examples, seconds, reached, coverage = message
-            worker.examples, worker.seconds = examples, seconds
-            state.reached |= reached
-            if coverage is not None:
-                coverages[index] = coverage
+        elif isinstance(message, _Progress):
+            worker.examples, worker.seconds = message.examples, message.seconds
+            state.reached |= message.reached
+            if message.coverage is not None:
+                coverages[index] = message.coverage
                 state.coverage = _union(coverages.values())
-        elif kind == "failure":
+        elif isinstance(message, _FailureFound):
             found = Found(
-                loads(message[2], "a worker's counterexample"), index, message[3], state.seconds
+                loads(message.counterexample_json, "a worker's counterexample"),
+                index,
+                message.examples_to_failure,
+                state.seconds,
             )
             if any(f.identity == found.identity for f in state.failures):
                 state.duplicates += 1
@@ -493,31 +510,29 @@ def run_campaign(
                 on_found(found)
             if not plan.keep_going:
                 stop.set()
-        elif kind == "done":
+        elif isinstance(message, _Done):
             worker.state = "done"
-        elif kind == "error":
-            worker.state, worker.error = "crashed", message[2]
+        elif isinstance(message, Refused):
+            worker.state, worker.error = "crashed", message.error
             if not state.error:
-                state.error = message[2]
+                state.error = message.error
                 stop.set()
-        elif kind == "database-lost":
+        elif isinstance(message, _DatabaseLost):
             warning = (
-                f"worker {index} lost the example database ({message[2]}); it goes on without "
+                f"worker {index} lost the example database ({message.why}); it goes on without "
                 "it, so it neither replays nor shares failures"
             )
             state.warnings.append(warning)
             tell(warning)
-        elif kind == "crash":
-            worker.state, worker.error = "crashed", message[2]
-            tell(f"worker {index} crashed: {message[2]}; the others go on")
+        elif isinstance(message, Crashed):
+            worker.state, worker.error = "crashed", message.error
+            tell(f"worker {index} crashed: {message.error}; the others go on")
 
     def drain(wait: float) -> None:
-        try:
-            handle(messages.get(timeout=wait))
-            while True:
-                handle(messages.get_nowait())
-        except queue_module.Empty:
-            pass
+        message = pool.receive(wait)
+        while message is not None:
+            handle(message)
+            message = pool.receive(0)
 
     def finished(worker: WorkerStatus) -> bool:
         return worker.state in ("done", "crashed", "stopped")
@@ -528,20 +543,18 @@ def run_campaign(
         return finished(worker) or worker.state == "starting"
 
     def reap() -> None:
-        for process, worker in zip(processes, state.workers, strict=True):
-            if finished(worker) or process.exitcode is None:
+        for worker in state.workers:
+            how = pool.ended_how(worker.index)
+            if finished(worker) or how is None:
                 continue
             drain(0.05)  # what it sent before it ended
             if not finished(worker):
-                code = process.exitcode
-                how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
                 worker.state, worker.error = "crashed", f"the worker process {how}"
                 tell(f"worker {worker.index} crashed: {worker.error}; the others go on")
 
     stopping_since: float | None = None
     try:
-        for process in processes:
-            process.start()
+        pool.start(_work, lambda _: (plan,))
         while not all(finished(w) for w in state.workers):
             raise_if_dropped()  # no target call runs in this process to raise it again
             drain(poll)
@@ -564,23 +577,13 @@ def run_campaign(
                 drain(poll)
                 reap()
     finally:
-        stop.set()
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=5)
+        pool.end_processes()
         with contextlib.suppress(Exception):
             drain(0.0)
         for worker in state.workers:
             if not finished(worker):
                 worker.state = "stopped"
-        messages.close()
-        messages.cancel_join_thread()
-        forget_dead_resource_tracker()
+        pool.close()
         state.ended = time.monotonic()
     return state
 

@@ -118,6 +118,7 @@ from kvcheck.search.exhaust_parallel import (
     peak_memory_mb,
     search_sharded,
 )
+from kvcheck.search.sharding import Candidate, Found
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.wording import plural
 
@@ -443,14 +444,6 @@ def fresh_state(target: Target, config: Config) -> tuple[Engine, ReferenceModel]
         deadline=target.deadline,
     )
     return engine, ReferenceModel(config)
-
-
-# One transition's child as a shard keeps it for the next level: its steps, start config and
-# events, and its state (a node; the index of the shard that holds it, until it sends it; or what
-# that shard sent: pickled bytes, or None when the state did not pickle and is replayed).
-Candidate = tuple[int, int, tuple[Event, ...], Any]
-# A counterexample found at a level: start config, events, the invariant its last event broke.
-Found = tuple[int, tuple[Event, ...], str]
 
 
 def better(steps: int, origin: int, events: tuple[Event, ...], than: Candidate) -> bool:

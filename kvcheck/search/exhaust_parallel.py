@@ -37,16 +37,15 @@ store (docs/architecture.md).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
-import multiprocessing
-import os
 import pickle
 import queue as queue_module
 import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
@@ -56,13 +55,11 @@ from kvcheck.core.engine import import_tensor_library
 from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
-from kvcheck.search.processes import become_worker, forget_dead_resource_tracker
+from kvcheck.search.sharding import Candidate, Found, NodeLike, PlanLike, ShardFactory
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
+from kvcheck.search.workers import Crashed, Refused, WorkerMessage, WorkerPool
 from kvcheck.targets.loading import load_target
 from kvcheck.wording import plural
-
-if TYPE_CHECKING:  # `kvcheck.search.exhaust` imports this module: its classes come as arguments
-    from kvcheck.search.exhaust import Candidate, Found, Plan, Shard, _Node
 
 __all__ = ["Outcome", "WorkerLost", "collected_by_hand", "peak_memory_mb", "search_sharded"]
 
@@ -145,13 +142,12 @@ class Outcome:
 
 @attrs.frozen
 class _Setup:
-    """What each worker is sent at its start."""
+    """What every worker is sent at its start (its index comes from the pool)."""
 
-    index: int
     workers: int
-    plan: Plan
+    plan: PlanLike
     # `kvcheck.search.exhaust.Shard` (sent by reference).
-    shard_class: type[Shard]
+    shard_class: ShardFactory
     # The target pickled, or None: load it from `spec`.
     target_bytes: bytes | None
     spec: str
@@ -160,14 +156,81 @@ class _Setup:
     measure_coverage: bool
     # time.time() when the run's time limit passes (None: no limit).
     stop_at: float | None
-    parent: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ready(WorkerMessage):
+    """The worker loaded the target and holds its part of the start: `frontier` states to
+    expand, `seen` states kept."""
+
+    frontier: int
+    seen: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Progress(WorkerMessage):
+    """Transitions tried and states kept so far, and what the worker grew past its start-up."""
+
+    scenarios: int
+    states: int
+    grown_mb: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Expanded(WorkerMessage):
+    """The worker expanded its frontier (`stopped`: why it left the level early, else "") and
+    found these violations."""
+
+    stopped: str
+    found: tuple[Found, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Merged(WorkerMessage):
+    """The worker merged the level's children (`stopped` as in `_Expanded`): its next frontier,
+    the states it keeps, and the transitions it tried."""
+
+    stopped: str
+    frontier: int
+    seen: int
+    scenarios: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Done(WorkerMessage):
+    """The worker's last word: its target coverage and what it grew past its start-up."""
+
+    coverage: TargetCoverage | None
+    grown_mb: float
+
+
+# The three rounds of a level's merge.
+_Phase = Literal["offer", "want", "state"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Batch(WorkerMessage):
+    """What one worker sends another in a round of the merge (module docstring): in `offer` the
+    children the receiver owns, in `want` the keys whose states it keeps, in `state` those
+    states."""
+
+    level: int
+    phase: _Phase
+    payload: Any
+
+
+# What the parent tells each worker, once per barrier and at the end.
+_Command = Literal["expand", "merge", "finish"]
+
+# The replies the parent waits for from every worker, once per barrier.
+_R = TypeVar("_R", _Ready, _Expanded, _Merged)
 
 
 def search_sharded(
     target: Target,
-    plan: Plan,
+    plan: PlanLike,
     workers: int,
-    shard_class: type[Shard],
+    shard_class: ShardFactory,
     *,
     max_states: int | None = None,
     time_limit: float | None = None,
@@ -184,38 +247,21 @@ def search_sharded(
         target_bytes = None  # read from source: each worker loads it from its spec
     started = time.monotonic()
     stop_at = None if time_limit is None else time.time() + time_limit
-    context = multiprocessing.get_context("spawn")
-    messages: Any = context.Queue()
-    controls = [context.Queue() for _ in range(workers)]
-    inboxes = [context.Queue() for _ in range(workers)]
-    stop = context.Event()
-    processes = [
-        context.Process(
-            target=_worker_main,
-            args=(
-                _Setup(
-                    i,
-                    workers,
-                    plan,
-                    shard_class,
-                    target_bytes,
-                    target.spec,
-                    target.deadline,
-                    allow_unavailable_imports,
-                    measure_coverage,
-                    stop_at,
-                    os.getpid(),
-                ),
-                messages,
-                controls[i],
-                inboxes,
-                stop,
-            ),
-            name=f"kvcheck-exhaust-{i}",
-            daemon=True,
-        )
-        for i in range(workers)
-    ]
+    pool = WorkerPool("exhaust", workers)
+    stop = pool.stop
+    controls = [pool.queue() for _ in range(workers)]
+    inboxes = [pool.queue() for _ in range(workers)]
+    setup = _Setup(
+        workers,
+        plan,
+        shard_class,
+        target_bytes,
+        target.spec,
+        target.deadline,
+        allow_unavailable_imports,
+        measure_coverage,
+        stop_at,
+    )
     counts = [(0, 0)] * workers  # (scenarios, states) each worker last reported
     memory = [0.0] * workers
     done: dict[int, tuple[TargetCoverage | None, float]] = {}
@@ -227,21 +273,23 @@ def search_sharded(
 
     said_ready: set[int] = set()  # a worker not yet ready has nothing to report: not waited for
 
-    def on_message(message: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        kind, index = message[0], message[1]
-        if kind == "progress":
-            counts[index] = message[2]
-            memory[index] = message[3]
+    def on_message(message: WorkerMessage | None) -> WorkerMessage | None:
+        if message is None:
             return None
-        if kind == "crash":
+        index = message.worker
+        if isinstance(message, _Progress):
+            counts[index] = (message.scenarios, message.states)
+            memory[index] = message.grown_mb
+            return None
+        if isinstance(message, Crashed):
             raise KvcheckInternalError(
-                f"exhaust worker {index} crashed (kvcheck's own fault, no verdict): {message[2]}"
+                f"exhaust worker {index} crashed (kvcheck's own fault, no verdict): {message.error}"
             )
-        if kind == "error":
-            raise KvcheckUsageError(message[2])
-        if kind == "done":
-            done[index] = (message[2], message[3])
-        if kind == "ready":
+        if isinstance(message, Refused):
+            raise KvcheckUsageError(message.error)
+        if isinstance(message, _Done):
+            done[index] = (message.coverage, message.grown_mb)
+        if isinstance(message, _Ready):
             said_ready.add(index)
         return message
 
@@ -249,14 +297,12 @@ def search_sharded(
         """Dead workers, limits and progress, every `_POLL` seconds while waiting; a Ctrl-C
         that Python dropped is raised again here (no target call runs in this process)."""
         raise_if_dropped()
-        for i, process in enumerate(processes):
-            if process.exitcode is not None and i not in done:
-                with contextlib.suppress(queue_module.Empty):
-                    while True:  # what it said before it ended (a crash report)
-                        on_message(messages.get(timeout=0.1))
+        for i in range(workers):
+            if pool.ended_how(i) is not None and i not in done:
+                while (said := pool.receive(0.1)) is not None:  # before it ended (a crash report)
+                    on_message(said)
+                how = pool.ended_how(i)
                 if i not in done:
-                    code = process.exitcode
-                    how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
                     raise KvcheckInternalError(
                         f"exhaust worker {i} ended unexpectedly ({how}): kvcheck's own fault, "
                         "no verdict; try fewer --workers or a lower --max-memory"
@@ -283,17 +329,14 @@ def search_sharded(
                 f"{workers} workers"
             )
 
-    def gather(kind: str) -> list[tuple[Any, ...]]:
+    def gather(kind: type[_R]) -> list[_R]:
         """One `kind` reply from every worker (handling everything else meanwhile)."""
-        replies: dict[int, tuple[Any, ...]] = {}
-        limit = time.monotonic() + _START_TIMEOUT if kind == "ready" else None
+        replies: dict[int, _R] = {}
+        limit = time.monotonic() + _START_TIMEOUT if kind is _Ready else None
         while len(replies) < workers:
-            try:
-                message = on_message(messages.get(timeout=_POLL))
-            except queue_module.Empty:
-                message = None
-            if message is not None and message[0] == kind:
-                replies[message[1]] = message
+            message = on_message(pool.receive(_POLL))
+            if isinstance(message, kind):
+                replies[message.worker] = message
             watch()
             if limit is not None and time.monotonic() > limit:
                 raise KvcheckInternalError(
@@ -309,36 +352,35 @@ def search_sharded(
     # when a worker is lost later (the progress counts run ahead, into the next level).
     cleared = (0, 0, 0)
     try:
-        for process in processes:
-            process.start()
-        ready = gather("ready")
-        frontier = sum(r[2] for r in ready)
-        states = sum(r[3] for r in ready)
+        pool.start(_work, lambda i: (setup, controls[i], inboxes))
+        ready = gather(_Ready)
+        frontier = sum(r.frontier for r in ready)
+        states = sum(r.seen for r in ready)
         while frontier and (plan.bounds.events is None or depth < plan.bounds.events):
             for control in controls:
-                control.put(("expand",))
-            expanded = gather("expanded")
-            if any(r[2] for r in expanded):  # stopped within the level
+                control.put("expand")
+            expanded = gather(_Expanded)
+            if any(r.stopped for r in expanded):  # stopped within the level
                 complete = False
-                stopped = why_stopped[0] or next(r[2] for r in expanded if r[2])
+                stopped = why_stopped[0] or next(r.stopped for r in expanded if r.stopped)
                 states = sum(counts[i][1] for i in range(workers))
                 break
             depth += 1
-            found = [f for r in expanded for f in r[3]]
+            found = [f for r in expanded for f in r.found]
             if found:
                 break
             for control in controls:
-                control.put(("merge",))
-            merged = gather("merged")
-            if any(r[2] for r in merged):
+                control.put("merge")
+            merged = gather(_Merged)
+            if any(r.stopped for r in merged):
                 complete = False
-                stopped = why_stopped[0] or next(r[2] for r in merged if r[2])
+                stopped = why_stopped[0] or next(r.stopped for r in merged if r.stopped)
                 states = sum(counts[i][1] for i in range(workers))
                 break
-            frontier = sum(r[3] for r in merged)
-            states = sum(r[4] for r in merged)
-            counts = [(r[5], r[4]) for r in merged]
-            cleared = (depth, states, sum(r[5] for r in merged))
+            frontier = sum(r.frontier for r in merged)
+            states = sum(r.seen for r in merged)
+            counts = [(r.scenarios, r.seen) for r in merged]
+            cleared = (depth, states, sum(r.scenarios for r in merged))
             if max_states is not None and states >= max_states:
                 complete, stopped = False, "state limit"
                 break
@@ -352,22 +394,10 @@ def search_sharded(
         stop.set()
         for control in controls:
             with contextlib.suppress(Exception):
-                control.put(("finish",))
+                control.put("finish")
         with contextlib.suppress(Exception, KeyboardInterrupt):
-            _finish(processes, messages, on_message, done, said_ready)
-        started_processes = [p for p in processes if p.pid is not None]
-        for process in started_processes:
-            if process.is_alive():
-                process.terminate()
-        for process in started_processes:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=5)
-        for channel in (messages, *controls, *inboxes):
-            channel.close()
-            channel.cancel_join_thread()
-        forget_dead_resource_tracker()
+            _finish(pool, on_message, done, said_ready)
+        pool.close()
     if lost is not None:
         levels, kept, tried = cleared
         raise WorkerLost(str(lost), levels=levels, states=kept, scenarios=tried) from lost
@@ -389,9 +419,8 @@ def search_sharded(
 
 
 def _finish(
-    processes: list[Any],
-    messages: Any,
-    on_message: Callable[[tuple[Any, ...]], Any],
+    pool: WorkerPool,
+    on_message: Callable[[WorkerMessage | None], Any],
     done: dict[int, Any],
     said_ready: set[int],
 ) -> None:
@@ -401,21 +430,19 @@ def _finish(
     while time.monotonic() < until:
         if all(
             i in done or i not in said_ready or p.pid is None or p.exitcode is not None
-            for i, p in enumerate(processes)
+            for i, p in enumerate(pool.processes)
         ):
             # a worker that ended said `done` first; drain what is left
-            with contextlib.suppress(queue_module.Empty):
-                while True:
-                    on_message(messages.get(timeout=0.05))
+            while (message := pool.receive(0.05)) is not None:
+                on_message(message)
             return
-        with contextlib.suppress(queue_module.Empty):
-            on_message(messages.get(timeout=_POLL))
+        on_message(pool.receive(_POLL))
 
 
 # --- a worker -----------------------------------------------------------------------------------
 
 
-def _encode(node: _Node, target: Target) -> bytes | None:
+def _encode(node: NodeLike, target: Target) -> bytes | None:
     """A node's engine and model as bytes, without the target: the resolver and the methods
     bound onto the fake scheduler are taken off while pickling (the receiver puts its own copy
     of the target back, `_decode`), so a target read from source, or one wrapped for coverage,
@@ -443,22 +470,10 @@ def _decode(data: bytes, target: Target) -> tuple[Any, Any]:
     return engine, model
 
 
-def _worker_main(
-    setup: _Setup, messages: Any, control: Any, inboxes: list[Any], stop: Any
-) -> None:  # pragma: no cover - runs in a worker process (tests/unit/search/test_exhaust_parallel)
-    become_worker(setup.parent)
-    try:
-        _work(setup, messages, control, inboxes, stop)
-    except KvcheckUsageError as exc:
-        messages.put(("error", setup.index, str(exc)))
-    except Exception as exc:
-        messages.put(("crash", setup.index, f"{type(exc).__name__}: {exc}"))
-
-
 def _work(
-    setup: _Setup, messages: Any, control: Any, inboxes: list[Any], stop: Any
-) -> None:  # pragma: no cover - runs in a worker process
-    index, workers = setup.index, setup.workers
+    index: int, messages: Any, stop: Any, setup: _Setup, control: Any, inboxes: list[Any]
+) -> None:  # pragma: no cover - runs in a worker process (tests/unit/search/test_exhaust_parallel)
+    workers = setup.workers
     if setup.target_bytes is not None:
         target: Target = pickle.loads(setup.target_bytes)
     else:
@@ -476,7 +491,7 @@ def _work(
     # start-up only, so each worker reports what the search grew past this.
     started_mb = peak_memory_mb()
     shard = setup.shard_class(target, setup.plan, index, workers)
-    messages.put(("ready", index, len(shard.frontier), len(shard.seen)))
+    messages.put(_Ready(index, len(shard.frontier), len(shard.seen)))
     last = {"progress": 0.0}
 
     def grown_mb() -> float:
@@ -484,7 +499,7 @@ def _work(
 
     def report() -> None:
         last["progress"] = time.monotonic()
-        messages.put(("progress", index, (shard.scenarios, shard.states), grown_mb()))
+        messages.put(_Progress(index, shard.scenarios, shard.states, grown_mb()))
 
     def look() -> None:
         if stop.is_set():
@@ -492,53 +507,56 @@ def _work(
         if time.monotonic() - last["progress"] >= _PROGRESS_EVERY:
             report()
 
-    def encode(node: _Node) -> bytes | None:
+    def encode(node: NodeLike) -> bytes | None:
         return _encode(node, target)
 
-    def decode(candidate: Candidate) -> _Node:
+    def decode(candidate: Candidate) -> Any:
         data = candidate[3]
         if data is not None:
             with contextlib.suppress(Exception):
                 return shard.restore(candidate, _decode(data, target))
         return shard.restore(candidate, None)
 
-    stash: dict[tuple[int, str], list[tuple[int, Any]]] = {}
+    stash: dict[tuple[int, _Phase], list[tuple[int, Any]]] = {}
 
-    def receive(level: int, phase: str) -> list[tuple[int, Any]]:
+    def receive(level: int, phase: _Phase) -> list[tuple[int, Any]]:
         """The other workers' messages of one round of a level: (sender, payload) each."""
         while len(stash.get((level, phase), ())) < workers - 1:
             if stop.is_set():
                 raise _Stopped
             with contextlib.suppress(queue_module.Empty):
-                sent_level, sent_phase, sender, payload = inboxes[index].get(timeout=_POLL)
-                stash.setdefault((sent_level, sent_phase), []).append((sender, payload))
+                batch: _Batch = inboxes[index].get(timeout=_POLL)
+                stash.setdefault((batch.level, batch.phase), []).append(
+                    (batch.worker, batch.payload)
+                )
         return stash.pop((level, phase))
 
-    def send(level: int, phase: str, payloads: Any, empty: Any) -> None:
+    def send(level: int, phase: _Phase, payloads: Any, empty: Any) -> None:
         for other in range(workers):
             if other != index:
-                inboxes[other].put((level, phase, index, payloads.get(other, empty)))
+                inboxes[other].put(_Batch(index, level, phase, payloads.get(other, empty)))
 
     remaining = None if setup.stop_at is None else max(0.0, setup.stop_at - time.time())
     level = 0
     # As in the single-process search: collected per level and every so often.
     with collected_by_hand(), _time_limit(remaining):
         while True:
-            command = control.get()
-            if command[0] == "finish":
+            command: _Command = control.get()
+            if command == "finish":
                 break
             why = ""
             try:
-                if command[0] == "expand":
+                if command == "expand":
                     shard.expand(look)
                     report()
-                    messages.put(("expanded", index, "", list(shard.found)))
+                    messages.put(_Expanded(index, "", tuple(shard.found)))
                     continue
                 # Three rounds: offers (no states), the keys each owner keeps, their states.
                 send(level, "offer", dict(enumerate(shard.offers())), {})
                 send(level, "want", shard.select(receive(level, "offer")), [])
                 for sender, keys in receive(level, "want"):
-                    inboxes[sender].put((level, "state", index, shard.give(sender, keys, encode)))
+                    states_wanted = shard.give(sender, keys, encode)
+                    inboxes[sender].put(_Batch(index, level, "state", states_wanted))
                 states: dict[bytes, Any] = {}
                 for _, batch in receive(level, "state"):
                     states.update(batch)
@@ -551,11 +569,11 @@ def _work(
             except TimeLimitReached:
                 why = "time limit"
             report()
-            if command[0] == "expand":
-                messages.put(("expanded", index, why, []))
+            if command == "expand":
+                messages.put(_Expanded(index, why, ()))
             else:
                 messages.put(
-                    ("merged", index, why, len(shard.frontier), len(shard.seen), shard.scenarios)
+                    _Merged(index, why, len(shard.frontier), len(shard.seen), shard.scenarios)
                 )
     report()
-    messages.put(("done", index, meter.result() if meter is not None else None, grown_mb()))
+    messages.put(_Done(index, meter.result() if meter is not None else None, grown_mb()))

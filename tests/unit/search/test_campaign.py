@@ -17,6 +17,9 @@ from kvcheck.counterexamples.fileformat import loads
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.search.campaign import (
     CampaignPlan,
+    _Done,
+    _FailureFound,
+    _Progress,
     _round_size,
     _work,
     open_database,
@@ -24,6 +27,7 @@ from kvcheck.search.campaign import (
     round_seed,
 )
 from kvcheck.search.check import search
+from kvcheck.search.workers import WorkerMessage
 from kvcheck.targets.loading import load_target
 
 
@@ -135,44 +139,46 @@ def test_a_worker_reports_progress_a_shrunk_failure_and_its_end(
     tmp_path: Path, generator: str
 ) -> None:
     # The worker's loop in this process (tests/quality/test_fuzz.py runs it in processes).
-    messages: queue.Queue[tuple[object, ...]] = queue.Queue()
+    messages: queue.Queue[WorkerMessage] = queue.Queue()
     database = str(tmp_path / "db")
     seeded = plan(target="builtin:seed-prefix", database=database, generator=generator)
-    _work(seeded, 1, messages, threading.Event())
+    _work(1, messages, threading.Event(), seeded)
     received = [messages.get_nowait() for _ in range(messages.qsize())]
-    kinds = [m[0] for m in received]
-    assert kinds[-2:] == ["progress", "done"] and kinds.count("failure") == 1
-    failure = next(m for m in received if m[0] == "failure")
-    counterexample = loads(str(failure[2]))
+    kinds = [type(m) for m in received]
+    assert kinds[-2:] == [_Progress, _Done] and kinds.count(_FailureFound) == 1
+    (failure,) = [m for m in received if isinstance(m, _FailureFound)]
+    counterexample = loads(failure.counterexample_json)
     assert counterexample.violation is not None and counterexample.target == "builtin:seed-prefix"
     assert len(counterexample.scenario.events) <= 6  # shrunk
-    assert failure[1] == 1 and int(failure[3]) >= 1  # type: ignore[call-overload]
+    assert failure.worker == 1 and failure.examples_to_failure >= 1
     assert any((tmp_path / "db").iterdir()), "the seeded rounds wrote nothing to the database"
     final = received[-2]
-    assert final[2] >= failure[3]  # type: ignore[operator]
+    assert isinstance(final, _Progress) and final.examples >= failure.examples_to_failure
 
 
 def test_a_random_workers_failure_is_the_next_workers_first_scenario(tmp_path: Path) -> None:
     database = str(tmp_path / "db")
     firsts = []
     for worker in (0, 1):
-        messages: queue.Queue[tuple[object, ...]] = queue.Queue()
+        messages: queue.Queue[WorkerMessage] = queue.Queue()
         _work(
-            plan(target="builtin:seed-prefix", database=database, seed=2),
             worker,
             messages,
             threading.Event(),
+            plan(target="builtin:seed-prefix", database=database, seed=2),
         )
         received = [messages.get_nowait() for _ in range(messages.qsize())]
-        firsts.append(next(m for m in received if m[0] == "failure"))
-    assert int(firsts[0][3]) > 1 and firsts[1][3] == 1  # type: ignore[call-overload]
-    assert loads(str(firsts[1][2])).scenario == loads(str(firsts[0][2])).scenario
+        firsts.append(next(m for m in received if isinstance(m, _FailureFound)))
+    assert firsts[0].examples_to_failure > 1 and firsts[1].examples_to_failure == 1
+    first, second = (loads(f.counterexample_json) for f in firsts)
+    assert second.scenario == first.scenario
 
 
 @pytest.mark.parametrize("generator", ["random", "hypothesis"])
 def test_a_worker_stops_at_its_share_of_max_examples(generator: str) -> None:
-    messages: queue.Queue[tuple[object, ...]] = queue.Queue()
-    _work(plan(max_examples=90, workers=2, generator=generator), 0, messages, threading.Event())
+    messages: queue.Queue[WorkerMessage] = queue.Queue()
+    _work(0, messages, threading.Event(), plan(max_examples=90, workers=2, generator=generator))
     received = [messages.get_nowait() for _ in range(messages.qsize())]
-    assert received[-1] == ("done", 0)
-    assert received[-2][2] == 45
+    assert received[-1] == _Done(0)
+    final = received[-2]
+    assert isinstance(final, _Progress) and final.examples == 45

@@ -20,9 +20,14 @@ from kvcheck.search.campaign import (
     CampaignState,
     TolerantDatabase,
     WorkerStatus,
+    _DatabaseLost,
+    _Done,
+    _FailureFound,
+    _Progress,
     _work,
     open_database,
 )
+from kvcheck.search.workers import WorkerMessage
 
 
 class DroppingDatabase(ExampleDatabase):
@@ -78,13 +83,11 @@ def plan(**changes: object) -> CampaignPlan:
     return CampaignPlan(**(fields | changes))  # type: ignore[arg-type]
 
 
-def run_worker(
-    monkeypatch: pytest.MonkeyPatch, database: ExampleDatabase
-) -> list[tuple[object, ...]]:
+def run_worker(monkeypatch: pytest.MonkeyPatch, database: ExampleDatabase) -> list[WorkerMessage]:
     monkeypatch.setattr(campaign, "open_database", lambda spec: database)
     monkeypatch.setattr(campaign, "_DATABASE_RETRY_PAUSES", (0.0, 0.0))
-    messages: queue.Queue[tuple[object, ...]] = queue.Queue()
-    _work(plan(), 0, messages, threading.Event())
+    messages: queue.Queue[WorkerMessage] = queue.Queue()
+    _work(0, messages, threading.Event(), plan())
     return [messages.get_nowait() for _ in range(messages.qsize())]
 
 
@@ -93,11 +96,11 @@ def test_a_worker_whose_database_drops_goes_on_without_it(
 ) -> None:
     received = run_worker(monkeypatch, DroppingDatabase(calls=1))
     # The round's first fetch is answered; saving the failure it finds is not.
-    kinds = [m[0] for m in received]
-    assert kinds[-2:] == ["progress", "done"], kinds
-    (lost,) = [m for m in received if m[0] == "database-lost"]
-    assert "ConnectionError" in str(lost[2])
-    assert kinds.index("database-lost") < kinds.index("failure")  # the finding is not lost
+    kinds = [type(m) for m in received]
+    assert kinds[-2:] == [_Progress, _Done], kinds
+    (lost,) = [m for m in received if isinstance(m, _DatabaseLost)]
+    assert "ConnectionError" in lost.why
+    assert kinds.index(_DatabaseLost) < kinds.index(_FailureFound)  # the finding is not lost
 
 
 def test_a_database_that_comes_back_within_the_retries_is_kept(
@@ -105,8 +108,8 @@ def test_a_database_that_comes_back_within_the_retries_is_kept(
 ) -> None:
     dropping = DroppingDatabase(calls=1, back_after=2)
     received = run_worker(monkeypatch, dropping)
-    assert [m for m in received if m[0] == "database-lost"] == []
-    assert received[-1][0] == "done"
+    assert [m for m in received if isinstance(m, _DatabaseLost)] == []
+    assert isinstance(received[-1], _Done)
     assert dropping.failed == 2 and list(dropping.inner.fetch(next(iter(dropping.inner.data))))
 
 
