@@ -399,7 +399,7 @@ def _misplaced_grammar(exp: ExpectedDelivery, obs: ObservedDelivery, row: int) -
         want,
         got,
         f"the grammar step on {rid}'s prefill result was {what}: before the result of launch "
-        f"{launch} its grammar had been offered {got} token{'' if got == 1 else 's'}, it should "
+        f"{launch} its grammar had been offered {plural(got, 'token')}, it should "
         f"have been offered {want} (the prefilled token and the runs of earlier rows), so row "
         f"{row}'s run met the grammar at the wrong output position",
     )
@@ -1340,9 +1340,19 @@ def check_event(index: int, expected: Expectation, observed: Observation) -> lis
     return [
         Violation(invariant.id, index, f.rid, f.expected, f.observed, f.message)
         for invariant in suspects
+        for f in _judged_findings(invariant, expected, observed, not_judged)
+    ]
+
+
+def _judged_findings(
+    invariant: Invariant, expected: Expectation, observed: Observation, not_judged: frozenset[str]
+) -> Iterator[Finding]:
+    """An invariant's findings on a pair, less those on aspects the target is not held to."""
+    return (
+        f
         for f in invariant.check(expected, observed)
         if f.aspect is None or f.aspect not in not_judged
-    ]
+    )
 
 
 def first_judged_finding(
@@ -1350,13 +1360,5 @@ def first_judged_finding(
 ) -> Finding | None:
     """The first finding of one invariant on a recorded pair that `check_event` would report
     (its aspect judged), for a report that must say which of its quantities is wrong."""
-    invariant = INVARIANTS[invariant_id]
-    not_judged = observed.not_judged
-    return next(
-        (
-            f
-            for f in invariant.check(expected, observed)
-            if f.aspect is None or f.aspect not in not_judged
-        ),
-        None,
-    )
+    findings = _judged_findings(INVARIANTS[invariant_id], expected, observed, observed.not_judged)
+    return next(findings, None)

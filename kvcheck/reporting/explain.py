@@ -144,7 +144,7 @@ def explain_global_counters(facts: RunFacts, violation: Violation) -> str | None
         return None
     launch_text = _launch_text(facts, index)
     stale = [r for r, s in zip(delivery.launch.rids, delivery.stale, strict=True) if s]
-    what = _wrong_batch_value(facts, index, violation)
+    what = _wrong_batch_value(facts, index, delivery.launch.number, violation)
     if stale:
         why = "; ".join(_lifecycle(facts, r, index) for r in stale)
         return (
@@ -310,7 +310,7 @@ _BATCH_VALUES: Final = {
 }
 
 
-def _wrong_batch_value(facts: RunFacts, index: int, violation: Violation) -> str:
+def _wrong_batch_value(facts: RunFacts, index: int, launch: int, violation: Violation) -> str:
     """`global-counters`: which batch value is wrong, as "wrote X as A where B", in words.
 
     The checker is asked again on the recorded pair for its first judged finding, so the
@@ -319,18 +319,16 @@ def _wrong_batch_value(facts: RunFacts, index: int, violation: Violation) -> str
     entry = facts.trace[index]
     mode = facts.scenario.config.global_counters
     rule = "stale rows excluded" if mode == "ideal" else "every row counted"
-    exp, obs = entry.expected.delivery, entry.observed.delivery
     finding = None
-    if exp is not None and obs is not None:
+    if entry.observed.delivery is not None:
         finding = first_judged_finding("global-counters", entry.expected, entry.observed)
     quantity = finding.quantity if finding is not None else None
     got, want = short(violation.observed), short(violation.expected)
     if quantity == "controller-batch-size":
         return (
             f"fed the adaptive controller with batch_size={got}; batch_size routes the samples "
-            f"to the controller's slot for that batch size, and launch "
-            f"{exp.launch.number if exp else '?'} had {want} rows, so it should be {want} "
-            f"whatever the number of samples"
+            f"to the controller's slot for that batch size, and launch {launch} had {want} rows, "
+            f"so it should be {want} whatever the number of samples"
         )
     name = _BATCH_VALUES.get(quantity or "", "a batch-level value")
     return f"wrote {name} as {got} where the {mode} rule ({rule}) gives {want}"
