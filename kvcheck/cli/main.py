@@ -112,8 +112,14 @@ def _flush_report() -> None:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _discard_report()
+
+
+def _discard_report() -> None:
+    """Point stdout's file descriptor at /dev/null: its reader is gone, and what is still
+    buffered must not fail again when it is flushed."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def main(argv: Sequence[str] | None = None, *, supervised: bool = False) -> int:
@@ -158,8 +164,7 @@ def main(argv: Sequence[str] | None = None, *, supervised: bool = False) -> int:
     except BrokenPipeError:
         # The reader went away (`kvcheck check --json | head`): stop quietly, and keep Python
         # from failing again while flushing stdout at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _discard_report()
         return EXIT_VIOLATION
     except Exception as exc:
         if getattr(args, "debug", False):
