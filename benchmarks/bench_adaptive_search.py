@@ -12,7 +12,7 @@ import argparse
 import statistics
 
 import kvcheck.search.check as search_module
-from kvcheck.core.scenario import Step
+from kvcheck.families.sglang.scenario import Step
 from kvcheck.targets.loading import load_target
 
 

@@ -29,8 +29,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Scenario, Step
-from kvcheck.core.target import Target
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.scenario import Step
+from kvcheck.families.sglang.target import Target
 from kvcheck.mutants import MUTANTS
 from kvcheck.mutants.matrix import exhaustive_minimum, quantile, search_entry
 from kvcheck.search.check import search
@@ -155,10 +156,10 @@ def time_parts(corpus: Sequence[Scenario], timed: TimedTarget) -> dict[str, floa
     """Seconds spent replaying `corpus` in the reference model, the engine around the target,
     the invariant checks and the target itself, plus the total: `run_scenario`'s loop, timed
     piecewise."""
-    from kvcheck.core.engine import Engine
-    from kvcheck.core.invariants import check_event
-    from kvcheck.core.model import ReferenceModel
-    from kvcheck.core.target import allocation_path
+    from kvcheck.families.sglang.engine import Engine
+    from kvcheck.families.sglang.invariants import check_event
+    from kvcheck.families.sglang.model import ReferenceModel
+    from kvcheck.families.sglang.target import allocation_path
 
     target = timed.target
     timed.reset()

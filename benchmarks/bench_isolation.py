@@ -31,7 +31,8 @@ from pathlib import Path
 from kvcheck.core import deadline, isolation
 from kvcheck.core.deadline import DEFAULT_DEADLINE, call_with_deadline
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Config, Scenario, Step
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.scenario import Admit, Config, Step
 from kvcheck.targets.loading import load_target
 
 HERE = Path(__file__).resolve().parent.parent

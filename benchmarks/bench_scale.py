@@ -154,7 +154,8 @@ def timed_reference() -> tuple[Any, dict[str, float]]:
 
 def measure_replay(corpus: Path, repeats: int) -> dict[str, Any]:
     from kvcheck.core.run import run_scenario
-    from kvcheck.core.scenario import Step, from_json
+    from kvcheck.core.scenario import from_json
+    from kvcheck.families.sglang.scenario import Step
 
     scenarios = [from_json(line) for line in corpus.read_text().splitlines() if line]
     steps = sum(isinstance(e, Step) for s in scenarios for e in s.events)

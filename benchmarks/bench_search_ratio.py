@@ -39,7 +39,7 @@ def measure() -> dict[str, float]:
     import attrs
 
     from kvcheck.core.run import run_scenario
-    from kvcheck.core.scenario import Step
+    from kvcheck.families.sglang.scenario import Step
     from kvcheck.search.check import scenario_space
     from kvcheck.search.sampling import sample_search
     from kvcheck.strategies import random_scenario

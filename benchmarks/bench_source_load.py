@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from kvcheck.targets.api_shape import detect_api_shape
+from kvcheck.families.sglang.probe import detect_api_shape
 from kvcheck.targets.source import load_from_source
 
 QUALNAME = "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"

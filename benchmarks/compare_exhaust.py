@@ -48,7 +48,7 @@ UNREDUCED = 12
 
 
 def record(result: Any) -> dict[str, Any]:
-    from kvcheck.core.scenario import config_to_dict, event_to_dict
+    from kvcheck.families.sglang.scenario import config_to_dict, event_to_dict
 
     example = result.counterexample
     return {

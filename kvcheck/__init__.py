@@ -3,12 +3,13 @@ decoding resolvers under overlap scheduling (SGLang's spec-v2 path first)."""
 
 from typing import TYPE_CHECKING, Any
 
-from kvcheck.core.scenario import Abort, Admit, Config, Retract, Scenario, Step, SwitchStride
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.scenario import Abort, Admit, Config, Retract, Step, SwitchStride
 from kvcheck.version import VERSION
 
 if TYPE_CHECKING:
     from kvcheck.core.run import RunResult, run_scenario
-    from kvcheck.core.target import Target
+    from kvcheck.families.sglang.target import Target
     from kvcheck.search.check import Verdict, check, detect_convention
     from kvcheck.targets.loading import load_target
 
@@ -23,7 +24,7 @@ _LAZY = {
     "detect_convention": "kvcheck.search.check",
     "RunResult": "kvcheck.core.run",
     "run_scenario": "kvcheck.core.run",
-    "Target": "kvcheck.core.target",
+    "Target": "kvcheck.families.sglang.target",
     "load_target": "kvcheck.targets.loading",
 }
 

@@ -14,9 +14,10 @@ from typing import Any, Final
 import pytest
 
 from kvcheck.cli.main import main
-from kvcheck.core.scenario import Admit, Config, Event, Scenario, Step, SwitchStride
-from kvcheck.core.target import Target
-from kvcheck.targets.api_shape import probe_target
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.probe import probe_target
+from kvcheck.families.sglang.scenario import Admit, Config, Event, Step, SwitchStride
+from kvcheck.families.sglang.target import Target
 
 # Data the tests read, wherever the test module that reads it lives.
 TESTS_DIR = Path(__file__).resolve().parent

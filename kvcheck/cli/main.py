@@ -26,8 +26,8 @@ from kvcheck.cli.options import (
     wants_json,
 )
 from kvcheck.core import interrupts, isolation
-from kvcheck.core.spellings import spellings_table
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
+from kvcheck.families.sglang.spellings import spellings_table
 from kvcheck.version import VERSION
 
 _COMMANDS: tuple[Any, ...] = (check, replay, regress, releases, mutants, exhaust, fuzz)

@@ -16,7 +16,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.scenario import (
+from kvcheck.counterexamples.fileformat import DEFAULT_DIR
+from kvcheck.counterexamples.replay import REPLAY_CONVENTIONS
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.scenario import (
     ALGORITHMS,
     EVENT_KINDS,
     GLOBAL_COUNTER_MODES,
@@ -24,10 +27,7 @@ from kvcheck.core.scenario import (
     Algorithm,
     Grammar,
 )
-from kvcheck.core.target import Target
-from kvcheck.counterexamples.fileformat import DEFAULT_DIR
-from kvcheck.counterexamples.replay import REPLAY_CONVENTIONS
-from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.target import Target
 
 if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvcheck.search
     from kvcheck.search.target_coverage import TargetCoverage
@@ -208,7 +208,8 @@ def eos_list(text: str) -> tuple[int | None, ...]:
 
 
 def event_kinds(text: str) -> tuple[str, ...]:
-    """Comma-separated event kinds (`kvcheck.core.scenario.EVENT_KINDS`) or `all`; `step` is
+    """Comma-separated event kinds (`kvcheck.families.sglang.scenario.EVENT_KINDS`) or `all`;
+    `step` is
     always included."""
     if text.strip() == "all":
         return EVENT_KINDS
@@ -231,7 +232,8 @@ def percent(text: str) -> float:
 
 
 def algorithm_list(text: str) -> tuple[Algorithm, ...] | None:
-    """Comma-separated speculative algorithms (`kvcheck.core.scenario.ALGORITHMS`), or `auto`
+    """Comma-separated speculative algorithms (`kvcheck.families.sglang.scenario.ALGORITHMS`), or
+    `auto`
     (None: every algorithm the target supports)."""
     if text.strip() == "auto":
         return None

@@ -27,7 +27,7 @@ from kvcheck.cli.options import (
     seed,
 )
 from kvcheck.errors import KvcheckUsageError, TargetLoadError
-from kvcheck.targets import sglang_release
+from kvcheck.families.sglang import release as sglang_release
 from kvcheck.targets.loading import load_target
 from kvcheck.wording import plural
 

@@ -254,7 +254,7 @@ def _in_child(
     function: Callable[..., Any], args: tuple[Any, ...], failing: frozenset[int]
 ) -> tuple[Any, ...]:
     # Imported once here rather than by every child: torch takes a second to import.
-    from kvcheck.core.engine import import_tensor_library
+    from kvcheck.families.sglang.engine import import_tensor_library
 
     import_tensor_library()
     read_end, write_end = os.pipe()

@@ -10,14 +10,15 @@ from collections.abc import Callable
 
 import attrs
 
-from kvcheck.core.allocation import RuleAllocation
-from kvcheck.core.engine import Engine, Observation, UnsupportedTargetError
-from kvcheck.core.invariants import INVARIANTS, Violation, check_event
 from kvcheck.core.isolation import maybe_apart, running
-from kvcheck.core.model import Expectation, ReferenceModel
-from kvcheck.core.scenario import Event, Scenario, to_json_line
-from kvcheck.core.target import Target, allocation_path
+from kvcheck.core.scenario import Scenario, to_json_line
 from kvcheck.errors import KvcheckInternalError
+from kvcheck.families.sglang.allocation import RuleAllocation
+from kvcheck.families.sglang.engine import Engine, Observation, UnsupportedTargetError
+from kvcheck.families.sglang.invariants import INVARIANTS, Violation, check_event
+from kvcheck.families.sglang.model import Expectation, ReferenceModel
+from kvcheck.families.sglang.scenario import Event
+from kvcheck.families.sglang.target import Target, allocation_path
 
 
 @attrs.frozen

@@ -1,7 +1,8 @@
 """The counterexample file format: a failing scenario that outlives the run that found it.
 
 A counterexample file is JSON (`*.kvcheck.json`) holding everything needed to reproduce a finding
-without Hypothesis: the scenario (config and events, in `kvcheck.core.scenario`'s versioned form),
+without Hypothesis: the scenario (config and events, in `kvcheck.families.sglang.scenario`'s
+versioned form),
 the target spec it was found against, the violation that was seen, and the kvcheck version that
 saw it. This module reads and writes that form and nothing else; replaying a file is
 `kvcheck.counterexamples.replay`.
@@ -42,7 +43,7 @@ from kvcheck.files import write_text
 from kvcheck.version import VERSION
 
 if TYPE_CHECKING:
-    from kvcheck.core.invariants import Violation
+    from kvcheck.families.sglang.invariants import Violation
 
 FORMAT: Final = "kvcheck-counterexample"
 SUFFIX: Final = ".kvcheck.json"

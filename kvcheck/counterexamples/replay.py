@@ -15,12 +15,13 @@ from typing import Final, Literal
 import attrs
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.invariants import Violation
 from kvcheck.core.run import RunResult, run_scenario
-from kvcheck.core.scenario import CONVENTIONS, Convention, Scenario
-from kvcheck.core.target import Target, allocation_rules
+from kvcheck.core.scenario import Scenario
 from kvcheck.counterexamples.fileformat import Counterexample, SavedViolation, load
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
+from kvcheck.families.sglang.invariants import Violation
+from kvcheck.families.sglang.scenario import CONVENTIONS, Convention
+from kvcheck.families.sglang.target import Target, allocation_rules
 from kvcheck.reporting.explain import explain
 from kvcheck.reporting.render import escaped_timeline, printable, render_plain
 from kvcheck.reporting.timeline import build_timeline
@@ -72,12 +73,14 @@ class Replay:
     @property
     def convention(self) -> Convention:
         """The committed-length convention this replay judged by."""
-        return self.result.scenario.config.convention
+        convention: Convention = self.result.scenario.config.convention
+        return convention
 
     @property
     def file_convention(self) -> Convention:
         """The convention the counterexample file was judged by."""
-        return self.counterexample.scenario.config.convention
+        convention: Convention = self.counterexample.scenario.config.convention
+        return convention
 
     @property
     def violation(self) -> Violation | None:

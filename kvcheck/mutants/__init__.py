@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kvcheck.errors import TargetLoadError
-from kvcheck.mutants.corpus import corpus
-from kvcheck.mutants.generations import GENERATIONS, Generation
-from kvcheck.mutants.registry import SPEC_PREFIX, Entry, python_name
+from kvcheck.families.sglang.mutants.corpus import corpus
+from kvcheck.families.sglang.mutants.generations import GENERATIONS, Generation
+from kvcheck.families.sglang.mutants.registry import SPEC_PREFIX, Entry, python_name
 
 ENTRIES: Final[tuple[Entry, ...]] = tuple(corpus.entries)
 MUTANTS: Final[tuple[Entry, ...]] = tuple(e for e in ENTRIES if e.kind == "mutant")

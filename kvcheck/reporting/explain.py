@@ -6,13 +6,13 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-from kvcheck.core.invariants import INVARIANTS, first_judged_finding
-from kvcheck.core.scenario import describe_event
-from kvcheck.reporting.facts import RunFacts, short
+from kvcheck.families.sglang.facts import RunFacts, short
+from kvcheck.families.sglang.invariants import INVARIANTS, first_judged_finding
+from kvcheck.families.sglang.scenario import describe_event
 
 if TYPE_CHECKING:
-    from kvcheck.core.invariants import Violation
     from kvcheck.core.run import RunResult
+    from kvcheck.families.sglang.invariants import Violation
 
 
 # An invariant's explanation: the sentence on how a violation of it came about, or None where

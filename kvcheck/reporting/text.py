@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kvcheck.core.jsonable import show
-from kvcheck.core.scenario import (
-    Scenario,
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.scenario import (
     config_to_dict,
     describe_config,
     describe_event,
@@ -16,7 +16,7 @@ from kvcheck.core.scenario import (
 from kvcheck.wording import plural
 
 if TYPE_CHECKING:
-    from kvcheck.core.invariants import Violation
+    from kvcheck.families.sglang.invariants import Violation
 
 
 def format_events(scenario: Scenario, mark: int | None = None) -> list[str]:

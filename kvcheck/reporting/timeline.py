@@ -18,20 +18,20 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from kvcheck.core.run import RunResult, run_scenario
-from kvcheck.core.scenario import (
+from kvcheck.families.sglang.facts import RunFacts, short
+from kvcheck.families.sglang.scenario import (
     Config,
     SwitchStride,
     describe_config,
     describe_event,
 )
 from kvcheck.reporting.explain import explain
-from kvcheck.reporting.facts import RunFacts, short
 from kvcheck.wording import plural
 
 if TYPE_CHECKING:
-    from kvcheck.core.invariants import Violation
     from kvcheck.core.scenario import Scenario
-    from kvcheck.core.target import Target
+    from kvcheck.families.sglang.invariants import Violation
+    from kvcheck.families.sglang.target import Target
 
 
 # What a line of a cell is about; renderers map kinds to colours.

@@ -33,13 +33,14 @@ import attrs
 from hypothesis.database import ExampleDatabase
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.engine import import_tensor_library
 from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.run import RunResult
-from kvcheck.core.scenario import Convention, GlobalCounterMode, to_json_line
+from kvcheck.core.scenario import to_json_line
 from kvcheck.counterexamples.fileformat import Counterexample, loads
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.engine import import_tensor_library
+from kvcheck.families.sglang.scenario import Convention, GlobalCounterMode
 from kvcheck.search.check import search
 from kvcheck.search.profiles import directory_database
 from kvcheck.search.sampling import sample_search

@@ -26,12 +26,16 @@ from hypothesis.errors import Flaky
 from hypothesis.reporting import with_reporter
 from hypothesis.strategies import SearchStrategy
 
-from kvcheck.core.allocation_rules import allocation_features
 from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
-from kvcheck.core.invariants import Violation
 from kvcheck.core.isolation import isolated, resumed_scenario
 from kvcheck.core.run import RunResult, run_scenario
-from kvcheck.core.scenario import (
+from kvcheck.core.scenario import Scenario, from_json, to_json_line
+from kvcheck.counterexamples.fileformat import Counterexample
+from kvcheck.counterexamples.replay import from_run
+from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError, ScenarioFormatError
+from kvcheck.families.sglang.allocation_rules import allocation_features
+from kvcheck.families.sglang.invariants import Violation
+from kvcheck.families.sglang.scenario import (
     ALLOCATION_RULES,
     CONVENTIONS,
     GLOBAL_COUNTER_MODES,
@@ -40,17 +44,11 @@ from kvcheck.core.scenario import (
     Config,
     Convention,
     GlobalCounterMode,
-    Scenario,
     Step,
     SwitchStride,
     adaptive_allocation_problem,
-    from_json,
-    to_json_line,
 )
-from kvcheck.core.target import ApiShape, Target, allocation_rules
-from kvcheck.counterexamples.fileformat import Counterexample
-from kvcheck.counterexamples.replay import from_run
-from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError, ScenarioFormatError
+from kvcheck.families.sglang.target import ApiShape, Target, allocation_rules
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.shrink import shrink
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
@@ -470,7 +468,8 @@ def scenario_space(
 ) -> ScenarioSpace:
     """The scenarios a search of `target` draws (with either generator): what its API shape
     supports, under the allocation rules of the SGLang generations it fits, or of its own
-    allocation path if it brings one (`kvcheck.core.target.allocation_rules`): a scenario of
+    allocation path if it brings one (`kvcheck.families.sglang.target.allocation_rules`): a
+    scenario of
     another generation's rule would show it states its release never has. Raises
     `KvcheckUsageError` when adaptive switching (under `overlap`) meets none of them that can
     run it."""
@@ -526,7 +525,8 @@ def with_overlap(
 ) -> Scenario:
     """`scenario` (drawn by either generator) with the overlap axis pinned to `overlap`
     (None: as it is). The 0.5.12 allocation rule under adaptive switching runs without overlap
-    only (`kvcheck.core.scenario.adaptive_allocation_problem`), so pinned on, it becomes the
+    only (`kvcheck.families.sglang.scenario.adaptive_allocation_problem`), so pinned on, it becomes
+    the
     first of `rules` (the target's) that can (`kvcheck.strategies.adaptive_stand_in`: 0.5.13,
     reserving for the largest stride the scenario switches to, then 0.5.16, then off)."""
     config = scenario.config
@@ -557,7 +557,7 @@ def with_overlap(
 def detect_convention(target: Target) -> tuple[Convention, str]:
     """Which convention the target follows, and why: from the SGLang versions its spellings
     fit, else from what it does to a finished request's stale row, else to a live row
-    (`kvcheck.targets.api_shape`). Raises `UnsupportedTargetError` for a target kvcheck cannot
+    (`kvcheck.families.sglang.probe`). Raises `UnsupportedTargetError` for a target kvcheck cannot
     judge."""
     return target.shape.convention, target.shape.convention_reason
 

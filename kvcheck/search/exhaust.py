@@ -6,9 +6,11 @@ length 1, then 2, ...), and checks the invariants after every event exactly as `
 does. The first level with a violation therefore holds the shortest counterexamples within the
 bounds, and a search that runs dry proves that no scenario within the bounds breaks an invariant.
 
-It reuses the harness itself, not a copy of it: states are `kvcheck.core.engine.Engine` and
-`kvcheck.core.model.ReferenceModel` objects, branched by copying them, and every event is judged
-with `kvcheck.core.invariants.check_event`. Scenarios that reach the same state (equal
+It reuses the harness itself, not a copy of it: states are `kvcheck.families.sglang.engine.Engine`
+and
+`kvcheck.families.sglang.model.ReferenceModel` objects, branched by copying them, and every event
+is judged
+with `kvcheck.families.sglang.invariants.check_event`. Scenarios that reach the same state (equal
 `Engine.state_key()` and `ReferenceModel.state_key()`) are merged, which is what makes the search
 scale: distinct states grow far more slowly than event lists.
 
@@ -73,23 +75,24 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.allocation_rules import allocation_features
 from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import check_time_limit as _check_time
 from kvcheck.core.deadline import time_limit as _time_limit
-from kvcheck.core.engine import Engine
-from kvcheck.core.fakes import FakeKvInfo, is_finished
-from kvcheck.core.invariants import Violation, check_event
 from kvcheck.core.jsonable import jsonable
-from kvcheck.core.model import Expectation, Launch, ReferenceModel
 from kvcheck.core.run import RunResult, run_scenario
-from kvcheck.core.scenario import (
+from kvcheck.core.scenario import MAX_EVENTS, Scenario, to_json_line
+from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
+from kvcheck.families.sglang.allocation_rules import allocation_features
+from kvcheck.families.sglang.engine import Engine
+from kvcheck.families.sglang.fakes import FakeKvInfo, is_finished
+from kvcheck.families.sglang.invariants import Violation, check_event
+from kvcheck.families.sglang.model import Expectation, Launch, ReferenceModel
+from kvcheck.families.sglang.scenario import (
     ALGORITHMS,
     ALLOCATION_RULES,
     CONVENTIONS,
     EVENT_KINDS,
     GLOBAL_COUNTER_MODES,
-    MAX_EVENTS,
     MAX_REQUEST_TOKENS,
     MAX_ROW_VALUE,
     MAX_STRIDE,
@@ -104,14 +107,11 @@ from kvcheck.core.scenario import (
     GlobalCounterMode,
     Grammar,
     Retract,
-    Scenario,
     Step,
     SwitchStride,
     adaptive_allocation_problem,
-    to_json_line,
 )
-from kvcheck.core.target import Target, allocation_path, refuse_other_allocation_rules
-from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
+from kvcheck.families.sglang.target import Target, allocation_path, refuse_other_allocation_rules
 from kvcheck.search.exhaust_parallel import (
     Outcome,
     collected_by_hand,
@@ -207,7 +207,8 @@ class Bounds:
 
     def _past_file_bounds(self) -> list[str]:
         """Bounds that would find scenarios no counterexample file may hold
-        (`kvcheck.core.scenario.MAX_REQUEST_TOKENS` and the rest): a finding must replay."""
+        (`kvcheck.families.sglang.scenario.MAX_REQUEST_TOKENS` and the rest): a finding must
+        replay."""
         problems = []
         if self.events is not None and self.events > MAX_EVENTS:
             problems.append(f"events must be <= {MAX_EVENTS}, got {self.events}")
@@ -389,7 +390,8 @@ def start_configs(plan: Plan) -> list[Config]:
     With adaptive switching, rules 0.5.13+ reserve for the largest stride of the bounds (the
     candidates' maximum, which every switch stays within), and an allocation rule that cannot
     run with adaptive switching under an overlap setting is not combined with it
-    (`kvcheck.core.scenario.adaptive_allocation_problem`; `skipped_allocations` names them)."""
+    (`kvcheck.families.sglang.scenario.adaptive_allocation_problem`; `skipped_allocations` names
+    them)."""
     bounds = plan.bounds
     block_caps = (False, True) if bounds.block_cap_lengths else (False,)
     maximum = max(bounds.strides) if plan.adaptive else None

@@ -9,7 +9,8 @@ failure too. Generating a scenario costs tens of microseconds instead of millise
 
 The example database is Hypothesis's own (`ExampleDatabase`: a directory or Redis, through its
 `fetch`/`save`/`delete`): a failure is saved as the shrunk scenario's one-line JSON
-(`kvcheck.core.scenario.to_json_line`) under a key naming the target and the judging options
+(`kvcheck.families.sglang.scenario.to_json_line`) under a key naming the target and the judging
+options
 (`kvcheck.search.check.scenarios_key`), and every later search with that key replays the saved
 scenarios before it draws any; a saved scenario that no longer fails, or no longer parses, is
 deleted, as Hypothesis does with its own entries. Hypothesis's search saves its shrunk failures
@@ -27,12 +28,9 @@ from hypothesis.database import ExampleDatabase
 
 from kvcheck.core.deadline import check_time_limit
 from kvcheck.core.run import RunResult, run_scenario
-from kvcheck.core.scenario import (
-    Convention,
-    GlobalCounterMode,
-    Scenario,
-)
-from kvcheck.core.target import Target
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.scenario import Convention, GlobalCounterMode
+from kvcheck.families.sglang.target import Target
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.check import (
     SEARCH_STOPS,

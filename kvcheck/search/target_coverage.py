@@ -33,9 +33,9 @@ import attrs
 import coverage
 
 from kvcheck.core.deadline import shielded
-from kvcheck.core.target import CodeSpan, Target
 from kvcheck.errors import KvcheckInternalError
-from kvcheck.targets.sglang_release import OUT_OF_SCOPE_BRANCHES
+from kvcheck.families.sglang.release import OUT_OF_SCOPE_BRANCHES
+from kvcheck.families.sglang.target import CodeSpan, Target
 from kvcheck.wording import plural
 
 __all__ = ["CoverageMeter", "TargetCoverage", "format_lines", "meter_for"]
@@ -70,7 +70,7 @@ class TargetCoverage:
     branches: frozenset[Branch]
     executed_branches: frozenset[Branch]
     # Lines whose branches only inputs outside spec-v2 decode take (line -> those inputs), from
-    # `kvcheck.targets.sglang_release.OUT_OF_SCOPE_BRANCHES`.
+    # `kvcheck.families.sglang.release.OUT_OF_SCOPE_BRANCHES`.
     out_of_scope: Mapping[int, str] = attrs.field(factory=dict)
 
     @property

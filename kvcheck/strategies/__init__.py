@@ -1,7 +1,8 @@
 """The scenario distribution: Hypothesis strategies, and a seeded-Random driver of the same
 draws.
 
-A scenario is a `Config` plus a list of events (`kvcheck.core.scenario`). The strategies here draw
+A scenario is a `Config` plus a list of events (`kvcheck.families.sglang.scenario`). The strategies
+here draw
 request lifecycles for 1-6 requests: admissions with short or long generations and optional EOS
 positions, scheduler steps with per-row accept lengths, retractions (which re-admit the request
 through prefill at a later step), aborts, and, when adaptive switching is on, stride switches
@@ -27,8 +28,9 @@ import attrs
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 
-from kvcheck.core.allocation_rules import RULES, allocation_features
-from kvcheck.core.scenario import (
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.allocation_rules import RULES, allocation_features
+from kvcheck.families.sglang.scenario import (
     ALGORITHMS,
     ALLOCATION_RULES,
     MIN_POOL_TOKENS,
@@ -42,7 +44,6 @@ from kvcheck.core.scenario import (
     GlobalCounterMode,
     Grammar,
     Retract,
-    Scenario,
     Step,
     SwitchStride,
     adaptive_allocation_problem,
@@ -363,7 +364,8 @@ def _config(
 
 _OVERLAP: Final = (True, False)
 # Allocation rules (off first, so shrinking drops allocation) and page sizes. Adaptive switching
-# meets only what a scheduler can run safely (`kvcheck.core.scenario.adaptive_allocation_problem`):
+# meets only what a scheduler can run safely
+# (`kvcheck.families.sglang.scenario.adaptive_allocation_problem`):
 # the 0.5.6 rule never met it in SGLang (adaptive spec v2 starts with 0.5.12), so 0.5.13 takes
 # its place; the 0.5.12 rule runs without overlap, where its clamp still shows; the others
 # reserve for MAX_GENERATED_STRIDE, the largest stride a switch draws. Pages larger than 1 only
@@ -396,7 +398,7 @@ _ADAPTIVE_STAND_INS: Final[tuple[AllocationRule, ...]] = tuple(
 def adaptive_stand_in(rules: Sequence[AllocationRule], *, overlap: bool) -> AllocationRule | None:
     """The rule among `rules` that replaces one that cannot run with adaptive switching (None:
     none can): 0.5.13 first, as the release that fixed the under-reservation; 0.5.12 only
-    without `overlap` (`kvcheck.core.scenario.adaptive_allocation_problem`)."""
+    without `overlap` (`kvcheck.families.sglang.scenario.adaptive_allocation_problem`)."""
     return next(
         (
             rule

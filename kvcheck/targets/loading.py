@@ -1,9 +1,9 @@
 """Resolving a target spec into something the engine can call.
 
 The forms (their grammar is a contract: CHANGELOG.md):
-- `builtin:NAME`: one of kvcheck's own resolvers (`kvcheck.targets.builtins`);
+- `builtin:NAME`: one of kvcheck's own resolvers (`kvcheck.families.sglang.builtins`);
 - `sglang==VERSION`: that SGLang release's resolver, fetched from the package index into
-  kvcheck's cache (`kvcheck.targets.sglang_release`);
+  kvcheck's cache (`kvcheck.families.sglang.release`);
 - `path/to/sglang` (a checkout root or the `sglang` package directory): its resolver, found the
   same way;
 - `package.module:Qualname.attr`: imported normally;
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
-from kvcheck.targets import sglang_release
-from kvcheck.targets.api_shape import probe_target
-from kvcheck.targets.builtins import BUILTINS
+from kvcheck.families.sglang import release as sglang_release
+from kvcheck.families.sglang.builtins import BUILTINS
+from kvcheck.families.sglang.probe import probe_target
+from kvcheck.families.sglang.target import Target
 from kvcheck.targets.source import load_from_source
 
 DEFAULT_TARGETS = ("builtin:seed-prefix", "builtin:seed-fixed")
@@ -38,7 +38,7 @@ DEFAULT_TARGETS = ("builtin:seed-prefix", "builtin:seed-fixed")
 def load_target(
     spec: str, *, allow_unavailable: bool = False, deadline: float | None = DEFAULT_DEADLINE
 ) -> Target:
-    """Resolve `spec` and probe its API shape once (`kvcheck.targets.api_shape`).
+    """Resolve `spec` and probe its API shape once (`kvcheck.families.sglang.probe`).
 
     `allow_unavailable` (source targets only): names the file uses but
     kvcheck cannot provide become placeholders that fail only when used at run time.

@@ -13,7 +13,7 @@ dependencies. The file is parsed with `ast`, and only what the resolver needs is
 Annotations are never evaluated: they are stripped from functions and turned into strings
 elsewhere, so names used only in annotations, in `if TYPE_CHECKING:` imports or in
 `typing.cast(T, x)` do not matter. Every other free name is provided as a builtin, a module-level
-definition of the same file, a stand-in for an SGLang name (`kvcheck.targets.sglang_names`), or
+definition of the same file, a stand-in for an SGLang name (`kvcheck.families.sglang.names`), or
 an import from a module that is safe to import here (the standard library, `torch`, `numpy`,
 `typing_extensions`). Anything else the code touches is a `TargetLoadError`
 naming the name and its module; imports nobody touches are never looked at.
@@ -49,9 +49,9 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
-from kvcheck.core.target import CodeSpan
 from kvcheck.errors import TargetLoadError
-from kvcheck.targets.sglang_names import STAND_INS
+from kvcheck.families.sglang.names import STAND_INS
+from kvcheck.families.sglang.target import CodeSpan
 
 __all__ = ["LoadedSource", "load_from_source"]
 

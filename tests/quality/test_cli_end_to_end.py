@@ -14,9 +14,9 @@ import pytest
 
 from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
 from kvcheck.counterexamples.fileformat import SUFFIX, load, save
 from kvcheck.counterexamples.replay import from_run
+from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
 

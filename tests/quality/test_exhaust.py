@@ -10,7 +10,7 @@ import pytest
 
 from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
+from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.search.exhaust import Bounds, exhaust
 from kvcheck.targets.loading import load_target
 from tests.helpers import quoted

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.core import fakes
-from kvcheck.targets import sglang_release
+from kvcheck.families.sglang import fakes
+from kvcheck.families.sglang import release as sglang_release
 from tests.quality.test_real_releases import _releases
 
 RECEIVERS: dict[str, type] = {

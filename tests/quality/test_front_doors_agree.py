@@ -15,8 +15,8 @@ import torch
 import kvcheck.reporting.timeline
 import kvcheck.search.check
 from kvcheck.cli.main import main
+from kvcheck.families.sglang.builtins import BUILTINS
 from kvcheck.mutants import ENTRIES
-from kvcheck.targets.builtins import BUILTINS
 from tests.helpers import SGLANG_FIXTURES
 
 pytest_plugins = ["pytester"]

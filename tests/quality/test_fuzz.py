@@ -93,7 +93,7 @@ CRASHING = """
 import multiprocessing
 import os
 
-from kvcheck.targets.builtins import reference
+from kvcheck.families.sglang.builtins import reference
 
 
 def resolve(self, result, batch):
@@ -120,7 +120,7 @@ NONDETERMINISTIC = """
 import multiprocessing
 import random
 
-from kvcheck.targets.builtins import reference, seed_prefix
+from kvcheck.families.sglang.builtins import reference, seed_prefix
 
 
 def resolve(self, result, batch):
@@ -144,7 +144,7 @@ def test_a_worker_that_cannot_judge_the_target_ends_the_campaign_with_exit_2(
 WORKERS_ONLY = """
 import multiprocessing
 
-from kvcheck.targets.builtins import reference, seed_prefix
+from kvcheck.families.sglang.builtins import reference, seed_prefix
 
 
 def resolve(self, result, batch):

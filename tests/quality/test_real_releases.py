@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang import release as sglang_release
 from kvcheck.search.check import check
-from kvcheck.targets import sglang_release
 from kvcheck.targets.loading import load_target
 from tests.helpers import ROOT
 

@@ -14,8 +14,8 @@ import importlib.util
 import re
 
 from kvcheck.cli.main import build_parser
+from kvcheck.families.sglang.mutants.generations import GENERATIONS
 from kvcheck.mutants import MUTANTS, REWRITES
-from kvcheck.mutants.generations import GENERATIONS
 from tests.helpers import ROOT, quoted
 
 SEMANTICS = ROOT / "docs" / "semantics.md"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvcheck.core.invariants import INVARIANTS, invariants_table
+from kvcheck.families.sglang.invariants import INVARIANTS, invariants_table
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "invariants.md"
 
@@ -20,7 +20,8 @@ def _doc_table() -> str:
 def test_the_doc_holds_exactly_the_generated_table() -> None:
     assert _doc_table() == invariants_table(), (
         "docs/invariants.md's invariant table is stale: paste the output of "
-        "`python -c 'from kvcheck.core.invariants import invariants_table as t; print(t())'`"
+        "`python -c 'from kvcheck.families.sglang.invariants import invariants_table as t; "
+        "print(t())'`"
     )
 
 

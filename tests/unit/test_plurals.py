@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
+from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.reporting.render import render_plain
 from kvcheck.reporting.timeline import build_timeline
 from kvcheck.search.exhaust import Bounds

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from kvcheck.core.spellings import spellings_table
+from kvcheck.families.sglang.spellings import spellings_table
 from tests.helpers import ROOT
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from kvcheck.cli import releases
 from kvcheck.cli.main import main
-from kvcheck.targets import sglang_release
+from kvcheck.families.sglang import release as sglang_release
 from tests.helpers import SGLANG_FIXTURES
 
 # A correct honest resolver: 12 statements, of which the `raise` never runs (11/12 = 91.7%).

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run
+from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.targets.loading import load_target
 from tests.helpers import run_cli, scenario
 

@@ -21,7 +21,7 @@ EXHAUST_SMALL = ["--requests", "1", "--events", "4", "--strides", "2"]
 # the JSON report has a whole failure in it).
 NOISY_MODULE = """\
 print("noisy: imported")
-from kvcheck.targets.builtins import seed_prefix
+from kvcheck.families.sglang.builtins import seed_prefix
 
 
 def resolve(self, result, batch):

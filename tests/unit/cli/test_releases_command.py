@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvcheck.cli.main import main
-from kvcheck.targets import sglang_release
+from kvcheck.families.sglang import release as sglang_release
 from tests.helpers import SGLANG_FIXTURES
 
 NEWEST = "srt/managers/scheduler_components/batch_result_processor.py"

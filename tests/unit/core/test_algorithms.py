@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcheck.core.model import ReferenceModel
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Config, Event, Retract, Scenario, Step
-from kvcheck.targets.builtins import reference_v2
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.builtins import reference_v2
+from kvcheck.families.sglang.model import ReferenceModel
+from kvcheck.families.sglang.scenario import Admit, Config, Event, Retract, Step
 from tests.helpers import target
 
 

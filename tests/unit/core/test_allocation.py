@@ -11,27 +11,15 @@ import attrs
 import pytest
 
 import kvcheck
-from kvcheck.core.allocation import RuleAllocation
-from kvcheck.core.engine import Engine
-from kvcheck.core.invariants import check_event
-from kvcheck.core.model import ReferenceModel
-from kvcheck.core.pool import KvPool, PoolState
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import (
-    Abort,
-    Admit,
-    Config,
-    Event,
-    Retract,
-    Scenario,
-    Step,
-    SwitchStride,
-    from_json,
-    legacy_scenario_dict,
-    to_json,
-)
+from kvcheck.core.scenario import Scenario, from_json, legacy_scenario_dict, to_json
 from kvcheck.errors import KvcheckInternalError
-from kvcheck.mutants.allocation import (
+from kvcheck.families.sglang.allocation import RuleAllocation
+from kvcheck.families.sglang.builtins import reference
+from kvcheck.families.sglang.engine import Engine
+from kvcheck.families.sglang.invariants import check_event
+from kvcheck.families.sglang.model import ReferenceModel
+from kvcheck.families.sglang.mutants.allocation import (
     EstimateIgnoresAllocated,
     ForgetsOverallocated,
     FreeFromCommitted,
@@ -45,7 +33,16 @@ from kvcheck.mutants.allocation import (
     RetractKeepsRow,
     SharingPool,
 )
-from kvcheck.targets.builtins import reference
+from kvcheck.families.sglang.pool import KvPool, PoolState
+from kvcheck.families.sglang.scenario import (
+    Abort,
+    Admit,
+    Config,
+    Event,
+    Retract,
+    Step,
+    SwitchStride,
+)
 from kvcheck.targets.loading import load_target
 from tests.helpers import target
 
@@ -129,7 +126,7 @@ def test_fires_on_broken_allocation(
 
 
 def test_broken_paths_cover_every_invariant_that_judges_the_scheduler() -> None:
-    from kvcheck.core.invariants import INVARIANTS
+    from kvcheck.families.sglang.invariants import INVARIANTS
 
     scheduler_ids = {i for i, invariant in INVARIANTS.items() if invariant.judges == "scheduler"}
     assert {case[0] for case in BROKEN_PATHS} == scheduler_ids

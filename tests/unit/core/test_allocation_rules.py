@@ -11,9 +11,11 @@ import pytest
 from packaging.version import Version
 
 from kvcheck import strategies
-from kvcheck.core import allocation_rules
-from kvcheck.core.allocation import RuleAllocation
-from kvcheck.core.allocation_rules import (
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang import allocation_rules
+from kvcheck.families.sglang.allocation import RuleAllocation
+from kvcheck.families.sglang.allocation_rules import (
     ALLOCATION_RULES,
     RULES,
     AllocationFeatures,
@@ -21,11 +23,10 @@ from kvcheck.core.allocation_rules import (
     ReserveFrom,
     allocation_features,
 )
-from kvcheck.core.model import ReferenceModel
-from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Config, Retract, Scenario, Step
+from kvcheck.families.sglang.builtins import reference
+from kvcheck.families.sglang.model import ReferenceModel
+from kvcheck.families.sglang.scenario import Admit, Config, Retract, Step
 from kvcheck.strategies import adaptive_stand_in
-from kvcheck.targets.builtins import reference
 from tests.helpers import ROOT, target
 
 REFERENCE = target(reference)

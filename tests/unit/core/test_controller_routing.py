@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.core.model import ReferenceModel
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Config, Step
+from kvcheck.families.sglang.model import ReferenceModel
+from kvcheck.families.sglang.scenario import Admit, Config, Step
 from kvcheck.mutants import get
 from kvcheck.reporting.explain import explain
 from kvcheck.search.check import check

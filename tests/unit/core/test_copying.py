@@ -12,9 +12,17 @@ import pytest
 import torch
 
 from kvcheck.core.copying import deep_copy
-from kvcheck.core.engine import Engine
-from kvcheck.core.model import ReferenceModel
-from kvcheck.core.scenario import Abort, Admit, Config, Event, Retract, Step, SwitchStride
+from kvcheck.families.sglang.engine import Engine
+from kvcheck.families.sglang.model import ReferenceModel
+from kvcheck.families.sglang.scenario import (
+    Abort,
+    Admit,
+    Config,
+    Event,
+    Retract,
+    Step,
+    SwitchStride,
+)
 from kvcheck.targets.loading import load_target
 
 REFERENCE = load_target("builtin:reference")

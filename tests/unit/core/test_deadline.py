@@ -154,7 +154,7 @@ def test_through_the_engine_a_time_limit_stops_the_run_and_a_deadline_is_its_vio
     `BaseException`s included, into `target-raised`: kvcheck's own interruptions must pass
     through it, or a time limit would become a verdict on the target (and a run would go on)."""
     from kvcheck.core.run import run_scenario
-    from kvcheck.core.scenario import Admit, Step
+    from kvcheck.families.sglang.scenario import Admit, Step
     from tests.helpers import scenario, target
 
     def never_returns(self: Any, result: Any, batch: Any) -> Any:

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step, SwitchStride
-from kvcheck.targets.builtins import reference
+from kvcheck.families.sglang.builtins import reference
+from kvcheck.families.sglang.scenario import Admit, Step, SwitchStride
 from tests.helpers import scenario, target
 
 
@@ -53,7 +53,7 @@ def test_result_tensors_follow_the_padded_layout() -> None:
 
 def test_overlap_off_has_no_stale_rows() -> None:
     events = (Admit("r0", 4, 1), Step(), Step((3,)), Step())
-    from kvcheck.targets.builtins import seed_prefix
+    from kvcheck.families.sglang.builtins import seed_prefix
 
     # seed-prefix only goes wrong on stale rows; without overlap it never sees one.
     result = run_scenario(scenario(*events, overlap=False), target(seed_prefix))

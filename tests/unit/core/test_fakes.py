@@ -1,4 +1,5 @@
-"""The fakes kvcheck hands a resolver (`kvcheck.core.fakes`): every supported spelling exists on
+"""The fakes kvcheck hands a resolver (`kvcheck.families.sglang.fakes`): every supported spelling
+exists on
 them, unmodelled names fail loudly, and `kvcheck spellings` prints the table."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 
 from kvcheck.cli.main import main
-from kvcheck.core.fakes import (
+from kvcheck.families.sglang.fakes import (
     FakeBatch,
     FakeGrammar,
     FakeReq,
@@ -16,7 +17,7 @@ from kvcheck.core.fakes import (
     FakeScheduler,
     UnmodeledAttributeError,
 )
-from kvcheck.core.spellings import SPELLINGS, spellings_table
+from kvcheck.families.sglang.spellings import SPELLINGS, spellings_table
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

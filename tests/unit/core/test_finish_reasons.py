@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from kvcheck.core.engine import Engine
-from kvcheck.core.fakes import (
+from kvcheck.families.sglang.builtins import reference, reference_v2
+from kvcheck.families.sglang.engine import Engine
+from kvcheck.families.sglang.fakes import (
     FakeReq,
     FinishAbort,
     FinishedMatchedRegex,
@@ -21,11 +22,10 @@ from kvcheck.core.fakes import (
     FinishReason,
     UnmodeledAttributeError,
 )
-from kvcheck.core.scenario import Abort, Admit, Config, Event, Grammar, Retract, Step
+from kvcheck.families.sglang.names import STAND_INS
+from kvcheck.families.sglang.scenario import Abort, Admit, Config, Event, Grammar, Retract, Step
 from kvcheck.mutants import BY_NAME
 from kvcheck.search.exhaust import Bounds, exhaust
-from kvcheck.targets.builtins import reference, reference_v2
-from kvcheck.targets.sglang_names import STAND_INS
 from tests.helpers import PLUGIN_FAST, TESTS_DIR, run_cli
 
 RESOLVERS = TESTS_DIR / "fixtures" / "fidelity" / "resolvers.py"
@@ -120,7 +120,7 @@ def test_a_state_key_holds_a_targets_own_finish_abort() -> None:
 def test_result_totals_start_at_sglangs_defaults() -> None:
     import torch
 
-    from kvcheck.core.fakes import FakeResult
+    from kvcheck.families.sglang.fakes import FakeResult
 
     result = FakeResult(torch.zeros(4, dtype=torch.int64), torch.ones(1, dtype=torch.int32), 4)
     totals = ("num_accepted_tokens", "num_accepted_drafts", "num_correct_drafts")

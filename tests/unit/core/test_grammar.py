@@ -8,22 +8,18 @@ from typing import Any
 
 import pytest
 
-from kvcheck.core.model import ReferenceModel
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import (
-    Admit,
-    Config,
-    Grammar,
     Scenario,
-    Step,
     from_json,
     legacy_scenario_dict,
     scenario_to_dict,
     to_json,
-    token_id,
 )
-from kvcheck.targets.api_shape import probe_target
-from kvcheck.targets.builtins import reference_v2
+from kvcheck.families.sglang.builtins import reference_v2
+from kvcheck.families.sglang.model import ReferenceModel
+from kvcheck.families.sglang.probe import probe_target
+from kvcheck.families.sglang.scenario import Admit, Config, Grammar, Step, token_id
 from tests.helpers import scenario, target
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from kvcheck.core import interrupts
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
-from kvcheck.targets.builtins import reference
+from kvcheck.families.sglang.builtins import reference
+from kvcheck.families.sglang.scenario import Admit, Step
 from tests.helpers import scenario, target
 
 TWO_STEPS = scenario(Admit("r0", 10, 20), Step(), Step((2,)), Step((3,)))

@@ -14,13 +14,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvcheck.core.engine import Engine, Observation, UnsupportedTargetError
-from kvcheck.core.fakes import ControllerFeed
-from kvcheck.core.invariants import INVARIANTS, Violation, check_event
-from kvcheck.core.model import Expectation, ReferenceModel
-from kvcheck.core.pool import PoolFault
-from kvcheck.core.scenario import Admit, Step
-from kvcheck.core.target import ASPECTS, Target, allocation_path
+from kvcheck.families.sglang.engine import Engine, Observation, UnsupportedTargetError
+from kvcheck.families.sglang.fakes import ControllerFeed
+from kvcheck.families.sglang.invariants import INVARIANTS, Violation, check_event
+from kvcheck.families.sglang.model import Expectation, ReferenceModel
+from kvcheck.families.sglang.pool import PoolFault
+from kvcheck.families.sglang.scenario import Admit, Step
+from kvcheck.families.sglang.target import ASPECTS, Target, allocation_path
 from kvcheck.mutants import ENTRIES
 from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target
@@ -207,7 +207,7 @@ def test_check_event_reports_what_every_checker_reports(name: str, data: st.Data
 
 
 def test_a_request_that_passed_is_tested_again_once_its_records_change() -> None:
-    from kvcheck.core.scenario import Admit, Step
+    from kvcheck.families.sglang.scenario import Admit, Step
     from tests.helpers import scenario
 
     target = load_target("builtin:reference")

@@ -1,4 +1,5 @@
-"""Every fact about an invariant lives in its record (`kvcheck.core.invariants.Invariant`):
+"""Every fact about an invariant lives in its record
+(`kvcheck.families.sglang.invariants.Invariant`):
 whom it judges, whether it needs an allocation rule, the API aspects its findings belong to.
 The run and the checks read those fields, not the invariant's id."""
 
@@ -9,14 +10,15 @@ import re
 import attrs
 import pytest
 
-from kvcheck.core import invariants
-from kvcheck.core.allocation import RuleAllocation
-from kvcheck.core.invariants import INVARIANTS
-from kvcheck.core.model import ReferenceModel
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Config, Scenario
-from kvcheck.core.target import ASPECTS
+from kvcheck.core.scenario import Scenario
 from kvcheck.errors import KvcheckInternalError
+from kvcheck.families.sglang import invariants
+from kvcheck.families.sglang.allocation import RuleAllocation
+from kvcheck.families.sglang.invariants import INVARIANTS
+from kvcheck.families.sglang.model import ReferenceModel
+from kvcheck.families.sglang.scenario import Config
+from kvcheck.families.sglang.target import ASPECTS
 from kvcheck.targets.loading import load_target
 from tests.unit.core.test_allocation import CI_CONFIG, CI_DOWN_SWITCH
 

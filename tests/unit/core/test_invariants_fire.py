@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 import kvcheck
-from kvcheck.core.invariants import INVARIANTS
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Grammar, Retract, Step
-from kvcheck.targets.builtins import commit_live_row, padded_runs, reference, reference_v2
+from kvcheck.families.sglang.builtins import commit_live_row, padded_runs, reference, reference_v2
+from kvcheck.families.sglang.invariants import INVARIANTS
+from kvcheck.families.sglang.scenario import Admit, Grammar, Retract, Step
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario, target
 from tests.unit.core.test_allocation import BROKEN_PATHS
 
@@ -196,7 +196,12 @@ CASES: list[tuple[str, Resolver, tuple[Any, ...], dict[str, Any]]] = [
     ("runs-aligned", cumulative_offsets, SWITCH, {"stride": 4, "adaptive": True}),
     ("no-negative", decrements_retracted, RETRACT_IN_FLIGHT, {}),
     ("committed-live", adds_bonus_twice, LIVE_ROWS, {}),
-    ("committed-finished-frozen", kvcheck.targets.builtins.seed_prefix, FINISH_ON_PREFILL, {}),
+    (
+        "committed-finished-frozen",
+        kvcheck.families.sglang.builtins.seed_prefix,
+        FINISH_ON_PREFILL,
+        {},
+    ),
     ("committed-retracted-zero", applies_to_retracted, RETRACT_IN_FLIGHT, {}),
     ("stats-verify-count", counts_stale_verifies, FINISH_ON_PREFILL, {}),
     ("stats-accepted-drafts", counts_bonus_as_draft, LIVE_ROWS, {}),

@@ -16,7 +16,7 @@ import pytest
 
 from kvcheck.core import deadline, isolation
 from kvcheck.core.deadline import TargetDeadlineExceeded, call_with_deadline
-from kvcheck.core.engine import UnsupportedTargetError
+from kvcheck.families.sglang.engine import UnsupportedTargetError
 from tests.helpers import ROOT, TESTS_DIR
 
 UNSTOPPABLE = TESTS_DIR / "fixtures" / "hostile" / "unstoppable.py"
@@ -93,7 +93,7 @@ ISOLATED_RUN = textwrap.dedent(
     f"""
     from kvcheck.core import isolation
     from kvcheck.core.run import run_scenario
-    from kvcheck.core.scenario import Admit, Config, Scenario, Step
+    from kvcheck.families.sglang.scenario import Admit, Config, Scenario, Step
     from kvcheck.targets.loading import load_target
 
     isolation._isolated = True
@@ -122,8 +122,8 @@ def test_isolated_the_probe_and_a_run_of_a_target_that_swallows_everything_end()
 
 def test_an_isolated_probe_sends_back_what_the_target_touched() -> None:
     # The probe's log held its recording proxies, which pickle but do not unpickle.
-    from kvcheck.targets.api_shape import detect_api_shape
-    from kvcheck.targets.builtins import reference
+    from kvcheck.families.sglang.builtins import reference
+    from kvcheck.families.sglang.probe import detect_api_shape
 
     here = detect_api_shape(reference)
     isolation._isolated = True

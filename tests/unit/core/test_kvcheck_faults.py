@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from kvcheck.cli.main import main
-from kvcheck.core import fakes
-from kvcheck.core.engine import UnsupportedTargetError
-from kvcheck.core.fakes import FakeModelWorker
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
 from kvcheck.errors import KvcheckInternalError
-from kvcheck.targets.builtins import reference
+from kvcheck.families.sglang import fakes
+from kvcheck.families.sglang.builtins import reference
+from kvcheck.families.sglang.engine import UnsupportedTargetError
+from kvcheck.families.sglang.fakes import FakeModelWorker
+from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.targets.source import load_from_source
 from tests.helpers import scenario, target
 
@@ -51,7 +51,7 @@ def test_an_exception_inside_a_fake_is_a_kvcheck_fault(monkeypatch: pytest.Monke
         return runs
 
     checked = target(feeds_controller)
-    # A bug inside kvcheck's core: code compiled as if it were in kvcheck/core/fakes.py.
+    # A bug inside kvcheck's core: code compiled as if it were in kvcheck/families/sglang/fakes.py.
     namespace: dict[str, Any] = {}
     source = "def broken(self, per_req, batch_size=None):\n    raise RuntimeError('bug')\n"
     exec(compile(source, fakes.__file__, "exec"), namespace)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from kvcheck.core.model import Expectation, ReferenceModel, RequestExpectation
-from kvcheck.core.scenario import Abort, Admit, Config, Retract, Scenario, Step, SwitchStride
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.model import Expectation, ReferenceModel, RequestExpectation
+from kvcheck.families.sglang.scenario import Abort, Admit, Config, Retract, Step, SwitchStride
 from kvcheck.strategies import scenarios
 
 

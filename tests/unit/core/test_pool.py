@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcheck.core.pool import KvPool
+from kvcheck.families.sglang.pool import KvPool
 
 _RIDS = ("a", "b", "c")
 

@@ -8,18 +8,15 @@ import pytest
 from hypothesis import given
 
 from kvcheck.core.scenario import (
-    ALGORITHMS,
     SCHEMA_VERSION,
-    Admit,
-    Config,
     Scenario,
-    Step,
     from_json,
     legacy_scenario_dict,
     scenario_to_dict,
     to_json,
 )
 from kvcheck.errors import ScenarioFormatError
+from kvcheck.families.sglang.scenario import ALGORITHMS, Admit, Config, Step
 from kvcheck.strategies import scenarios
 
 

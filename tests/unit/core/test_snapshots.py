@@ -11,15 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvcheck.core.engine import Engine, UnsupportedTargetError
-from kvcheck.core.model import ReferenceModel
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
 from kvcheck.core.snapshots import refreshed
-from kvcheck.core.target import allocation_path
+from kvcheck.families.sglang.builtins import reference
+from kvcheck.families.sglang.engine import Engine, UnsupportedTargetError
+from kvcheck.families.sglang.model import ReferenceModel
+from kvcheck.families.sglang.scenario import Admit, Step
+from kvcheck.families.sglang.target import allocation_path
 from kvcheck.mutants import ENTRIES
 from kvcheck.strategies import scenarios
-from kvcheck.targets.builtins import reference
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario, target
 

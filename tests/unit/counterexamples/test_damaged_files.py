@@ -12,10 +12,11 @@ import pytest
 
 from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import MAX_JSON_DEPTH, Admit, Step, from_json
+from kvcheck.core.scenario import MAX_JSON_DEPTH, from_json
 from kvcheck.counterexamples.fileformat import load, save
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import ScenarioFormatError
+from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
 

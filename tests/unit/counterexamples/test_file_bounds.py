@@ -12,19 +12,16 @@ from typing import Any
 import pytest
 
 from kvcheck.cli.main import main
-from kvcheck.core.scenario import (
-    MAX_DOCUMENT_CHARS,
-    MAX_EVENTS,
-    MAX_ID_CHARS,
+from kvcheck.core.scenario import MAX_DOCUMENT_CHARS, MAX_EVENTS, MAX_ID_CHARS, from_json
+from kvcheck.counterexamples.fileformat import load
+from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
+from kvcheck.families.sglang.scenario import (
     MAX_PAGE_SIZE,
     MAX_POOL_PAGES,
     MAX_REQUEST_TOKENS,
     MAX_ROW_VALUE,
     MAX_ROWS,
-    from_json,
 )
-from kvcheck.counterexamples.fileformat import load
-from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
 from kvcheck.search.exhaust import Bounds
 from tests.unit.counterexamples.test_damaged_files import damaged, saved
 

@@ -9,9 +9,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from kvcheck.core.invariants import Violation
 from kvcheck.core.run import RunResult, run_scenario
-from kvcheck.core.scenario import Admit, Retract, Scenario, Step
+from kvcheck.core.scenario import Scenario
 from kvcheck.counterexamples.fileformat import (
     SUFFIX,
     Counterexample,
@@ -22,6 +21,8 @@ from kvcheck.counterexamples.fileformat import (
 )
 from kvcheck.counterexamples.replay import from_run, replay, replay_command
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
+from kvcheck.families.sglang.invariants import Violation
+from kvcheck.families.sglang.scenario import Admit, Retract, Step
 from kvcheck.targets.loading import load_target
 from tests.helpers import COMMITTED_COUNTEREXAMPLES, scenario
 

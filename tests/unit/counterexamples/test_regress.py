@@ -7,9 +7,9 @@ import ast
 import pytest
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
 from kvcheck.counterexamples.regress import regression_test
 from kvcheck.counterexamples.replay import from_run
+from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
 

@@ -24,11 +24,11 @@ from kvcheck.core.scenario import (
     legacy_scenario_dict,
     to_json,
 )
-from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import SUFFIX, load, loads
 from kvcheck.counterexamples.regress import function_name
 from kvcheck.counterexamples.replay import Replay, replay
 from kvcheck.errors import ScenarioFormatError
+from kvcheck.families.sglang.target import Target
 from kvcheck.targets.loading import load_target
 from tests.helpers import TESTS_DIR
 from tests.unit.counterexamples.test_damaged_files import damaged, saved
@@ -102,7 +102,9 @@ def test_files_and_scenarios_are_written_as_version_4(tmp_path: Path) -> None:
     path = saved(tmp_path)
     data = json.loads(path.read_text())
     assert list(data)[:3] == ["format", "schema_version", "family"]
-    assert (data["schema_version"], data["family"]) == (4, "sglang") and FAMILIES == ("sglang",)
+    assert (data["schema_version"], data["family"]) == (4, "sglang") and tuple(FAMILIES) == (
+        "sglang",
+    )
     scenario = load(path).scenario
     assert json.loads(to_json(scenario))["family"] == "sglang"
     assert from_json(to_json(scenario)) == scenario

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kvcheck.core.invariants import INVARIANTS
+from kvcheck.families.sglang.invariants import INVARIANTS
 from kvcheck.mutants import ENTRIES, MUTANTS, REWRITES, get
 from kvcheck.targets.loading import load_target
 

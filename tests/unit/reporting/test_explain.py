@@ -4,7 +4,8 @@ retracted request, the global counters, a misread row after a stride switch, a l
 from __future__ import annotations
 
 from kvcheck.core.run import RunResult, run_scenario
-from kvcheck.core.scenario import Admit, Retract, Scenario, Step
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.scenario import Admit, Retract, Step
 from kvcheck.reporting.explain import explain
 from kvcheck.targets.loading import load_target
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario

@@ -8,7 +8,7 @@ import inspect
 import attrs
 import pytest
 
-from kvcheck.core.invariants import INVARIANTS
+from kvcheck.families.sglang.invariants import INVARIANTS
 from kvcheck.reporting import explain as explain_module
 from kvcheck.reporting.explain import explain, explainer_of
 from tests.unit.reporting.test_explain import STALE_RETRACTED, failing_run

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
+from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.reporting.html import render_html, write_html
 from kvcheck.reporting.timeline import Timeline, build_timeline
 from kvcheck.targets.loading import load_target

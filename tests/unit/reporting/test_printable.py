@@ -12,9 +12,9 @@ import pytest
 
 from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
 from kvcheck.counterexamples.fileformat import load, save
 from kvcheck.counterexamples.replay import from_run, replay
+from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.reporting.render import print_timeline, printable
 from kvcheck.reporting.timeline import build_timeline
 from kvcheck.targets.loading import load_target

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Retract, Step
+from kvcheck.families.sglang.scenario import Admit, Retract, Step
 from kvcheck.reporting.render import print_timeline, render_plain, render_rich, use_rich
 from kvcheck.reporting.timeline import Timeline, build_timeline
 from kvcheck.targets.loading import load_target

@@ -13,14 +13,15 @@ from typing import Any
 import attrs
 import pytest
 
-from kvcheck.core.engine import UnsupportedTargetError
 from kvcheck.core.run import RunResult, run_scenario
-from kvcheck.core.scenario import Admit, Config, Scenario, Step, SwitchStride
+from kvcheck.core.scenario import Scenario
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.builtins import commit_live_row, padded_runs, reference
+from kvcheck.families.sglang.engine import UnsupportedTargetError
+from kvcheck.families.sglang.scenario import Admit, Config, Step, SwitchStride
 from kvcheck.search.check import check, scenario_space, with_overlap
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.shrink import shrink
-from kvcheck.targets.builtins import commit_live_row, padded_runs, reference
 from kvcheck.targets.loading import load_target
 from tests.helpers import TESTS_DIR, scenario, target
 

@@ -95,7 +95,7 @@ def test_rules_that_cannot_run_with_adaptive_switching_are_left_out_and_said() -
 
 
 def test_a_finished_delivered_request_is_inert_and_keyed_by_id() -> None:
-    from kvcheck.core.scenario import Admit, Config, Step
+    from kvcheck.families.sglang.scenario import Admit, Config, Step
     from kvcheck.search.exhaust import fresh_state, inert_requests, state_key
 
     def after(config: Config, *events: object) -> tuple[frozenset[str], bytes, bytes]:

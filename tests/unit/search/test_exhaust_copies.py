@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import torch
 
-from kvcheck.core import engine as engine_module
 from kvcheck.errors import NondeterministicTargetError
+from kvcheck.families.sglang import engine as engine_module
+from kvcheck.families.sglang.builtins import reference
 from kvcheck.search.exhaust import Bounds, exhaust
-from kvcheck.targets.builtins import reference
 from kvcheck.targets.loading import load_target
 
 BOUNDS = Bounds(events=5, max_new=(4,), eos=(None,))
@@ -86,7 +86,7 @@ def test_a_copy_that_shares_the_books_is_caught(
 def test_the_original_is_untouched_by_its_copies() -> None:
     # The parent side of the same guarantee: a child's writes never reach the state it was
     # copied from (the search reuses a parent's engine for its last child only).
-    from kvcheck.core.scenario import Admit, Step
+    from kvcheck.families.sglang.scenario import Admit, Step
     from kvcheck.search.exhaust import Plan, Shard
 
     target = load_target(TARGET)

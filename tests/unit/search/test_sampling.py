@@ -9,10 +9,11 @@ import pytest
 from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDatabase
 
 from kvcheck.core.deadline import time_limit
-from kvcheck.core.scenario import Step, from_json, legacy_scenario_dict, to_json_line
+from kvcheck.core.scenario import from_json, legacy_scenario_dict, to_json_line
 from kvcheck.counterexamples.fileformat import loads
 from kvcheck.counterexamples.replay import from_run, replay
 from kvcheck.errors import NondeterministicTargetError
+from kvcheck.families.sglang.scenario import Step
 from kvcheck.search.check import STRIDE_SWITCH_WITNESS, saved_scenarios, scenarios_key, search
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.shrink import shrink

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from kvcheck.core.scenario import Admit, Retract, Step, SwitchStride
+from kvcheck.families.sglang.scenario import Admit, Retract, Step, SwitchStride
 from kvcheck.strategies import (
     MAX_REQUESTS,
     RandomDraws,

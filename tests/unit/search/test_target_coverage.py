@@ -11,9 +11,10 @@ import attrs
 import pytest
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Admit, Step
-from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.release import OUT_OF_SCOPE_BRANCHES
+from kvcheck.families.sglang.scenario import Admit, Step
+from kvcheck.families.sglang.target import Target
 from kvcheck.search.check import check
 from kvcheck.search.exhaust import Bounds, exhaust
 from kvcheck.search.target_coverage import (
@@ -23,7 +24,6 @@ from kvcheck.search.target_coverage import (
     meter_for,
 )
 from kvcheck.targets.loading import load_target
-from kvcheck.targets.sglang_release import OUT_OF_SCOPE_BRANCHES
 from tests.helpers import scenario
 
 # A correct honest resolver (SGLang 0.5.19+ spellings) with a helper, a sibling method, a branch

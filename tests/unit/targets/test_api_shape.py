@@ -1,4 +1,4 @@
-"""The API-shape probe (`kvcheck.targets.api_shape`): versions from spellings, the convention,
+"""The API-shape probe (`kvcheck.families.sglang.probe`): versions from spellings, the convention,
 what a target is held to, and errors during the probe run."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kvcheck.core.engine import UnsupportedTargetError
-from kvcheck.targets.api_shape import detect_api_shape, probe_target
-from kvcheck.targets.builtins import reference, seed_prefix
+from kvcheck.families.sglang.builtins import reference, seed_prefix
+from kvcheck.families.sglang.engine import UnsupportedTargetError
+from kvcheck.families.sglang.probe import detect_api_shape, probe_target
 from kvcheck.targets.loading import load_target
 from tests.helpers import SGLANG_FIXTURES
 

@@ -13,8 +13,8 @@ import pytest
 
 from kvcheck.cli.main import main
 from kvcheck.errors import TargetLoadError
+from kvcheck.families.sglang import release as sglang_release
 from kvcheck.search.check import check
-from kvcheck.targets import sglang_release
 from kvcheck.targets.loading import load_target
 from tests.helpers import SGLANG_FIXTURES
 

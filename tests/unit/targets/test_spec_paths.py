@@ -12,7 +12,12 @@ from kvcheck.targets.loading import absolute_spec, spec_path
 
 @pytest.mark.parametrize(
     "spec",
-    ["builtin:reference", "sglang==0.5.11", "kvcheck.targets.builtins:reference", "mutant:x"],
+    [
+        "builtin:reference",
+        "sglang==0.5.11",
+        "kvcheck.families.sglang.builtins:reference",
+        "mutant:x",
+    ],
 )
 def test_specs_without_a_path_are_kept(spec: str) -> None:
     assert spec_path(spec) is None

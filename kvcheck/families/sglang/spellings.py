@@ -1,8 +1,9 @@
 """The spellings catalogue: every attribute, method and collaborator an SGLang resolver has used,
 with the releases that use it (docs/semantics.md §1.1, §1.2).
 
-`SPELLINGS` is the single list of what kvcheck models: the fakes (`kvcheck.core.fakes`) provide
-exactly these, the probe (`kvcheck.targets.api_shape`) reads a target's API generation off the
+`SPELLINGS` is the single list of what kvcheck models: the fakes (`kvcheck.families.sglang.fakes`)
+provide
+exactly these, the probe (`kvcheck.families.sglang.probe`) reads a target's API generation off the
 ones it touches, error messages name them, and `spellings_table()` renders them for docs/sglang.md
 (`kvcheck spellings`).
 """

@@ -1,4 +1,5 @@
-"""The corpus entry type and its registration decorators (`kvcheck.mutants.corpus` uses them)."""
+"""The corpus entry type and its registration decorators (`kvcheck.families.sglang.mutants.corpus`
+uses them)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ from typing import Any, Literal
 
 import attrs
 
-from kvcheck.core.invariants import INVARIANTS
-from kvcheck.core.scenario import CONVENTIONS, GLOBAL_COUNTER_MODES, Convention, GlobalCounterMode
-from kvcheck.core.target import Target
-from kvcheck.mutants.generations import Generation, resolver_call
-from kvcheck.targets.api_shape import probe_target
+from kvcheck.families.sglang.invariants import INVARIANTS
+from kvcheck.families.sglang.mutants.generations import Generation, resolver_call
+from kvcheck.families.sglang.probe import probe_target
+from kvcheck.families.sglang.scenario import (
+    CONVENTIONS,
+    GLOBAL_COUNTER_MODES,
+    Convention,
+    GlobalCounterMode,
+)
+from kvcheck.families.sglang.target import Target
 
 Kind = Literal["mutant", "rewrite"]
 # A corpus function: a resolver body written against a `Generation`'s spellings.
@@ -151,7 +157,8 @@ class Corpus:
         allocation: Any = None,
     ) -> Callable[[CorpusFunction], CorpusFunction]:
         """Register a buggy resolver; `convention` defaults to the generation's. With
-        `allocation` (a broken allocation path, `kvcheck.mutants.allocation`) the bug is there
+        `allocation` (a broken allocation path, `kvcheck.families.sglang.mutants.allocation`) the
+        bug is there
         and the resolver is a correct one."""
         return self._add(
             "mutant",

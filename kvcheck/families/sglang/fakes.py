@@ -1,7 +1,8 @@
 """Fake SGLang objects the target resolver is called with: `Req`, `ScheduleBatch`, the batch
 result and the scheduler (`self`), plus the collaborators newer resolvers call.
 
-They speak every spelling in the catalogue (`kvcheck.core.spellings`): every spelling of one
+They speak every spelling in the catalogue (`kvcheck.families.sglang.spellings`): every spelling of
+one
 quantity is an alias of one stored value, so a resolver from any generation reads and writes the
 same ledger, and the engine observes it in one place.
 
@@ -21,14 +22,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import attrs
 
-from kvcheck.core.spellings import (
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.spellings import (
     REQ_DRAFT_COUNTER_NAMES,
     REQ_HISTOGRAM_METHODS,
     RESULT_DRAFT_PER_REQ_NAMES,
     RESULT_DRAFT_TOTAL_NAMES,
     modelled_names,
 )
-from kvcheck.errors import KvcheckUsageError
 
 if TYPE_CHECKING:
     import torch

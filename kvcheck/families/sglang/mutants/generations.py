@@ -5,10 +5,11 @@ per-request draft counter, the histogram method, the result counters, where the 
 from, whether the committed length lives on `req` or on `req.kv`, how the adaptive controller is
 fed, and which committed-length convention the scheduler of those releases follows (§1.2).
 
-Every mutant and rewrite in `kvcheck.mutants.corpus` is written once against these helpers and
+Every mutant and rewrite in `kvcheck.families.sglang.mutants.corpus` is written once against these
+helpers and
 bound to one generation, so the same bug can be planted in code of another generation by binding
 it again, and a new SGLang generation is one more `Generation` here (plus, if it introduces a
-spelling kvcheck's fakes do not model yet, that spelling in `kvcheck.core.spellings`).
+spelling kvcheck's fakes do not model yet, that spelling in `kvcheck.families.sglang.spellings`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from kvcheck.core.fakes import FinishAbort
-from kvcheck.core.scenario import Convention
-from kvcheck.targets.sglang_names import AbortRequest
+from kvcheck.families.sglang.fakes import FinishAbort
+from kvcheck.families.sglang.names import AbortRequest
+from kvcheck.families.sglang.scenario import Convention
 
 StrideSource = Literal["worker", "result", "output-stride"]
 

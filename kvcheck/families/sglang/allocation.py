@@ -4,7 +4,8 @@ pages at admission, the decode reserve at each launch, release at finish and ret
 `RuleAllocation` is kvcheck's own correct path for each allocation rule (`Config.allocation`,
 docs/semantics.md §2.3 and §5), written for the engine from the release notes, independently of
 the reference model; like the model it reads the rule's features (`Config.allocation_rule`,
-`kvcheck.core.allocation_rules`), never its name. It is the engine's only allocation code: the
+`kvcheck.families.sglang.allocation_rules`), never its name. It is the engine's only allocation
+code: the
 engine calls the four entry points below and nothing else, so another path can take its place,
 e.g. one that drives a release's own sizing, allocation and release functions on the same
 `KvPool` (SGLang's `page_aligned_decode_alloc_lens`, `alloc_for_spec_decode`,
@@ -16,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from kvcheck.core.pool import KvPool
-from kvcheck.core.scenario import Config
+from kvcheck.families.sglang.pool import KvPool
+from kvcheck.families.sglang.scenario import Config
 
 
 class AllocationPath(Protocol):

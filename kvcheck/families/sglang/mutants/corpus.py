@@ -6,7 +6,8 @@ spellings (`g`), registered with the generation it is bound to, the convention i
 under, and, for a mutant, the invariant expected to catch it. The first lines of a docstring are
 the entry's summary. Only bugs kvcheck's engine can expose are here. A bug in allocation or
 release (semantics §4.16-§4.31, the upstream bugs of §5.4) is an entry whose resolver is correct
-and whose allocation path (`kvcheck.mutants.allocation`) carries the bug. Grammar entries
+and whose allocation path (`kvcheck.families.sglang.mutants.allocation`) carries the bug. Grammar
+entries
 (§4.10) truncate a live grammar row's run where its grammar terminates or refuses a token.
 
 A correct resolver of generation `g`, for reference: for each row, skip a retracted request; for
@@ -22,8 +23,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from kvcheck.mutants import allocation
-from kvcheck.mutants.generations import (
+from kvcheck.families.sglang.builtins import padded_runs
+from kvcheck.families.sglang.mutants import allocation
+from kvcheck.families.sglang.mutants.generations import (
     G0_5_10,
     G0_5_11,
     G0_5_12,
@@ -34,8 +36,7 @@ from kvcheck.mutants.generations import (
     G0_5_20,
     Generation,
 )
-from kvcheck.mutants.registry import Corpus
-from kvcheck.targets.builtins import padded_runs
+from kvcheck.families.sglang.mutants.registry import Corpus
 
 corpus = Corpus()
 mutant = corpus.mutant
@@ -1120,7 +1121,8 @@ def _correct(g: Generation, self: Any, result: Any, batch: Any) -> Any:
 
 # =============================================================================================
 # Mutants: the scheduler's allocation path (issue 10; semantics §4.16-§4.31, §5.4). The resolver
-# is correct; the bug is in the allocation path the entry brings (`kvcheck.mutants.allocation`).
+# is correct; the bug is in the allocation path the entry brings
+# (`kvcheck.families.sglang.mutants.allocation`).
 # =============================================================================================
 
 

@@ -24,10 +24,10 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from kvcheck.core.engine import Observation, ObservedDelivery, ObservedRequest
 from kvcheck.core.jsonable import show
-from kvcheck.core.model import Expectation, ExpectedDelivery, RequestExpectation
-from kvcheck.core.target import ASPECTS
+from kvcheck.families.sglang.engine import Observation, ObservedDelivery, ObservedRequest
+from kvcheck.families.sglang.model import Expectation, ExpectedDelivery, RequestExpectation
+from kvcheck.families.sglang.target import ASPECTS
 from kvcheck.wording import plural
 
 
@@ -56,7 +56,8 @@ class Violation:
 class Finding:
     """One difference a checker saw: whose, expected and observed values, and a sentence.
 
-    `aspect` names the part of SGLang's API the finding is about (`kvcheck.core.target.ASPECTS`)
+    `aspect` names the part of SGLang's API the finding is about
+    (`kvcheck.families.sglang.target.ASPECTS`)
     when only some API generations maintain it; a finding on an aspect the target is not held
     to is dropped.
     """
@@ -107,7 +108,8 @@ class Invariant:
     `judges` says whose fault a violation is (`Judges`). `needs_allocation`: it judges
     allocation and the pool only, so its quick test holds on every event without a pool and on
     every request without an allocation rule, and it is not run there. `aspects` are the parts
-    of SGLang's API (`kvcheck.core.target.ASPECTS`) its findings may belong to; on a target not
+    of SGLang's API (`kvcheck.families.sglang.target.ASPECTS`) its findings may belong to; on a
+    target not
     held to one, those findings are dropped. `explain` names the function that tells how a
     violation of it came about, as "module:function", taking the run's facts and the violation
     (`kvcheck.reporting.explain`); it is a name, not the function, because the reporting layer
@@ -712,7 +714,8 @@ def check_alloc_expected(exp: RequestExpectation, obs: ObservedRequest) -> Itera
 
 
 def _faults(*kinds: str) -> EventChecker:
-    """An event checker reporting the pool's ownership faults of `kinds` (`kvcheck.core.pool`),
+    """An event checker reporting the pool's ownership faults of `kinds`
+    (`kvcheck.families.sglang.pool`),
     at the event where they happened."""
 
     def check(expected: Expectation, observed: Observation) -> Iterator[Finding]:

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.fakes import (
+from kvcheck.families.sglang.fakes import (
     FinishAbort,
     FinishedMatchedRegex,
     FinishLength,

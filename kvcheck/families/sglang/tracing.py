@@ -1,4 +1,5 @@
-"""Recording proxies for a probe run (`kvcheck.targets.api_shape`): `traced()` wraps the fakes so
+"""Recording proxies for a probe run (`kvcheck.families.sglang.probe`): `traced()` wraps the fakes
+so
 that every read, write and call a target makes is logged by spelling key. Which spellings a
 target touches tells which SGLang API generation it was written for.
 """
@@ -10,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from kvcheck.core.fakes import StrictFake
+from kvcheck.families.sglang.fakes import StrictFake
 
 
 @attrs.define

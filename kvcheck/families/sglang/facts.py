@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvcheck.core.scenario import Abort, Admit, SwitchStride
+from kvcheck.families.sglang.scenario import Abort, Admit, SwitchStride
 
 if TYPE_CHECKING:
-    from kvcheck.core.model import ExpectedDelivery, Launch, RequestExpectation
     from kvcheck.core.run import RunResult, TraceEntry
+    from kvcheck.families.sglang.model import ExpectedDelivery, Launch, RequestExpectation
 
 
 class RunFacts:

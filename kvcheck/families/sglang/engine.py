@@ -10,7 +10,8 @@ launch is delivered in the same step, so stale rows never arise.
 
 With an allocation rule configured (`Config.allocation`) the engine also allocates and releases
 KV as the scheduler does around the resolver, through an `AllocationPath`
-(`kvcheck.core.allocation`): a row and pages at prefill, the reserve at each decode launch (before
+(`kvcheck.families.sglang.allocation`): a row and pages at prefill, the reserve at each decode
+launch (before
 the pre-claim), release when a request finishes or is retracted; the pool's ownership faults and
 the `kv_allocated_len` the resolver found and left are observed after every event.
 
@@ -28,10 +29,15 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.allocation import AllocationPath, RuleAllocation
 from kvcheck.core.copying import deep_copy
 from kvcheck.core.deadline import TargetDeadlineExceeded, TimeLimitReached, call_with_deadline
-from kvcheck.core.fakes import (
+from kvcheck.core.interrupts import held, raise_if_dropped, swallowed_since
+from kvcheck.core.interrupts import received as interrupts_received
+from kvcheck.core.jsonable import type_name
+from kvcheck.core.snapshots import refreshed
+from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
+from kvcheck.families.sglang.allocation import AllocationPath, RuleAllocation
+from kvcheck.families.sglang.fakes import (
     ALGORITHM_FAKES,
     COPY_DONE,
     UNMODELLED_ACCESSES,
@@ -50,11 +56,8 @@ from kvcheck.core.fakes import (
     histogram_of,
     is_finished,
 )
-from kvcheck.core.interrupts import held, raise_if_dropped, swallowed_since
-from kvcheck.core.interrupts import received as interrupts_received
-from kvcheck.core.jsonable import type_name
-from kvcheck.core.pool import PoolState
-from kvcheck.core.scenario import (
+from kvcheck.families.sglang.pool import PoolState
+from kvcheck.families.sglang.scenario import (
     Abort,
     Admit,
     Config,
@@ -66,8 +69,6 @@ from kvcheck.core.scenario import (
     block_cap_for_row,
     token_id,
 )
-from kvcheck.core.snapshots import refreshed
-from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 
 Resolver = Callable[[Any, Any, Any], Any]
 
@@ -149,7 +150,8 @@ class Observation:
     requests: tuple[ObservedRequest, ...]
     delivery: ObservedDelivery | None
     target_error: str | None = None
-    # Aspects the target is not held to (`kvcheck.core.target.ASPECTS`): its API generation
+    # Aspects the target is not held to (`kvcheck.families.sglang.target.ASPECTS`): its API
+    # generation
     # does not maintain them.
     not_judged: frozenset[str] = frozenset()
     # With an allocation rule: the pool after the event and the ownership faults it caused, and
@@ -188,7 +190,8 @@ class Engine:
         allocation: AllocationPath | None = None,
         deadline: float | None = None,
     ) -> None:
-        """`not_judged`: the aspects (`kvcheck.core.target.ASPECTS`) the target is not held to,
+        """`not_judged`: the aspects (`kvcheck.families.sglang.target.ASPECTS`) the target is not
+        held to,
         from its probed shape (`Target.shape.not_judged`); the engine never probes.
         `allocation`: the path that allocates and releases when `config.allocation` names a
         rule (default: kvcheck's own, `RuleAllocation`). `deadline`: seconds each call of the
@@ -215,7 +218,7 @@ class Engine:
         self.retract_requested: set[str] = set()
         self.launch_count = 0
         # Unmodelled accesses the target made during its calls and caught itself
-        # (`kvcheck.core.fakes.UNMODELLED_ACCESSES`): a run with any gives no verdict.
+        # (`kvcheck.families.sglang.fakes.UNMODELLED_ACCESSES`): a run with any gives no verdict.
         self.unmodelled: list[str] = []
         # The decode launch of the current event: (pages the memory check estimated, pages it
         # allocated), with an allocation rule.
@@ -918,7 +921,11 @@ def _short_repr(value: Any, limit: int = 200) -> str:
 # kvcheck's own code that runs inside a target's call: the fakes and what they reach. A target's
 # exception is raised in the target's frames (or in torch, called by the target); one whose
 # innermost frame is here is kvcheck's.
-_KVCHECK_CORE: Final = str(Path(__file__).resolve().parent) + os.sep
+# The judging core and this family's package count; the targets this package ships (the
+# built-in resolvers and the mutant corpus) are targets like any other.
+_HERE: Final = Path(__file__).resolve().parent
+_KVCHECK_CORE: Final = (str(_HERE.parent.parent / "core") + os.sep, str(_HERE) + os.sep)
+_SHIPPED_TARGETS: Final = (str(_HERE / "builtins.py"), str(_HERE / "mutants") + os.sep)
 
 
 def _kvcheck_fault(exc: BaseException) -> str | None:
@@ -932,6 +939,6 @@ def _kvcheck_fault(exc: BaseException) -> str | None:
     while tb.tb_next is not None:
         tb = tb.tb_next
     filename = tb.tb_frame.f_code.co_filename
-    if not filename.startswith(_KVCHECK_CORE):
+    if not filename.startswith(_KVCHECK_CORE) or filename.startswith(_SHIPPED_TARGETS):
         return None
     return f"{Path(filename).name}:{tb.tb_lineno}"

@@ -2,9 +2,10 @@
 
 The probe replays a fixed scenario (two requests; live rows, a finished request's stale row and a
 retracted request's stale row, all with accept length 3) with the fakes wrapped in recording
-proxies (`kvcheck.core.tracing.traced`). What the target touched gives:
+proxies (`kvcheck.families.sglang.tracing.traced`). What the target touched gives:
 
-- the SGLang versions whose resolvers use those spellings (`kvcheck.core.spellings.SPELLINGS`), e.g.
+- the SGLang versions whose resolvers use those spellings
+(`kvcheck.families.sglang.spellings.SPELLINGS`), e.g.
   `req.kv.kv_committed_len` means 0.5.19+; a target that never consults a grammar predates
   0.5.14 where its spellings allow that;
 - what it is held to: the histogram only if it updates one or its spellings are from 0.5.9 on
@@ -27,11 +28,12 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.allocation_rules import RULES
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.engine import Engine
 from kvcheck.core.isolation import maybe_apart, running
-from kvcheck.core.scenario import (
+from kvcheck.core.scenario import Scenario
+from kvcheck.families.sglang.allocation_rules import RULES
+from kvcheck.families.sglang.engine import Engine
+from kvcheck.families.sglang.scenario import (
     Admit,
     Algorithm,
     AllocationRule,
@@ -39,10 +41,9 @@ from kvcheck.core.scenario import (
     Convention,
     Event,
     Retract,
-    Scenario,
     Step,
 )
-from kvcheck.core.spellings import (
+from kvcheck.families.sglang.spellings import (
     CONTROLLER_CALL,
     CONTROLLER_ROUTING_SINCE,
     REQ_HISTOGRAM_METHODS,
@@ -52,8 +53,8 @@ from kvcheck.core.spellings import (
     SPELLINGS_BY_KEY,
     version_range,
 )
-from kvcheck.core.target import ApiShape, CodeSpan, Target
-from kvcheck.core.tracing import AccessLog, traced
+from kvcheck.families.sglang.target import ApiShape, CodeSpan, Target
+from kvcheck.families.sglang.tracing import AccessLog, traced
 
 __all__ = ["detect_api_shape", "probe_target"]
 

@@ -13,21 +13,21 @@ from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.allocation import AllocationPath
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.scenario import (
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.allocation import AllocationPath
+from kvcheck.families.sglang.scenario import (
     ALLOCATION_RULES,
     Algorithm,
     AllocationRule,
     Config,
     Convention,
 )
-from kvcheck.core.spellings import version_range
-from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.spellings import version_range
 
 # Parts of SGLang's API a resolver maintains only in some generations, with a one-line description.
 # A probe run decides which of them a target is not held to (`ApiShape.not_judged`); an invariant
-# finding that belongs to one of those is dropped (`kvcheck.core.invariants`).
+# finding that belongs to one of those is dropped (`kvcheck.families.sglang.invariants`).
 ASPECTS: Final[dict[str, str]] = {
     "histogram": "acceptance histogram",
     "result-drafts-total": "result draft total",
@@ -40,7 +40,8 @@ ASPECTS: Final[dict[str, str]] = {
 
 @attrs.frozen
 class ApiShape:
-    """What a probe run showed about a target (`kvcheck.targets.api_shape` says how it is read)."""
+    """What a probe run showed about a target (`kvcheck.families.sglang.probe` says how it is
+    read)."""
 
     spellings: tuple[str, ...]  # modelled spelling keys it touched, sorted
     first: str  # the SGLang versions those spellings fit
@@ -61,7 +62,7 @@ class ApiShape:
     grammar: bool = False
     # The allocation rules its scenarios may draw: those of the SGLang generations its spellings
     # fit, and "off" only when it never touches `kv_allocated_len` (without a rule the fakes
-    # refuse it), with why (`kvcheck.targets.api_shape`).
+    # refuse it), with why (`kvcheck.families.sglang.probe`).
     allocation_rules: tuple[AllocationRule, ...] = ALLOCATION_RULES
     allocation_reason: str = ""
 

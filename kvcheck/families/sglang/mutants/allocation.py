@@ -1,7 +1,9 @@
 """Broken allocation paths and allocators: the allocation half of the mutant corpus.
 
-Each differs from kvcheck's own correct path (`kvcheck.core.allocation.RuleAllocation`) or pool
-(`kvcheck.core.pool.KvPool`) in one place, written from the bug's description (semantics §4.16-
+Each differs from kvcheck's own correct path (`kvcheck.families.sglang.allocation.RuleAllocation`)
+or pool
+(`kvcheck.families.sglang.pool.KvPool`) in one place, written from the bug's description (semantics
+§4.16-
 §4.31, the upstream bugs of docs/semantics.md §5.4), never from SGLang's code. A corpus entry
 carries one as its resolver's `kvcheck_allocation` (the target's allocation path,
 `Target.allocation`); `rules` are the allocation rules under which the bug shows, which the kill
@@ -12,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from kvcheck.core.allocation import RuleAllocation
-from kvcheck.core.pool import KvPool
-from kvcheck.core.scenario import AllocationRule, Config
+from kvcheck.families.sglang.allocation import RuleAllocation
+from kvcheck.families.sglang.pool import KvPool
+from kvcheck.families.sglang.scenario import AllocationRule, Config
 
 
 class BrokenAllocation(RuleAllocation):

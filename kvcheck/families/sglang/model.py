@@ -32,7 +32,8 @@ from typing import Literal, TypeAlias
 import attrs
 
 from kvcheck.core.copying import deep_copy
-from kvcheck.core.scenario import (
+from kvcheck.core.snapshots import refreshed
+from kvcheck.families.sglang.scenario import (
     Abort,
     Admit,
     Config,
@@ -45,7 +46,6 @@ from kvcheck.core.scenario import (
     block_cap_for_row,
     token_id,
 )
-from kvcheck.core.snapshots import refreshed
 
 Phase: TypeAlias = Literal["waiting", "running", "finished", "retracted"]
 LaunchKind: TypeAlias = Literal["prefill", "decode"]

@@ -1,0 +1,155 @@
+"""Engine families: what kvcheck needs to know about one serving engine, behind one seam.
+
+A family (SGLang's spec-v2 resolver today, vLLM's async scheduler next) brings its scenario
+vocabulary, its reference model and engine, its invariants, how its targets are found, how its
+scenarios are drawn, shrunk and enumerated, and how its runs are described. The generic layers
+(running, search, shrinking, exhaustive search, counterexamples, reporting, the CLI and the
+pytest plugin) reach a family only through `family(name)`; an import-linter contract forbids
+them any other import of `kvcheck.families`.
+
+A `Family` is a record of parts, each a small protocol of its own, the way pytest-xdist's
+session drives any scheduler through its `Scheduling` protocol without asking which one it
+has. The registry maps a name to the dotted path of the family object and imports it on first
+use, the way Hypothesis maps a backend name to a provider class (`AVAILABLE_PROVIDERS`), so
+`import kvcheck` loads no family and a family nobody names is never imported.
+
+Values a family owns (its config, its events, what its model expects and its engine observes)
+pass through the generic layers as `Any`: only the family looks inside them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Final, Protocol
+
+import attrs
+
+from kvcheck.errors import ScenarioFormatError
+
+# One line per family: its name (a scenario file's "family") and the dotted path of its
+# `Family` object, imported on first use.
+FAMILIES: dict[str, str] = {"sglang": "kvcheck.families.sglang:FAMILY"}
+# The family of documents older than schema version 4 (which predate the field), and of the
+# `Scenario(config, events)` calls that name none.
+DEFAULT_FAMILY: Final = "sglang"
+
+_LOADED: dict[str, Family] = {}
+
+
+class ScenarioCodec(Protocol):
+    """A family's scenario vocabulary: its config and events as data, and their JSON form.
+
+    The envelope (`schema_version`, `family`, `config`, `events`) is generic
+    (`kvcheck.core.scenario`); what sits inside `config` and each event is the family's.
+    """
+
+    @property
+    def event_kinds(self) -> tuple[str, ...]:
+        """The JSON kinds of its events, in the order `--kinds` lists them."""
+        ...
+
+    def config_to_dict(self, config: Any) -> dict[str, Any]:
+        """The config as a JSON object."""
+        ...
+
+    def config_from_dict(self, data: Mapping[str, Any]) -> Any:
+        """The config; `ScenarioFormatError` for a malformed one."""
+        ...
+
+    def event_to_dict(self, event: Any) -> dict[str, Any]:
+        """The event as a JSON object, its kind under "kind"."""
+        ...
+
+    def event_from_dict(self, data: Any) -> Any:
+        """The event; `ScenarioFormatError` for a malformed one."""
+        ...
+
+    def legacy_dict(self, config: Any, events: tuple[Any, ...]) -> dict[str, Any] | None:
+        """The scenario as a document of the schema versions before 4 (no "family"), which
+        names a finding (`Counterexample.digest`); None for a family born after version 4."""
+        ...
+
+    def validate(self, config: Any, events: tuple[Any, ...]) -> str | None:
+        """Why this config and these events make no scenario (None: they do). `Scenario`
+        raises `ValueError` with it, which the shrinker reads as "not a candidate"."""
+        ...
+
+    def describe_config(self, config: Any) -> str:
+        """The config in a few words (a report's header)."""
+        ...
+
+    def describe_event(self, event: Any) -> str:
+        """The event in a few words (a timeline's row)."""
+        ...
+
+
+@attrs.frozen
+class Family:
+    """One engine family, as the generic layers see it: its name and its parts."""
+
+    name: str
+    scenarios: ScenarioCodec
+    # Parts whose protocol is written next to its generic consumer's move behind the seam.
+    judge: Any = None
+    targets: Any = None
+    search: Any = None
+    report: Any = None
+
+
+def family(name: str) -> Family:
+    """The family registered as `name`, imported on first use.
+
+    Raises `ScenarioFormatError` for a name no family is registered under (a scenario file
+    names its family; the CLI turns this into exit 2 with the message).
+    """
+    loaded = _LOADED.get(name)
+    if loaded is not None:
+        return loaded
+    path = FAMILIES.get(name)
+    if path is None:
+        raise ScenarioFormatError(
+            f"unknown engine family {name!r}; this kvcheck knows: {', '.join(FAMILIES)}"
+        )
+    module_name, _, attribute = path.partition(":")
+    loaded = getattr(importlib.import_module(module_name), attribute)
+    if not isinstance(loaded, Family) or loaded.name != name:
+        raise TypeError(f"{path} is not the Family named {name!r}")
+    _LOADED[name] = loaded
+    return loaded
+
+
+def family_names() -> Sequence[str]:
+    """The registered families' names, in registration order."""
+    return tuple(FAMILIES)
+
+
+def register(name: str, path: str) -> None:
+    """Register the family object at `path` ("module:attribute") as `name`.
+
+    A worker process calls this with the dotted paths its parent had, so a family registered
+    at run time (a test's) is known there too."""
+    if FAMILIES.get(name) != path:
+        FAMILIES[name] = path
+        _LOADED.pop(name, None)
+
+
+def registered_paths() -> dict[str, str]:
+    """Every registration, for a worker process to repeat (`register`)."""
+    return dict(FAMILIES)
+
+
+@contextmanager
+def registered(name: str, path: str) -> Iterator[Family]:
+    """Register a family for the duration of a block (a test's own family), then forget it."""
+    before = FAMILIES.get(name)
+    register(name, path)
+    try:
+        yield family(name)
+    finally:
+        _LOADED.pop(name, None)
+        if before is None:
+            FAMILIES.pop(name, None)
+        else:
+            FAMILIES[name] = before

@@ -1,0 +1,3 @@
+"""The engine families kvcheck judges, one package each (`kvcheck.core.family` registers them).
+
+Nothing outside this package imports it except through the registry."""

@@ -1,0 +1,6 @@
+"""SGLang's spec-v2 resolvers as a kvcheck engine family (`FAMILY`, registered as "sglang")."""
+
+from kvcheck.core.family import Family
+from kvcheck.families.sglang.scenario import SglangScenarios
+
+FAMILY = Family(name="sglang", scenarios=SglangScenarios())

@@ -1,0 +1,2 @@
+"""SGLang's mutant corpus: plausible buggy resolvers kvcheck must catch, and correct rewrites it
+must pass, per API generation."""
