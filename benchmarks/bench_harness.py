@@ -30,8 +30,8 @@ from hypothesis import seed as hypothesis_seed
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
 from kvcheck.families.sglang.scenario import Step
-from kvcheck.families.sglang.target import Target
 from kvcheck.mutants import MUTANTS
 from kvcheck.mutants.matrix import exhaustive_minimum, quantile, search_entry
 from kvcheck.search.check import search

@@ -9,7 +9,7 @@ from kvcheck.version import VERSION
 
 if TYPE_CHECKING:
     from kvcheck.core.run import RunResult, run_scenario
-    from kvcheck.families.sglang.target import Target
+    from kvcheck.core.target import Target
     from kvcheck.search.check import Verdict, check, detect_convention
     from kvcheck.targets.loading import load_target
 

@@ -37,9 +37,9 @@ from kvcheck.wording import plural
 if TYPE_CHECKING:
     from hypothesis.database import ExampleDatabase
 
+    from kvcheck.core.target import Target
     from kvcheck.counterexamples.fileformat import Counterexample
     from kvcheck.families.sglang.scenario import Convention, GlobalCounterMode
-    from kvcheck.families.sglang.target import Target
 
 # pytest loads this plugin in every session of every project that has kvcheck installed, so the
 # engine, the reporting and Hypothesis are imported inside the hooks that use them (the imports

@@ -15,9 +15,9 @@ import pytest
 
 from kvcheck.cli.main import main
 from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
 from kvcheck.families.sglang.probe import probe_target
 from kvcheck.families.sglang.scenario import Admit, Config, Event, Step, SwitchStride
-from kvcheck.families.sglang.target import Target
 
 # Data the tests read, wherever the test module that reads it lives.
 TESTS_DIR = Path(__file__).resolve().parent

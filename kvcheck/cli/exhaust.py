@@ -38,12 +38,13 @@ from kvcheck.cli.options import (
 )
 from kvcheck.cli.progress import Progress, announce
 from kvcheck.core.deadline import describe
+from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run, replay_command
 from kvcheck.errors import FileWriteError, KvcheckUsageError
 from kvcheck.families.sglang.mutants.registry import SPEC_PREFIX
 from kvcheck.families.sglang.scenario import ALGORITHMS, EVENT_KINDS, Convention, GlobalCounterMode
-from kvcheck.families.sglang.target import Target, allocation_rules
+from kvcheck.families.sglang.target import allocation_rules
 from kvcheck.mutants import get as get_entry
 from kvcheck.reporting.render import print_timeline
 from kvcheck.reporting.text import failure_to_json, format_failure

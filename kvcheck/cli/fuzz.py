@@ -42,7 +42,7 @@ from kvcheck.targets.loading import load_target
 from kvcheck.wording import plural
 
 if TYPE_CHECKING:
-    from kvcheck.families.sglang.target import Target
+    from kvcheck.core.target import Target
     from kvcheck.search.campaign import CampaignPlan, CampaignState, Found, WorkerStatus
 
 # Hypothesis (kvcheck.search.campaign) is imported when a campaign runs, not when the parser is

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR
 from kvcheck.counterexamples.replay import REPLAY_CONVENTIONS
 from kvcheck.errors import KvcheckUsageError
@@ -27,7 +28,6 @@ from kvcheck.families.sglang.scenario import (
     Algorithm,
     Grammar,
 )
-from kvcheck.families.sglang.target import Target
 
 if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvcheck.search
     from kvcheck.search.target_coverage import TargetCoverage

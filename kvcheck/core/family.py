@@ -85,6 +85,47 @@ class ScenarioCodec(Protocol):
         ...
 
 
+class JudgingOptions(Protocol):
+    """How a target is judged: one frozen record per family, in place of loose keywords
+    (SGLang's: the committed-length convention, the global-counter mode, adaptive switching
+    and overlap). Generic code passes it along and never looks inside."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as JSON (the `options` of `--json` reports and campaign plans)."""
+        ...
+
+    def key_parts(self) -> tuple[str, ...]:
+        """The options as they enter an example-database key, in a fixed order."""
+        ...
+
+
+@attrs.frozen
+class Judging:
+    """What a search runs under: the options, why (said in reports), and the options to try
+    next when the search fails under them (SGLang: the other convention; empty for most
+    families), each with its reason."""
+
+    options: JudgingOptions
+    reason: str
+    fallbacks: tuple[tuple[JudgingOptions, str], ...] = ()
+
+
+# Each part's protocol below is written by the change that moves its generic consumer behind
+# the seam; until then the part is typed `Any`.
+
+# --- the judge: model, engine, checks (kvcheck.core.run, kvcheck.counterexamples) ---
+
+# --- targets: which specs a family claims, loading and probing them (kvcheck.targets) ---
+
+# --- search: distribution (kvcheck.strategies, kvcheck.search.check, campaign, sampling) ---
+
+# --- shrinking and exhaustive expansion (kvcheck.search.shrink, kvcheck.search.exhaust) ---
+
+# --- reporting: describers, timeline lanes and cells, explanations (kvcheck.reporting) ---
+
+# --- mutants: the kill matrix's corpus (kvcheck.mutants) ---
+
+
 @attrs.frozen
 class Family:
     """One engine family, as the generic layers see it: its name and its parts."""
@@ -94,8 +135,10 @@ class Family:
     # Parts whose protocol is written next to its generic consumer's move behind the seam.
     judge: Any = None
     targets: Any = None
-    search: Any = None
+    distribution: Any = None
+    moves: Any = None
     report: Any = None
+    mutants: Any = None
 
 
 def family(name: str) -> Family:

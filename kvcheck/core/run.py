@@ -10,15 +10,17 @@ from collections.abc import Callable
 
 import attrs
 
+from kvcheck.core.invariant import Violation
 from kvcheck.core.isolation import maybe_apart, running
 from kvcheck.core.scenario import Scenario, to_json_line
+from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError
 from kvcheck.families.sglang.allocation import RuleAllocation
 from kvcheck.families.sglang.engine import Engine, Observation, UnsupportedTargetError
-from kvcheck.families.sglang.invariants import INVARIANTS, Violation, check_event
+from kvcheck.families.sglang.invariants import INVARIANTS, check_event
 from kvcheck.families.sglang.model import Expectation, ReferenceModel
 from kvcheck.families.sglang.scenario import Event
-from kvcheck.families.sglang.target import Target, allocation_path
+from kvcheck.families.sglang.target import allocation_path
 
 
 @attrs.frozen

@@ -43,7 +43,7 @@ from kvcheck.files import write_text
 from kvcheck.version import VERSION
 
 if TYPE_CHECKING:
-    from kvcheck.families.sglang.invariants import Violation
+    from kvcheck.core.invariant import Violation
 
 FORMAT: Final = "kvcheck-counterexample"
 SUFFIX: Final = ".kvcheck.json"

@@ -15,13 +15,14 @@ from typing import Final, Literal
 import attrs
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.invariant import Violation
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import Counterexample, SavedViolation, load
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
-from kvcheck.families.sglang.invariants import Violation
 from kvcheck.families.sglang.scenario import CONVENTIONS, Convention
-from kvcheck.families.sglang.target import Target, allocation_rules
+from kvcheck.families.sglang.target import allocation_rules
 from kvcheck.reporting.explain import explain
 from kvcheck.reporting.render import escaped_timeline, printable, render_plain
 from kvcheck.reporting.timeline import build_timeline

@@ -11,8 +11,8 @@ from kvcheck.families.sglang.invariants import INVARIANTS, first_judged_finding
 from kvcheck.families.sglang.scenario import describe_event
 
 if TYPE_CHECKING:
+    from kvcheck.core.invariant import Violation
     from kvcheck.core.run import RunResult
-    from kvcheck.families.sglang.invariants import Violation
 
 
 # An invariant's explanation: the sentence on how a violation of it came about, or None where

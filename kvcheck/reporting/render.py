@@ -10,7 +10,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 import attrs
 
-from kvcheck.families.sglang.invariants import Violation
+from kvcheck.core.invariant import Violation
 from kvcheck.reporting.timeline import Cell, Line, Row, Timeline
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from kvcheck.families.sglang.scenario import (
 from kvcheck.wording import plural
 
 if TYPE_CHECKING:
-    from kvcheck.families.sglang.invariants import Violation
+    from kvcheck.core.invariant import Violation
 
 
 def format_events(scenario: Scenario, mark: int | None = None) -> list[str]:

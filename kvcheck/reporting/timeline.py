@@ -29,9 +29,9 @@ from kvcheck.reporting.explain import explain
 from kvcheck.wording import plural
 
 if TYPE_CHECKING:
+    from kvcheck.core.invariant import Violation
     from kvcheck.core.scenario import Scenario
-    from kvcheck.families.sglang.invariants import Violation
-    from kvcheck.families.sglang.target import Target
+    from kvcheck.core.target import Target
 
 
 # What a line of a cell is about; renderers map kinds to colours.

@@ -27,14 +27,15 @@ from hypothesis.reporting import with_reporter
 from hypothesis.strategies import SearchStrategy
 
 from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
+from kvcheck.core.invariant import Violation
 from kvcheck.core.isolation import isolated, resumed_scenario
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Scenario, from_json, to_json_line
+from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import Counterexample
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError, ScenarioFormatError
 from kvcheck.families.sglang.allocation_rules import allocation_features
-from kvcheck.families.sglang.invariants import Violation
 from kvcheck.families.sglang.scenario import (
     ALLOCATION_RULES,
     CONVENTIONS,
@@ -48,7 +49,7 @@ from kvcheck.families.sglang.scenario import (
     SwitchStride,
     adaptive_allocation_problem,
 )
-from kvcheck.families.sglang.target import ApiShape, Target, allocation_rules
+from kvcheck.families.sglang.target import ApiShape, allocation_rules
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.shrink import shrink
 from kvcheck.search.target_coverage import TargetCoverage, meter_for

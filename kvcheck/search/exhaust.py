@@ -78,14 +78,16 @@ import attrs
 from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import check_time_limit as _check_time
 from kvcheck.core.deadline import time_limit as _time_limit
+from kvcheck.core.invariant import Violation
 from kvcheck.core.jsonable import jsonable
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import MAX_EVENTS, Scenario, to_json_line
+from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError
 from kvcheck.families.sglang.allocation_rules import allocation_features
 from kvcheck.families.sglang.engine import Engine
 from kvcheck.families.sglang.fakes import FakeKvInfo, is_finished
-from kvcheck.families.sglang.invariants import Violation, check_event
+from kvcheck.families.sglang.invariants import check_event
 from kvcheck.families.sglang.model import Expectation, Launch, ReferenceModel
 from kvcheck.families.sglang.scenario import (
     ALGORITHMS,
@@ -111,7 +113,7 @@ from kvcheck.families.sglang.scenario import (
     SwitchStride,
     adaptive_allocation_problem,
 )
-from kvcheck.families.sglang.target import Target, allocation_path, refuse_other_allocation_rules
+from kvcheck.families.sglang.target import allocation_path, refuse_other_allocation_rules
 from kvcheck.search.exhaust_parallel import (
     Outcome,
     collected_by_hand,

@@ -29,8 +29,8 @@ from hypothesis.database import ExampleDatabase
 from kvcheck.core.deadline import check_time_limit
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
 from kvcheck.families.sglang.scenario import Convention, GlobalCounterMode
-from kvcheck.families.sglang.target import Target
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.check import (
     SEARCH_STOPS,

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any, Protocol, TypeVar
 
+from kvcheck.core.target import Target
 from kvcheck.families.sglang.engine import Engine
 from kvcheck.families.sglang.model import ReferenceModel
 from kvcheck.families.sglang.scenario import Event
-from kvcheck.families.sglang.target import Target
 
 __all__ = ["Candidate", "Found", "NodeLike", "PlanLike", "ShardLike"]
 

@@ -19,6 +19,7 @@ import attrs
 from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
 from kvcheck.families.sglang.scenario import (
     Abort,
     Admit,
@@ -29,7 +30,7 @@ from kvcheck.families.sglang.scenario import (
     Step,
     SwitchStride,
 )
-from kvcheck.families.sglang.target import Target, allocation_rules
+from kvcheck.families.sglang.target import allocation_rules
 
 DEFAULT_MAX_RUNS = 4000
 # A stride below 2 leaves no room for a draft token; the generators never produce one either.

@@ -33,9 +33,9 @@ import attrs
 import coverage
 
 from kvcheck.core.deadline import shielded
+from kvcheck.core.target import CodeSpan, Target
 from kvcheck.errors import KvcheckInternalError
 from kvcheck.families.sglang.release import OUT_OF_SCOPE_BRANCHES
-from kvcheck.families.sglang.target import CodeSpan, Target
 from kvcheck.wording import plural
 
 __all__ = ["CoverageMeter", "TargetCoverage", "format_lines", "meter_for"]

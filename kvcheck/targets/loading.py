@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.sglang import release as sglang_release
 from kvcheck.families.sglang.builtins import BUILTINS
 from kvcheck.families.sglang.probe import probe_target
-from kvcheck.families.sglang.target import Target
 from kvcheck.targets.source import load_from_source
 
 DEFAULT_TARGETS = ("builtin:seed-prefix", "builtin:seed-fixed")

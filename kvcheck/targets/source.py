@@ -49,9 +49,9 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
+from kvcheck.core.target import CodeSpan
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.sglang.names import STAND_INS
-from kvcheck.families.sglang.target import CodeSpan
 
 __all__ = ["LoadedSource", "load_from_source"]
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, seed, settings
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
 from kvcheck.families.sglang.builtins import reference
-from kvcheck.families.sglang.target import Target
 from kvcheck.search.profiles import PROFILE_EXAMPLES
 from kvcheck.strategies import (
     ADAPTIVE_COVERAGE_TARGETS,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from kvcheck.core.target import CodeSpan, Target
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.families.sglang.target import CodeSpan, Target
 from kvcheck.search.check import check
 from kvcheck.search.target_coverage import TargetCoverage
 from kvcheck.targets.loading import load_target

@@ -22,56 +22,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Literal, TypeAlias
 
-import attrs
-
+from kvcheck.core.invariant import Finding as Finding
+from kvcheck.core.invariant import Invariant as Invariant
+from kvcheck.core.invariant import Judges as Judges
+from kvcheck.core.invariant import Violation as Violation
+from kvcheck.core.invariant import invariants_table as generic_invariants_table
 from kvcheck.core.jsonable import show
 from kvcheck.families.sglang.engine import Observation, ObservedDelivery, ObservedRequest
 from kvcheck.families.sglang.model import Expectation, ExpectedDelivery, RequestExpectation
 from kvcheck.families.sglang.target import ASPECTS
 from kvcheck.wording import plural
-
-
-@attrs.frozen
-class Violation:
-    """A broken invariant as reported: part of the public contract (`--json`, counterexample files).
-
-    `invariant` is its id, `event_index` the 0-based event at which it broke, `rid` the request
-    concerned (None for batch-level invariants), then the expected and observed values and one
-    sentence.
-    """
-
-    invariant: str
-    event_index: int
-    rid: str | None
-    expected: Any
-    observed: Any
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """The violation field by field, the `violation` object of `--json` reports."""
-        return attrs.asdict(self)
-
-
-@attrs.frozen
-class Finding:
-    """One difference a checker saw: whose, expected and observed values, and a sentence.
-
-    `aspect` names the part of SGLang's API the finding is about
-    (`kvcheck.families.sglang.target.ASPECTS`)
-    when only some API generations maintain it; a finding on an aspect the target is not held
-    to is dropped.
-    """
-
-    rid: str | None
-    expected: Any
-    observed: Any
-    message: str
-    aspect: str | None = None
-    # Which of an invariant's quantities differs, where it judges several (`global-counters`:
-    # the draft total, the per-row list, the controller's samples or batch_size, the block/cap
-    # totals); the explanation names it.
-    quantity: str | None = None
-
 
 # What a checker looks at: the whole event (the target's call, the delivery), each delivery, or
 # each request (every request after every event, in the model's order).
@@ -87,44 +47,6 @@ RequestChecker: TypeAlias = Callable[[RequestExpectation, ObservedRequest], Iter
 EventHolds: TypeAlias = Callable[[Expectation, Observation, frozenset[str]], bool]
 DeliveryHolds: TypeAlias = Callable[[ExpectedDelivery, ObservedDelivery, frozenset[str]], bool]
 RequestHolds: TypeAlias = Callable[[RequestExpectation, ObservedRequest, frozenset[str]], bool]
-
-
-# What an invariant judges: the resolver (the target's code), or the scheduler's allocation and
-# pool. The scheduler is kvcheck's own unless the target brings its own allocation path, and
-# then a scheduler invariant that breaks alone is kvcheck's fault, not the target's
-# (`kvcheck.core.run`).
-Judges: TypeAlias = Literal["resolver", "scheduler"]
-
-
-@attrs.frozen
-class Invariant:
-    """One invariant: its public id, what it means, what it looks at, and its check (a checker
-    lifted to the whole event by `on_event`, `on_delivery` or `on_request`).
-
-    `holds` is its quick test on the scope's own pair (`EventHolds`, `DeliveryHolds` or
-    `RequestHolds`); None: the checker runs at every event. An event-scope invariant that also
-    looks at every request has the request part of its test in `each_request`.
-
-    `judges` says whose fault a violation is (`Judges`). `needs_allocation`: it judges
-    allocation and the pool only, so its quick test holds on every event without a pool and on
-    every request without an allocation rule, and it is not run there. `aspects` are the parts
-    of SGLang's API (`kvcheck.families.sglang.target.ASPECTS`) its findings may belong to; on a
-    target not
-    held to one, those findings are dropped. `explain` names the function that tells how a
-    violation of it came about, as "module:function", taking the run's facts and the violation
-    (`kvcheck.reporting.explain`); it is a name, not the function, because the reporting layer
-    sits above the core. None: the report gives the checker's own sentence."""
-
-    id: str
-    meaning: str
-    scope: Scope
-    check: EventChecker
-    holds: Callable[..., bool] | None = None
-    each_request: RequestHolds | None = None
-    judges: Judges = "resolver"
-    needs_allocation: bool = False
-    aspects: tuple[str, ...] = ()
-    explain: str | None = None
 
 
 def on_event(
@@ -1232,18 +1154,8 @@ INVARIANTS: Final[dict[str, Invariant]] = {invariant.id: invariant for invariant
 
 
 def invariants_table() -> str:
-    """The invariants as a Markdown table, in the order they are checked (docs/invariants.md,
-    "Invariants"; tests/unit/test_docs_invariants.py holds the doc to it)."""
-    lines = [
-        "| id | what must hold after every event, for every request | judges | "
-        "with allocation only | only where the target maintains |",
-        "|---|---|---|---|---|",
-    ]
-    for v in _TABLE:
-        allocation = "yes" if v.needs_allocation else ""
-        aspects = ", ".join(ASPECTS[aspect] for aspect in v.aspects)
-        lines.append(f"| `{v.id}` | {v.meaning} | {v.judges} | {allocation} | {aspects} |")
-    return "\n".join(lines)
+    """SGLang's invariants as a Markdown table (`kvcheck.core.invariant.invariants_table`)."""
+    return generic_invariants_table(INVARIANTS, ASPECTS)
 
 
 # The table split by scope, each invariant with its position in the table and its quick test;

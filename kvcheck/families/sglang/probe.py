@@ -31,6 +31,7 @@ import attrs
 from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.isolation import maybe_apart, running
 from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import CodeSpan, Target
 from kvcheck.families.sglang.allocation_rules import RULES
 from kvcheck.families.sglang.engine import Engine
 from kvcheck.families.sglang.scenario import (
@@ -53,7 +54,7 @@ from kvcheck.families.sglang.spellings import (
     SPELLINGS_BY_KEY,
     version_range,
 )
-from kvcheck.families.sglang.target import ApiShape, CodeSpan, Target
+from kvcheck.families.sglang.target import ApiShape
 from kvcheck.families.sglang.tracing import AccessLog, traced
 
 __all__ = ["detect_api_shape", "probe_target"]

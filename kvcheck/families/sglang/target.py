@@ -8,12 +8,13 @@ outside the scenario it is given.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.target import CodeSpan as CodeSpan
+from kvcheck.core.target import Target as Target
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.allocation import AllocationPath
 from kvcheck.families.sglang.scenario import (
@@ -113,59 +114,13 @@ class ApiShape:
         }
 
 
-@attrs.frozen
-class CodeSpan:
-    """Where one function of a target's own code lives: its file, and the lines of its body.
-
-    `first` is the line of the first statement of the body (a docstring included) and `last` the
-    function's last line, so the `def` line and decorators (which run when the code is loaded,
-    not when the target is called) are outside it. Coverage is measured on these lines only
-    (`kvcheck.search.target_coverage`).
-    """
-
-    file: str  # absolute path, as the target's code objects were compiled with it
-    qualname: str  # `Class.method` or `function`
-    def_line: int
-    first: int
-    last: int
-
-    def __contains__(self, line: object) -> bool:
-        return isinstance(line, int) and self.first <= line <= self.last
-
-
-@attrs.frozen
-class Target:
-    """A resolver under test. `self_methods` are other methods of the resolver's class that it
-    calls as `self.X(...)`, bound onto the fake scheduler (empty for plain functions).
-
-    `code` is where the target's own code lives (the resolver, the siblings and the module-level
-    helper functions it reaches), known for targets read from source and empty otherwise.
-
-    `allocation` builds the allocation path the engine runs for a scenario's config when it
-    names an allocation rule (None: kvcheck's own `RuleAllocation`); a target that brings its
-    own allocation code (a release's, or a broken variant) is judged on it by the `alloc-*` and
-    `kv-*` invariants.
-
-    `deadline` is how long each call of it may take, in seconds (None: no limit); a call still
-    running then is interrupted and is a `target-deadline` violation (`kvcheck.core.deadline`).
-    """
-
-    spec: str
-    resolver: Callable[..., Any]
-    description: str
-    self_methods: Mapping[str, Callable[..., Any]]
-    shape: ApiShape
-    code: tuple[CodeSpan, ...] = ()
-    allocation: Callable[[Config], AllocationPath] | None = None
-    deadline: float | None = DEFAULT_DEADLINE
-
-
 def allocation_path(target: Target, config: Config) -> AllocationPath | None:
     """The allocation path the engine runs for `config`: the target's own when it brings one
     and the config names an allocation rule, else None (the engine's default)."""
     if target.allocation is None or not config.allocation_rule.allocates:
         return None
-    return target.allocation(config)
+    path: AllocationPath = target.allocation(config)
+    return path
 
 
 def allocation_rules(target: Target) -> tuple[AllocationRule, ...]:

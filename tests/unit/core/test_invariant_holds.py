@@ -14,13 +14,15 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvcheck.core.invariant import Violation
+from kvcheck.core.target import Target
 from kvcheck.families.sglang.engine import Engine, Observation, UnsupportedTargetError
 from kvcheck.families.sglang.fakes import ControllerFeed
-from kvcheck.families.sglang.invariants import INVARIANTS, Violation, check_event
+from kvcheck.families.sglang.invariants import INVARIANTS, check_event
 from kvcheck.families.sglang.model import Expectation, ReferenceModel
 from kvcheck.families.sglang.pool import PoolFault
 from kvcheck.families.sglang.scenario import Admit, Step
-from kvcheck.families.sglang.target import ASPECTS, Target, allocation_path
+from kvcheck.families.sglang.target import ASPECTS, allocation_path
 from kvcheck.mutants import ENTRIES
 from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target

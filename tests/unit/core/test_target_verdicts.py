@@ -14,11 +14,11 @@ import pytest
 from kvcheck.core.jsonable import only_type_differs, show, type_name
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
 from kvcheck.families.sglang.builtins import reference
 from kvcheck.families.sglang.engine import UnsupportedTargetError
 from kvcheck.families.sglang.fakes import FakeReq
 from kvcheck.families.sglang.scenario import Admit, Retract, Step, SwitchStride
-from kvcheck.families.sglang.target import Target
 from kvcheck.targets.loading import load_target
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, TESTS_DIR, scenario, target
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from kvcheck.core.invariant import Violation
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Scenario
 from kvcheck.counterexamples.fileformat import (
@@ -21,7 +22,6 @@ from kvcheck.counterexamples.fileformat import (
 )
 from kvcheck.counterexamples.replay import from_run, replay, replay_command
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
-from kvcheck.families.sglang.invariants import Violation
 from kvcheck.families.sglang.scenario import Admit, Retract, Step
 from kvcheck.targets.loading import load_target
 from tests.helpers import COMMITTED_COUNTEREXAMPLES, scenario

@@ -24,11 +24,11 @@ from kvcheck.core.scenario import (
     legacy_scenario_dict,
     to_json,
 )
+from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import SUFFIX, load, loads
 from kvcheck.counterexamples.regress import function_name
 from kvcheck.counterexamples.replay import Replay, replay
 from kvcheck.errors import ScenarioFormatError
-from kvcheck.families.sglang.target import Target
 from kvcheck.targets.loading import load_target
 from tests.helpers import TESTS_DIR
 from tests.unit.counterexamples.test_damaged_files import damaged, saved

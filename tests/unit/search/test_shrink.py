@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
 from kvcheck.families.sglang.scenario import Admit, Retract, Step, SwitchStride
-from kvcheck.families.sglang.target import Target
 from kvcheck.search.shrink import SMALLEST_STRIDE, shrink
 from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target

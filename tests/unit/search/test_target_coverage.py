@@ -11,10 +11,10 @@ import attrs
 import pytest
 
 from kvcheck.core.run import run_scenario
+from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.release import OUT_OF_SCOPE_BRANCHES
 from kvcheck.families.sglang.scenario import Admit, Step
-from kvcheck.families.sglang.target import Target
 from kvcheck.search.check import check
 from kvcheck.search.exhaust import Bounds, exhaust
 from kvcheck.search.target_coverage import (

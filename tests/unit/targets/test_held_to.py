@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from kvcheck.families.sglang.target import Target
+from kvcheck.core.target import Target
 from kvcheck.search.check import check
 from kvcheck.targets.loading import load_target
 from tests.helpers import source_target

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import attrs
 
+from kvcheck.core.target import Target
 from kvcheck.families.sglang.invariants import INVARIANTS
 from kvcheck.families.sglang.mutants.generations import Generation, resolver_call
 from kvcheck.families.sglang.probe import probe_target
@@ -18,7 +19,6 @@ from kvcheck.families.sglang.scenario import (
     Convention,
     GlobalCounterMode,
 )
-from kvcheck.families.sglang.target import Target
 
 Kind = Literal["mutant", "rewrite"]
 # A corpus function: a resolver body written against a `Generation`'s spellings.

@@ -1,0 +1,68 @@
+"""The thing under test: a resolver, how it was found, and what a probe run showed of it.
+
+A `Target` is built once, when a spec is loaded (`kvcheck.targets`), and carries its family's
+`shape`, so what a target is held to is decided in one place and every run of it (search,
+replay, exhaustive mode, the pytest plugin) judges it the same way. The engine never runs the
+target outside the scenario it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.family import DEFAULT_FAMILY
+
+
+@attrs.frozen
+class CodeSpan:
+    """Where one function of a target's own code lives: its file, and the lines of its body.
+
+    `first` is the line of the first statement of the body (a docstring included) and `last` the
+    function's last line, so the `def` line and decorators (which run when the code is loaded,
+    not when the target is called) are outside it. Coverage is measured on these lines only
+    (`kvcheck.search.target_coverage`).
+    """
+
+    file: str  # absolute path, as the target's code objects were compiled with it
+    qualname: str  # `Class.method` or `function`
+    def_line: int
+    first: int
+    last: int
+
+    def __contains__(self, line: object) -> bool:
+        return isinstance(line, int) and self.first <= line <= self.last
+
+
+@attrs.frozen
+class Target:
+    """A resolver under test. `self_methods` are other methods of the resolver's class that it
+    calls as `self.X(...)`, bound onto the fake scheduler (empty for plain functions).
+
+    `code` is where the target's own code lives (the resolver, the siblings and the module-level
+    helper functions it reaches), known for targets read from source and empty otherwise.
+
+    `allocation` builds the allocation path the engine runs for a scenario's config when it
+    names an allocation rule (None: kvcheck's own `RuleAllocation`); a target that brings its
+    own allocation code (a release's, or a broken variant) is judged on it by the `alloc-*` and
+    `kv-*` invariants.
+
+    `deadline` is how long each call of it may take, in seconds (None: no limit); a call still
+    running then is interrupted and is a `target-deadline` violation (`kvcheck.core.deadline`).
+    """
+
+    spec: str
+    resolver: Callable[..., Any]
+    description: str
+    self_methods: Mapping[str, Callable[..., Any]]
+    # What a probe run showed about it, in its family's terms (SGLang's `ApiShape`).
+    shape: Any
+    code: tuple[CodeSpan, ...] = ()
+    # Its family's: builds the allocation path the engine runs for a config (SGLang's).
+    allocation: Callable[[Any], Any] | None = None
+    deadline: float | None = DEFAULT_DEADLINE
+    # The engine family it belongs to (`kvcheck.core.family`).
+    family: str = DEFAULT_FAMILY
