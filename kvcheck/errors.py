@@ -35,3 +35,7 @@ class FileWriteError(KvcheckUsageError):
 class NondeterministicTargetError(KvcheckUsageError):
     """The target gave two different results on one scenario: kvcheck replays what a target
     does to judge it, so it gives no verdict (exit 2); the message names the scenario."""
+
+
+class UnsupportedTargetError(KvcheckUsageError):
+    """The target touched something kvcheck does not model: it cannot be judged (exit 2)."""

@@ -22,11 +22,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 
 import attrs
 
 from kvcheck.errors import ScenarioFormatError
+
+if TYPE_CHECKING:
+    from kvcheck.core.invariant import Invariant, Violation
+    from kvcheck.core.target import Target
 
 # One line per family: its name (a scenario file's "family") and the dotted path of its
 # `Family` object, imported on first use.
@@ -115,6 +119,76 @@ class Judging:
 
 # --- the judge: model, engine, checks (kvcheck.core.run, kvcheck.counterexamples) ---
 
+
+class ReferenceModel(Protocol):
+    """A family's reference model: what must hold after each event, written from the
+    semantics, never by calling the code under test."""
+
+    # The situations the run reached (coverage labels, `RunResult.reached`).
+    reached: set[str]
+
+    def apply(self, event: Any) -> Any:
+        """What must hold after `event` (the family's expectation)."""
+        ...
+
+    def clone(self) -> Self:
+        """An independent copy (the exhaustive search branches from it)."""
+        ...
+
+    def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
+        """What the future of a run depends on, for merging equal states; `inert` names parts
+        that cannot change any future verdict."""
+        ...
+
+
+class FamilyEngine(Protocol):
+    """A family's engine: replays events around the target (its only caller) and observes."""
+
+    @property
+    def unmodelled(self) -> Sequence[str]:
+        """Accesses outside what the family models that the target made and caught itself."""
+        ...
+
+    def apply(self, event: Any) -> Any:
+        """Run `event` (calling the target where the event calls for it); the observation."""
+        ...
+
+    def clone(self) -> Self:
+        """An independent copy (the exhaustive search branches from it)."""
+        ...
+
+    def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
+        """What the future of a run depends on (see `ReferenceModel.state_key`)."""
+        ...
+
+    @property
+    def own_scheduler(self) -> bool:
+        """Whether kvcheck played the scheduler itself (its own allocation path on its own
+        pool): a scheduler invariant broken alone is then kvcheck's fault, not the target's."""
+        ...
+
+
+class Judge(Protocol):
+    """How a family judges a run: its model, its engine around a target, its checks."""
+
+    @property
+    def invariants(self) -> Mapping[str, Invariant]:
+        """Its invariants by id, in checking order (most basic first)."""
+        ...
+
+    def model(self, config: Any) -> ReferenceModel:
+        """A fresh reference model for `config`."""
+        ...
+
+    def engine(self, config: Any, target: Target) -> FamilyEngine:
+        """A fresh engine for `config` around `target`."""
+        ...
+
+    def check_event(self, index: int, expected: Any, observed: Any) -> list[Violation]:
+        """The violations after event `index`, most basic first (empty: it passed)."""
+        ...
+
+
 # --- targets: which specs a family claims, loading and probing them (kvcheck.targets) ---
 
 # --- search: distribution (kvcheck.strategies, kvcheck.search.check, campaign, sampling) ---
@@ -132,8 +206,8 @@ class Family:
 
     name: str
     scenarios: ScenarioCodec
+    judge: Judge
     # Parts whose protocol is written next to its generic consumer's move behind the seam.
-    judge: Any = None
     targets: Any = None
     distribution: Any = None
     moves: Any = None

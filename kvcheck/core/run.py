@@ -7,32 +7,28 @@ the first event with a violation: later events would only report consequences of
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
+from kvcheck.core.family import FamilyEngine, Judge, family
 from kvcheck.core.invariant import Violation
 from kvcheck.core.isolation import maybe_apart, running
 from kvcheck.core.scenario import Scenario, to_json_line
 from kvcheck.core.target import Target
-from kvcheck.errors import KvcheckInternalError
-from kvcheck.families.sglang.allocation import RuleAllocation
-from kvcheck.families.sglang.engine import Engine, Observation, UnsupportedTargetError
-from kvcheck.families.sglang.invariants import INVARIANTS, check_event
-from kvcheck.families.sglang.model import Expectation, ReferenceModel
-from kvcheck.families.sglang.scenario import Event
-from kvcheck.families.sglang.target import allocation_path
+from kvcheck.errors import KvcheckInternalError, UnsupportedTargetError
 
 
 @attrs.frozen
 class TraceEntry:
     """One executed event of a recorded run: the event, what the model expected after it and what
-    the engine observed. Timelines and explanations are built from these.
+    the engine observed (the family's values). Timelines and explanations are built from these.
     """
 
     index: int
-    event: Event
-    expected: Expectation
-    observed: Observation
+    event: Any
+    expected: Any
+    observed: Any
 
 
 @attrs.frozen
@@ -84,19 +80,15 @@ def _run_here(
     on_event: Callable[[int, int], None] | None,
 ) -> RunResult:
     running(scenario)
-    model = ReferenceModel(scenario.config)
-    engine = Engine(
-        scenario.config,
-        target.resolver,
-        target.self_methods,
-        not_judged=target.shape.not_judged,
-        allocation=allocation_path(target, scenario.config),
-        deadline=target.deadline,
-    )
+    judge = family(scenario.family).judge
+    model = judge.model(scenario.config)
+    engine = judge.engine(scenario.config, target)
+    # Bound once per run: these run at every event, millions of times in a campaign.
+    expect, observe, check_event = model.apply, engine.apply, judge.check_event
     trace: list[TraceEntry] = []
     for index, event in enumerate(scenario.events):
-        expected = model.apply(event)
-        observed = engine.apply(event)
+        expected = expect(event)
+        observed = observe(event)
         if record:
             trace.append(TraceEntry(index, event, expected, observed))
         if on_event is not None:
@@ -104,12 +96,12 @@ def _run_here(
         violations = check_event(index, expected, observed)
         if violations:
             _refuse_outside_model(engine, violations[0])
-            _refuse_own_scheduler_fault(engine, violations, scenario)
+            _refuse_own_scheduler_fault(engine, judge, violations, scenario)
             return RunResult(scenario, tuple(violations), tuple(trace), frozenset(model.reached))
     return RunResult(scenario, (), tuple(trace), frozenset(model.reached))
 
 
-def _refuse_outside_model(engine: Engine, violation: Violation) -> None:
+def _refuse_outside_model(engine: FamilyEngine, violation: Violation) -> None:
     """No violation from a run in which the target touched what kvcheck does not model and
     caught the error itself (a fallback path kvcheck cannot judge): `UnsupportedTargetError`
     naming what it touched."""
@@ -126,17 +118,16 @@ def _refuse_outside_model(engine: Engine, violation: Violation) -> None:
 
 
 def _refuse_own_scheduler_fault(
-    engine: Engine, violations: list[Violation], scenario: Scenario
+    engine: FamilyEngine, judge: Judge, violations: list[Violation], scenario: Scenario
 ) -> None:
     """No verdict when only invariants that judge the scheduler (`Invariant.judges`) broke
-    while kvcheck itself played the scheduler (its own allocation path on its own pool): the
-    resolver agreed with the model on everything it is judged by, so the fault is kvcheck's
+    while kvcheck itself played the scheduler (`FamilyEngine.own_scheduler`): the resolver
+    agreed with the model on everything it is judged by, so the fault is kvcheck's
     (docs/semantics.md §5.6 tells of one), and blaming the target for it would be a false
     verdict. A target that brings its own allocation path is judged on it as before."""
-    allocation = engine.allocation
-    if type(allocation) is not RuleAllocation or not allocation.pool.exclusive:
+    if not engine.own_scheduler:
         return
-    if any(INVARIANTS[v.invariant].judges != "scheduler" for v in violations):
+    if any(judge.invariants[v.invariant].judges != "scheduler" for v in violations):
         return
     first = violations[0]
     raise KvcheckInternalError(

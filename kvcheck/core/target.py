@@ -14,7 +14,6 @@ from typing import Any
 import attrs
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.family import DEFAULT_FAMILY
 
 
 @attrs.frozen
@@ -65,4 +64,4 @@ class Target:
     allocation: Callable[[Any], Any] | None = None
     deadline: float | None = DEFAULT_DEADLINE
     # The engine family it belongs to (`kvcheck.core.family`).
-    family: str = DEFAULT_FAMILY
+    family: str = "sglang"  # kvcheck.core.family.DEFAULT_FAMILY (which imports this module)

@@ -36,6 +36,7 @@ from kvcheck.core.interrupts import received as interrupts_received
 from kvcheck.core.jsonable import type_name
 from kvcheck.core.snapshots import refreshed
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
+from kvcheck.errors import UnsupportedTargetError as UnsupportedTargetError
 from kvcheck.families.sglang.allocation import AllocationPath, RuleAllocation
 from kvcheck.families.sglang.fakes import (
     ALGORITHM_FAKES,
@@ -71,10 +72,6 @@ from kvcheck.families.sglang.scenario import (
 )
 
 Resolver = Callable[[Any, Any, Any], Any]
-
-
-class UnsupportedTargetError(KvcheckUsageError):
-    """The target touched something kvcheck does not model: it cannot be judged (exit 2)."""
 
 
 @attrs.frozen
@@ -230,6 +227,13 @@ class Engine:
         self._last: Observation | None = None
         self._target_ran = False
         self._delivered_rids: tuple[str, ...] = ()
+
+    @property
+    def own_scheduler(self) -> bool:
+        """Whether kvcheck plays the scheduler itself: its own allocation path
+        (`RuleAllocation`) on a pool nobody else writes."""
+        allocation = self.allocation
+        return type(allocation) is RuleAllocation and allocation.pool.exclusive
 
     def clone(self) -> Engine:
         """An independent copy for exhaustive search to branch from.

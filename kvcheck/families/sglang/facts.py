@@ -12,7 +12,12 @@ from kvcheck.families.sglang.scenario import Abort, Admit, SwitchStride
 
 if TYPE_CHECKING:
     from kvcheck.core.run import RunResult, TraceEntry
-    from kvcheck.families.sglang.model import ExpectedDelivery, Launch, RequestExpectation
+    from kvcheck.families.sglang.model import (
+        Expectation,
+        ExpectedDelivery,
+        Launch,
+        RequestExpectation,
+    )
 
 
 class RunFacts:
@@ -71,7 +76,8 @@ class RunFacts:
         """The model's expectation for `rid` after event `index`; None before it was admitted."""
         if not 0 <= index < len(self.trace):
             return None
-        for req in self.trace[index].expected.requests:
+        expected: Expectation = self.trace[index].expected
+        for req in expected.requests:
             if req.rid == rid:
                 return req
         return None
