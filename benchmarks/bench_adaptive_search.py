@@ -12,6 +12,7 @@ import argparse
 import statistics
 
 import kvcheck.search.check as search_module
+from kvcheck.families.sglang import distribution
 from kvcheck.families.sglang.scenario import Step
 from kvcheck.targets.loading import load_target
 
@@ -22,7 +23,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     args = parser.parse_args()
     # Replace the seeded witness with a harmless one-step scenario: only generation counts here.
-    search_module.STRIDE_SWITCH_WITNESS = (Step(),)
+    distribution.STRIDE_SWITCH_WITNESS = (Step(),)
     target = load_target("builtin:seed-fixed")
     found: list[int | None] = []
     for seed in range(args.seeds):

@@ -21,9 +21,11 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 
+from kvcheck.core.family import distribution_of
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
-from kvcheck.search.check import scenario_space, search
+from kvcheck.families.sglang.judging import SglangJudging
+from kvcheck.search.check import search
 from kvcheck.search.sampling import sample_search
 from kvcheck.strategies import random_scenario, scenarios_of
 from kvcheck.targets.loading import load_target
@@ -51,7 +53,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     target = load_target("builtin:reference")
-    space = scenario_space(target, "preclaim", "ideal", False)
+    space = distribution_of(target.family).space(target, SglangJudging("preclaim", "ideal", False))
     print(f"load average before: {os.getloadavg()[0]:.2f} (cores: {os.cpu_count()})")
     rows: dict[str, list[float]] = {}
     for repeat in range(args.repeats):

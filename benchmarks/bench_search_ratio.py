@@ -34,13 +34,27 @@ REPLAY_SCENARIOS = 1000
 REPLAY_SEED = 1234
 
 
+def scenario_space(target: Any, convention: str, counters: str, adaptive: bool) -> Any:
+    """The scenario space a search of `target` draws, in either tree: the family's distribution
+    (`kvcheck.core.family.Distribution.space`), or `kvcheck.search.check.scenario_space` in
+    trees from before it."""
+    try:
+        from kvcheck.core.family import distribution_of
+        from kvcheck.families.sglang.judging import SglangJudging
+    except ImportError:
+        from kvcheck.search.check import scenario_space as before  # type: ignore[attr-defined]
+
+        return before(target, convention, counters, adaptive)
+    options = SglangJudging(convention, counters, adaptive)  # type: ignore[arg-type]
+    return distribution_of(target.family).space(target, options)
+
+
 def measure() -> dict[str, float]:
     """One round in this process (whichever tree `use_tree` chose)."""
     import attrs
 
     from kvcheck.core.run import run_scenario
     from kvcheck.families.sglang.scenario import Step
-    from kvcheck.search.check import scenario_space
     from kvcheck.search.sampling import sample_search
     from kvcheck.strategies import random_scenario
     from kvcheck.targets.loading import load_target

@@ -112,16 +112,30 @@ def targets() -> list[tuple[str, Any, str, str, bool, int]]:
     return out
 
 
+def scenario_space(target: Any, convention: str, counters: str, adaptive: bool) -> Any:
+    """The scenario space a search of `target` draws, in either tree: the family's distribution
+    (`kvcheck.core.family.Distribution.space`), or `kvcheck.search.check.scenario_space` in
+    trees from before it."""
+    try:
+        from kvcheck.core.family import distribution_of
+        from kvcheck.families.sglang.judging import SglangJudging
+    except ImportError:
+        from kvcheck.search.check import scenario_space as before  # type: ignore[attr-defined]
+
+        return before(target, convention, counters, adaptive)
+    options = SglangJudging(convention, counters, adaptive)  # type: ignore[arg-type]
+    return distribution_of(target.family).space(target, options)
+
+
 def draw(path: Path) -> None:
     """The corpus: per target, scenarios of its search space, as `name<TAB>json line`."""
     import random
 
-    from kvcheck.search.check import scenario_space
     from kvcheck.strategies import random_scenario
 
     lines = []
     for number, (name, target, convention, counters, adaptive, count) in enumerate(targets()):
-        space = scenario_space(target, convention, counters, adaptive)  # type: ignore[arg-type]
+        space = scenario_space(target, convention, counters, adaptive)
         rng = random.Random(SEED + number)
         for _ in range(count or REFERENCE_COUNT):
             lines.append(f"{name}\t{corpus_line(random_scenario(space, rng))}")

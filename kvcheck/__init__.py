@@ -1,10 +1,9 @@
 """kvcheck: a property-based correctness harness for the KV-cache accounting of speculative
 decoding resolvers under overlap scheduling (SGLang's spec-v2 path first)."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from kvcheck.core.scenario import Scenario
-from kvcheck.families.sglang.scenario import Abort, Admit, Config, Retract, Step, SwitchStride
 from kvcheck.version import VERSION
 
 if TYPE_CHECKING:
@@ -24,17 +23,26 @@ _LAZY = {
     "detect_convention": "kvcheck.search.check",
     "RunResult": "kvcheck.core.run",
     "run_scenario": "kvcheck.core.run",
-    "Target": "kvcheck.families.sglang.target",
+    "Target": "kvcheck.core.target",
     "load_target": "kvcheck.targets.loading",
 }
+# SGLang's scenario vocabulary (`kvcheck.Step` and the rest), found through the family registry
+# (the module of its scenario codec), so `import kvcheck` loads no family.
+_SGLANG: Final = "sglang"
+_SGLANG_NAMES: Final = frozenset({"Abort", "Admit", "Config", "Retract", "Step", "SwitchStride"})
 
 
 def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _SGLANG_NAMES:
+        from kvcheck.core.family import family
+
+        codec = family(_SGLANG).scenarios
+        return getattr(importlib.import_module(type(codec).__module__), name)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kvcheck' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(module), name)
 
 

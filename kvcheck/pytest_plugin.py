@@ -2,14 +2,16 @@
 
 Two kinds of items:
 
-- `--kvcheck-target T` (repeatable) adds property items. By default (`--kvcheck-convention auto`)
-  one item per target runs exactly the search `kvcheck check T` runs with the same options
-  (convention detected with fallback, adaptive on exactly when the target feeds the controller),
-  so both front doors give the same verdict. With a convention given (`preclaim`, `honest`)
-  there is one item per overlap value, so `pytest -n auto` spreads them; `both` splits the same
-  way, and each of its items passes when either convention shows no violation (`auto`'s
-  fallback: a resolver follows one convention, so judging it by the other alone would fail every
-  correct one); `--kvcheck-adaptive both` doubles either set.
+- `--kvcheck-target T` (repeatable) adds property items: the family's judging options (SGLang's
+  `--kvcheck-convention`, `--kvcheck-adaptive`, `--kvcheck-global-counters`:
+  `kvcheck.core.family.FrontDoor`) say which. By default one item per target runs exactly the
+  search `kvcheck check T` runs with the same options (SGLang: convention detected with fallback,
+  adaptive on exactly when the target feeds the controller), so both front doors give the same
+  verdict. With a convention given (`preclaim`, `honest`) there is one item per overlap value,
+  so `pytest -n auto` spreads them; `both` splits the same way, and each of its items passes
+  when either convention shows no violation (`auto`'s fallback: a resolver follows one
+  convention, so judging it by the other alone would fail every correct one);
+  `--kvcheck-adaptive both` doubles either set.
 - Counterexample files (`*.kvcheck.json`) under the collected paths become replay items: the
   saved scenario is replayed once against its saved target and must show no violation.
 
@@ -25,11 +27,12 @@ import hashlib
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.family import DEFAULT_FAMILY, distribution_of
 from kvcheck.counterexamples.fileformat import SUFFIX, load
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.wording import plural
@@ -39,7 +42,6 @@ if TYPE_CHECKING:
 
     from kvcheck.core.target import Target
     from kvcheck.counterexamples.fileformat import Counterexample
-    from kvcheck.families.sglang.scenario import Convention, GlobalCounterMode
 
 # pytest loads this plugin in every session of every project that has kvcheck installed, so the
 # engine, the reporting and Hypothesis are imported inside the hooks that use them (the imports
@@ -70,36 +72,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Hypothesis settings profile for the property items: dev, ci, thorough (kvcheck's) "
         "or any registered one (default: the active profile)",
     )
-    group.addoption(
-        "--kvcheck-convention",
-        dest="kvcheck_convention",
-        choices=("auto", "preclaim", "honest", "both"),
-        default="auto",
-        help="convention axis: auto (detected from each target, default), one, or both (an "
-        "item per overlap value that passes when either convention shows no violation)",
-    )
-    group.addoption(
-        "--kvcheck-adaptive",
-        dest="kvcheck_adaptive",
-        choices=("auto", "on", "off", "both"),
-        default="auto",
-        help="switch strides between launch and delivery: auto (default: on exactly when the "
-        "target feeds the adaptive controller, as `kvcheck check` decides), on, off, or both "
-        "(one item each)",
-    )
+    # The default family's judging options (SGLang's --kvcheck-convention, --kvcheck-adaptive
+    # and --kvcheck-global-counters).
+    distribution_of(DEFAULT_FAMILY).front.add_plugin_options(group)
     group.addoption(
         "--kvcheck-allow-unavailable-imports",
         dest="kvcheck_allow_unavailable_imports",
         action="store_true",
         help="load a path.py::Qualname target even if its code names imports kvcheck cannot "
         "provide (using one at run time is still an error), as `kvcheck check` does",
-    )
-    group.addoption(
-        "--kvcheck-global-counters",
-        dest="kvcheck_global_counters",
-        choices=("ideal", "sglang", "off"),
-        default="ideal",
-        help="how the batch-global counter is judged (default: ideal, stale rows excluded)",
     )
     group.addoption(
         "--kvcheck-max-examples",
@@ -297,19 +278,17 @@ class _SearchOptions:
     def __init__(
         self,
         *,
-        conventions: str,
-        adaptive: str,
+        items: list[tuple[str, dict[str, Any]]],
         allow_unavailable_imports: bool,
-        global_counters: GlobalCounterMode,
         max_examples: int,
         database: ExampleDatabase | None,
         seed: int | None,
         save_dir: Path,
     ) -> None:
-        self.conventions = conventions
-        self.adaptive = adaptive
+        # Each property item of a target: the axes its name carries and the judging options it
+        # asks for (`FrontDoor.plugin_items`).
+        self.items = items
         self.allow_unavailable_imports = allow_unavailable_imports
-        self.global_counters = global_counters
         self.max_examples = max_examples
         self.database = database
         self.seed = seed
@@ -347,10 +326,8 @@ class _SearchOptions:
             seed = seed_from_option(config.getoption("hypothesis_seed", None))
         save_dir = config.getoption("kvcheck_save_dir", None)
         return cls(
-            conventions=config.getoption("kvcheck_convention", "auto"),
-            adaptive=config.getoption("kvcheck_adaptive", "auto"),
+            items=distribution_of(DEFAULT_FAMILY).front.plugin_items(config.getoption),
             allow_unavailable_imports=config.getoption("kvcheck_allow_unavailable_imports", False),
-            global_counters=config.getoption("kvcheck_global_counters", "ideal"),
             max_examples=max_examples,
             database=profile.database,
             seed=seed,
@@ -372,14 +349,6 @@ def default_save_dir(config: pytest.Config) -> Path:
     given = config.getoption("rootdir", None)
     project = bool(given) or (config.inipath is not None and invocation.is_relative_to(root))
     return (root if project else invocation) / ".kvcheck" / "counterexamples"
-
-
-_ADAPTIVE_VALUES: Final[dict[str, tuple[bool | None, ...]]] = {
-    "auto": (None,),
-    "on": (True,),
-    "off": (False,),
-    "both": (False, True),
-}
 
 
 def seed_from_option(raw: object) -> int | None:
@@ -407,60 +376,38 @@ def _property_items(
         )
     except KvcheckUsageError as exc:
         raise pytest.UsageError(f"--kvcheck-target {spec}: {_one_line(exc)}") from None
-    adaptives = _ADAPTIVE_VALUES[options.adaptive]
-    # (the convention searched, the item's label): `both` is `auto`'s search (the detected
-    # convention, then the other: either passing passes) split by overlap.
-    conventions: list[tuple[Convention | Literal["auto"], str]]
-    if options.conventions in ("auto", "both"):
-        conventions = [("auto", options.conventions)]
-    else:
-        conventions = [(options.conventions, options.conventions)]  # type: ignore[list-item]
     items: list[pytest.Item] = []
-    for convention, label in conventions:
-        # A given convention (or both) splits the search by overlap (the items spread over
-        # workers); `auto` is one search, the one `kvcheck check` runs, so the verdict is the same.
-        for overlap in (None,) if label == "auto" else (True, False):
-            for adaptive in adaptives:
-                axes: list[str] = [label]
-                if overlap is not None:
-                    axes.append(f"overlap-{'on' if overlap else 'off'}")
-                if adaptive is not None:
-                    axes.append(f"adaptive-{'on' if adaptive else 'off'}")
-                name = f"kvcheck[{spec.replace('::', ':')}][{'-'.join(axes)}]"
-                items.append(
-                    PropertyItem.from_parent(
-                        session,
-                        name=name,
-                        nodeid=name,
-                        target=target,
-                        convention=convention,
-                        overlap=overlap,
-                        adaptive=adaptive,
-                        options=options,
-                    )
-                )
+    for axes, requested in options.items:
+        name = f"kvcheck[{spec.replace('::', ':')}][{axes}]"
+        items.append(
+            PropertyItem.from_parent(
+                session,
+                name=name,
+                nodeid=name,
+                target=target,
+                requested=requested,
+                options=options,
+            )
+        )
     return items
 
 
 class PropertyItem(_KvcheckItem):
-    """One search of a target: with convention `auto` the search `kvcheck check` runs, else one
-    convention x overlap point; adaptive as given (None: `kvcheck check`'s default)."""
+    """One search of a target under the judging options `requested` (SGLang: with convention
+    `auto` the search `kvcheck check` runs, else one convention x overlap point; adaptive as
+    given, None: `kvcheck check`'s default)."""
 
     def __init__(
         self,
         *,
         target: Target,
-        convention: Convention | Literal["auto"],
-        overlap: bool | None,
-        adaptive: bool | None,
+        requested: dict[str, Any],
         options: _SearchOptions,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.target = target
-        self.convention = convention
-        self.overlap = overlap
-        self.adaptive = adaptive
+        self.requested = requested
         self.options = options
 
     def runtest(self) -> None:
@@ -477,10 +424,7 @@ class PropertyItem(_KvcheckItem):
 
         verdict = check(
             self.target,
-            convention=self.convention,
-            global_counters=self.options.global_counters,
-            adaptive=self.adaptive,
-            overlap=self.overlap,
+            **self.requested,
             max_examples=self.options.max_examples,
             seed=self.options.seed,
             database=self.options.database,
@@ -496,14 +440,10 @@ class PropertyItem(_KvcheckItem):
             path = _relative(save(counterexample, self.options.save_dir))
         except KvcheckUsageError as exc:
             path = f"(not saved: {_one_line(exc)})"
-        overlap = "" if self.overlap is None else f"overlap {'on' if self.overlap else 'off'}, "
-        reason = verdict.convention_reason
-        if not reason.startswith("convention "):
-            reason = f"convention {verdict.convention}, {reason}"
+        judged = distribution_of(self.target.family).front.describe(verdict.options, verdict.reason)
         lines = [
             f"kvcheck: {self.target.spec} breaks {failure.violation.invariant} "
-            f"({reason}; {overlap}"
-            f"adaptive {'on' if verdict.adaptive else 'off'}; found after "
+            f"({judged}; found after "
             f"{plural(verdict.outcome.examples_to_failure or 0, 'scenario')})",
             "",
             render_plain(build_timeline(failure, target=self.target.spec)),

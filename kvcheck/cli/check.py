@@ -28,6 +28,7 @@ from kvcheck.cli.options import (
     coverage_text,
     input_files,
     positive_int,
+    requested_options,
     require_coverage,
     seconds,
     seed,
@@ -162,9 +163,7 @@ def run(args: argparse.Namespace) -> int:
     with Progress() as progress:
         verdict = check(
             target,
-            convention=args.convention,
-            global_counters=args.global_counters,
-            adaptive=args.adaptive,
+            **requested_options(args),
             max_examples=args.max_examples,
             seed=args.seed,
             database=database,

@@ -20,14 +20,11 @@ from kvcheck.cli.options import (
     add_json_option,
     add_judging_options,
     add_save_options,
-    algorithm_list,
     coverage_below,
     coverage_json,
     coverage_text,
     eos_list,
     error_json,
-    event_kinds,
-    grammar_list,
     int_list,
     non_negative_int,
     overlap_modes,
@@ -42,6 +39,7 @@ from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run, replay_command
 from kvcheck.errors import FileWriteError, KvcheckUsageError
+from kvcheck.families.sglang.cli import algorithm_list, event_kinds, grammar_list
 from kvcheck.families.sglang.mutants.registry import SPEC_PREFIX
 from kvcheck.families.sglang.scenario import ALGORITHMS, EVENT_KINDS, Convention, GlobalCounterMode
 from kvcheck.families.sglang.target import allocation_rules

@@ -30,10 +30,12 @@ from kvcheck.cli.options import (
     add_judging_options,
     add_save_options,
     positive_int,
+    requested_options,
     seconds_or_forever,
     seed,
     warn,
 )
+from kvcheck.core.family import family
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import replay, replay_command
 from kvcheck.errors import FileWriteError, KvcheckUsageError, NondeterministicTargetError
@@ -170,31 +172,17 @@ def _run(args: argparse.Namespace) -> int:
     target = load_target(
         args.target, allow_unavailable=args.allow_unavailable_imports, deadline=args.deadline
     )
-    shape = target.shape
-    if args.convention == "auto":
-        convention, reason = shape.convention, shape.convention_reason
-    else:
-        convention, reason = args.convention, f"convention {args.convention} (given)"
-    if args.adaptive is None:
-        adaptive = shape.feeds_controller
-        adaptive_reason = (
-            "auto: the target feeds the adaptive controller"
-            if adaptive
-            else "auto: the target never feeds the adaptive controller"
-        )
-    else:
-        adaptive, adaptive_reason = args.adaptive, "given"
+    # A campaign judges by the family's first choice only (SGLang's detected convention under
+    # --convention auto): its workers search round after round under one set of options.
+    judging = family(target.family).judge.judging(requested_options(args), target)
     duration = args.duration
     if duration is None and args.max_examples is None:
         duration = DEFAULT_DURATION
     workers = args.workers or usable_cores()
     plan = CampaignPlan(
         target=target.spec,
-        convention=convention,
-        convention_reason=reason,
-        global_counters=args.global_counters,
-        adaptive=adaptive,
-        adaptive_reason=adaptive_reason,
+        options=judging.options,
+        reason=judging.reason,
         workers=workers,
         seed=args.seed if args.seed is not None else random.SystemRandom().getrandbits(32),
         database=database,

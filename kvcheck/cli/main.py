@@ -26,8 +26,8 @@ from kvcheck.cli.options import (
     wants_json,
 )
 from kvcheck.core import interrupts, isolation
+from kvcheck.core.family import family, family_names
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
-from kvcheck.families.sglang.spellings import spellings_table
 from kvcheck.version import VERSION
 
 _COMMANDS: tuple[Any, ...] = (check, replay, regress, releases, mutants, exhaust, fuzz)
@@ -38,7 +38,14 @@ _RESTARTABLE: Final = frozenset({"check", "replay", None})
 
 
 def _run_spellings(args: argparse.Namespace) -> int:
-    print(spellings_table())
+    """`kvcheck spellings`: each family's table of the engine API spellings it models."""
+    tables: list[str] = []
+    for name in family_names():
+        distribution = family(name).distribution
+        table = None if distribution is None else distribution.front.spellings_table()
+        if table is not None:
+            tables.append(table)
+    print("\n\n".join(tables))
     return EXIT_OK
 
 

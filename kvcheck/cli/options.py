@@ -1,5 +1,5 @@
 """What every `kvcheck` command shares: exit codes, the parser class, argument types and the
-judging options (`check` and `exhaust` take the same ones).
+judging options (`check`, `fuzz` and `exhaust` take the same ones: the family's flags).
 
 Exit codes are part of the contract (CHANGELOG.md): 0 no violation found, 1 violation found, 2
 usage or load error. User errors are one clear line on stderr, never a traceback.
@@ -16,18 +16,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.family import DEFAULT_FAMILY, distribution_of
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR
 from kvcheck.counterexamples.replay import REPLAY_CONVENTIONS
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.families.sglang.scenario import (
-    ALGORITHMS,
-    EVENT_KINDS,
-    GLOBAL_COUNTER_MODES,
-    GRAMMAR_KINDS,
-    Algorithm,
-    Grammar,
-)
 
 if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvcheck.search
     from kvcheck.search.target_coverage import TargetCoverage
@@ -37,8 +30,6 @@ EXIT_VIOLATION: Final = 1
 EXIT_USAGE: Final = 2
 # Ctrl-C: what was established so far is printed first (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED: Final = 130
-
-CONVENTION_CHOICES: Final = ("auto", "preclaim", "honest")
 
 
 class Parser(argparse.ArgumentParser):
@@ -207,66 +198,12 @@ def eos_list(text: str) -> tuple[int | None, ...]:
     return tuple(values)
 
 
-def event_kinds(text: str) -> tuple[str, ...]:
-    """Comma-separated event kinds (`kvcheck.families.sglang.scenario.EVENT_KINDS`) or `all`;
-    `step` is
-    always included."""
-    if text.strip() == "all":
-        return EVENT_KINDS
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in EVENT_KINDS]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown event kind(s) {', '.join(unknown)}; choose from {', '.join(EVENT_KINDS)} "
-            "or 'all'"
-        )
-    return kinds if "step" in kinds else ("step", *kinds)
-
-
 def percent(text: str) -> float:
     """A percentage, 0 to 100."""
     value = _number(text, "a percentage")
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
     return value
-
-
-def algorithm_list(text: str) -> tuple[Algorithm, ...] | None:
-    """Comma-separated speculative algorithms (`kvcheck.families.sglang.scenario.ALGORITHMS`), or
-    `auto`
-    (None: every algorithm the target supports)."""
-    if text.strip() == "auto":
-        return None
-    names = tuple(a.strip() for a in text.split(",") if a.strip())
-    unknown = [a for a in names if a not in ALGORITHMS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown algorithm(s) {', '.join(unknown) or repr(text)}; choose from "
-            f"{', '.join(ALGORITHMS)} or 'auto'"
-        )
-    return tuple(a for a in ALGORITHMS if a in names)
-
-
-def grammar_list(text: str) -> tuple[Grammar | None, ...]:
-    """Comma-separated grammars an admitted request may carry: `none`, `accept`,
-    `terminate@N` (satisfied by output token N >= 2) or `reject@N` (refuses output token N)."""
-    grammars: list[Grammar | None] = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        kind, _, at = part.partition("@")
-        try:
-            if kind == "none" and not at:
-                grammars.append(None)
-            elif kind in GRAMMAR_KINDS:
-                grammars.append(Grammar(kind, int(at) if at else None))
-            else:
-                raise ValueError(f"unknown grammar {kind!r}")
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(
-                f"{part!r}: {exc}; expected none, accept, terminate@N (N >= 2) or reject@N"
-            ) from None
-    if not grammars:
-        raise argparse.ArgumentTypeError(f"expected at least one grammar, got {text!r}")
-    return tuple(dict.fromkeys(grammars))
 
 
 def overlap_modes(text: str) -> tuple[bool, ...]:
@@ -281,34 +218,12 @@ def overlap_modes(text: str) -> tuple[bool, ...]:
 # --- shared options -------------------------------------------------------------------------
 
 
-def add_judging_options(
-    parser: argparse._ActionsContainer,
-    *,
-    global_counters_default: str | None,
-    adaptive_help: str,
-) -> None:
-    """--convention, --global-counters, --adaptive and --allow-unavailable-imports."""
-    parser.add_argument(
-        "--convention",
-        choices=CONVENTION_CHOICES,
-        default="auto",
-        help="committed-length convention to judge by (default: auto, detected from the target)",
-    )
-    parser.add_argument(
-        "--global-counters",
-        choices=GLOBAL_COUNTER_MODES,
-        default=global_counters_default,
-        help="ideal: stale rows excluded; sglang: counted as SGLang does; off (default: "
-        + (
-            global_counters_default
-            if global_counters_default is not None
-            else "a mutant:NAME entry's own, else ideal"
-        )
-        + ")",
-    )
-    parser.add_argument(
-        "--adaptive", action=argparse.BooleanOptionalAction, default=None, help=adaptive_help
-    )
+def add_judging_options(parser: argparse._ActionsContainer, **wording: Any) -> None:
+    """The judging flags of the default family (SGLang's `--convention`, `--global-counters`,
+    `--adaptive`: `FrontDoor.add_options`, in the command's `wording`) and
+    `--allow-unavailable-imports`. A command turns them into the options it asks for with
+    `requested_options`."""
+    distribution_of(DEFAULT_FAMILY).front.add_options(parser, **wording)
     parser.add_argument(
         "--allow-unavailable-imports",
         action="store_true",
@@ -318,6 +233,12 @@ def add_judging_options(
             "error (default: off)"
         ),
     )
+
+
+def requested_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The judging options the flags of `add_judging_options` ask for (by the names
+    `kvcheck.check()` takes them)."""
+    return distribution_of(DEFAULT_FAMILY).front.requested(args)
 
 
 def add_replay_convention_option(parser: argparse._ActionsContainer) -> None:

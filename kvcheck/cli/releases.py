@@ -1,10 +1,11 @@
 """`kvcheck releases`: every SGLang release in a range checked as it was published, one row each.
 
-Each release's resolver is fetched from the package index into kvcheck's cache (`sglang==V`) and
-judged twice: with the batch-global counters as every SGLang release keeps them (`sglang`) and
-as they should be (`ideal`, stale rows excluded). This is how docs/sglang.md shows what kvcheck
-finds in SGLang's history. Each row also says how much of the release's resolver code (the resolver,
-its siblings and helpers) the two searches ran together.
+The releases are the default family's (`kvcheck.core.family.Releases`, SGLang's). Each release's
+resolver is fetched from the package index into kvcheck's cache (`sglang==V`) and judged in each
+of the family's modes: SGLang's with the batch-global counters as every SGLang release keeps them
+(`sglang`) and as they should be (`ideal`, stale rows excluded). This is how docs/sglang.md shows
+what kvcheck finds in SGLang's history. Each row also says how much of the release's resolver
+code (the resolver, its siblings and helpers) the searches ran together.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from kvcheck.cli.options import (
     positive_int,
     seed,
 )
+from kvcheck.core.family import DEFAULT_FAMILY, Releases, distribution_of
 from kvcheck.errors import KvcheckUsageError, TargetLoadError
-from kvcheck.families.sglang import release as sglang_release
 from kvcheck.targets.loading import load_target
 from kvcheck.wording import plural
 
@@ -35,8 +36,17 @@ from kvcheck.wording import plural
 DEFAULT_RELEASE_EXAMPLES = 200
 
 
+def releases() -> Releases:
+    """The default family's releases (SGLang's)."""
+    found = distribution_of(DEFAULT_FAMILY).front.releases
+    if found is None:
+        raise KvcheckUsageError(f"engine family {DEFAULT_FAMILY!r} has no releases to check")
+    return found
+
+
 def add_parser(commands: Any) -> None:
     """Register `releases` on the front door's subparsers."""
+    oldest = releases().oldest
     parser = commands.add_parser(
         "releases",
         help="check every SGLang release in a range, fetched from the package index",
@@ -52,9 +62,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--from",
         dest="first",
-        default=sglang_release.OLDEST,
+        default=oldest,
         metavar="V",
-        help=f"oldest release to check (default: {sglang_release.OLDEST})",
+        help=f"oldest release to check (default: {oldest})",
     )
     parser.add_argument(
         "--to",
@@ -81,17 +91,17 @@ def add_parser(commands: Any) -> None:
 
 @attrs.frozen
 class ReleaseRow:
-    """One release's verdicts."""
+    """One release's verdicts, one per mode of the family's (SGLang's `sglang` and `ideal`)."""
 
     version: str
     location: str
     convention: str
     api_shape: str
-    verdict_sglang: str
-    verdict_ideal: str
+    # (mode, `pass`/`fail`/`error`) in the family's order of its modes.
+    verdicts: tuple[tuple[str, str], ...]
     first_broken: str | None
     seconds: float
-    # The release's own code run by both searches together (`TargetCoverage.to_dict()`); None
+    # The release's own code run by all searches together (`TargetCoverage.to_dict()`); None
     # with --no-coverage.
     coverage: dict[str, Any] | None = None
     # Why the release has no verdict (it could not be fetched, loaded or judged); None once it
@@ -99,8 +109,12 @@ class ReleaseRow:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as `--json` reports it."""
-        return attrs.asdict(self)
+        """The row as `--json` reports it (a `verdict_MODE` field per mode)."""
+        data = attrs.asdict(self, filter=lambda attribute, _: attribute.name != "verdicts")
+        fields = list(data.items())
+        place = [name for name, _ in fields].index("first_broken")
+        verdicts = [(f"verdict_{mode}", verdict) for mode, verdict in self.verdicts]
+        return dict(fields[:place] + verdicts + fields[place:])
 
     @property
     def coverage_column(self) -> str:
@@ -117,8 +131,7 @@ class ReleaseRow:
             location="",
             convention="-",
             api_shape="-",
-            verdict_sglang=_NO_VERDICT,
-            verdict_ideal=_NO_VERDICT,
+            verdicts=tuple((mode, _NO_VERDICT) for mode, _ in releases().modes),
             first_broken=None,
             seconds=seconds,
             error=error,
@@ -136,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     versions = _versions_in_range(args.first, args.last)
     rows: list[ReleaseRow] = []
     if not args.json:
-        print(_HEADER)
+        print(_header())
     for version in versions:
         started = time.perf_counter()
         try:
@@ -163,37 +176,41 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_release(version: str, args: argparse.Namespace, check: Any) -> ReleaseRow:
-    """Fetch, load and judge one release in both counter modes."""
+    """Fetch, load and judge one release in each of the family's modes."""
     started = time.perf_counter()
-    target = load_target(f"{sglang_release.SPEC_PREFIX}{version}", deadline=args.deadline)
+    index = releases()
+    target = load_target(f"{index.spec_prefix}{version}", deadline=args.deadline)
     verdicts = {
         mode: check(
             target,
-            global_counters=mode,
+            **requested,
             max_examples=args.max_examples,
             seed=args.seed,
             measure_coverage=not args.no_coverage,
         )
-        for mode in ("sglang", "ideal")
+        for mode, requested in index.modes
     }
     broken = next((v.violation for v in verdicts.values() if v.violation is not None), None)
-    sglang_run, ideal_run = verdicts["sglang"].coverage, verdicts["ideal"].coverage
-    both = sglang_run.union(ideal_run) if sglang_run and ideal_run else None
+    coverage = None
+    if all(v.coverage is not None for v in verdicts.values()):
+        for verdict in verdicts.values():
+            coverage = verdict.coverage if coverage is None else coverage.union(verdict.coverage)
+    last = list(verdicts.values())[-1]
     return ReleaseRow(
         version=version,
         location=target.description.partition(": ")[2],
-        convention=verdicts["ideal"].convention,
-        api_shape=target.shape.versions,
-        verdict_sglang=verdicts["sglang"].verdict,
-        verdict_ideal=verdicts["ideal"].verdict,
+        convention=distribution_of(target.family).label(last.options),
+        api_shape=index.shape_name(target),
+        verdicts=tuple((mode, verdict.verdict) for mode, verdict in verdicts.items()),
         first_broken=broken.invariant if broken is not None else None,
         seconds=round(time.perf_counter() - started, 2),
-        coverage=both.to_dict() if both is not None else None,
+        coverage=coverage.to_dict() if coverage is not None else None,
     )
 
 
 def _versions_in_range(first: str, last: str | None) -> list[str]:
-    known = sglang_release.available_versions()
+    index = releases()
+    known = index.available_versions()
     if not known:
         raise KvcheckUsageError(
             "cannot list SGLang releases: the package index did not answer `pip index versions "
@@ -204,8 +221,8 @@ def _versions_in_range(first: str, last: str | None) -> list[str]:
             raise TargetLoadError(
                 f"SGLang {bound} is not a release kvcheck can check; releases: {', '.join(known)}"
             )
-    low = sglang_release.version_key(first)
-    high = sglang_release.version_key(last) if last else None
+    low = index.version_key(first)
+    high = index.version_key(last) if last else None
     if high is not None and high < low:
         # An empty range would check nothing and exit 0, which reads as "all fine".
         raise KvcheckUsageError(
@@ -215,20 +232,22 @@ def _versions_in_range(first: str, last: str | None) -> list[str]:
     return [
         v
         for v in known
-        if sglang_release.version_key(v) >= low
-        and (high is None or sglang_release.version_key(v) <= high)
+        if index.version_key(v) >= low and (high is None or index.version_key(v) <= high)
     ]
 
 
-_HEADER = (
-    f"{'release':<13} {'convention':<10} {'api shape':<13} {'sglang':<6} {'ideal':<6} "
-    f"{'first broken':<26} {'coverage':>8} {'time':>6}  resolver"
-)
+def _header() -> str:
+    modes = " ".join(f"{mode:<6}" for mode, _ in releases().modes)
+    return (
+        f"{'release':<13} {'convention':<10} {'api shape':<13} {modes} "
+        f"{'first broken':<26} {'coverage':>8} {'time':>6}  resolver"
+    )
 
 
 def _format_row(row: ReleaseRow) -> str:
+    verdicts = " ".join(f"{verdict:<6}" for _, verdict in row.verdicts)
     return (
-        f"{row.version:<13} {row.convention:<10} {row.api_shape:<13} {row.verdict_sglang:<6} "
-        f"{row.verdict_ideal:<6} {row.first_broken or '-':<26} {row.coverage_column:>8} "
+        f"{row.version:<13} {row.convention:<10} {row.api_shape:<13} {verdicts} "
+        f"{row.first_broken or '-':<26} {row.coverage_column:>8} "
         f"{row.seconds:>5.1f}s  {row.location if row.error is None else row.error}"
     )

@@ -20,15 +20,18 @@ pass through the generic layers as `Any`: only the family looks inside them.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 
 import attrs
 
-from kvcheck.errors import ScenarioFormatError
+from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
 
 if TYPE_CHECKING:
+    import argparse
+
+    from kvcheck.core.draws import Draws
     from kvcheck.core.invariant import Invariant, Violation
     from kvcheck.core.target import Target
 
@@ -188,10 +191,156 @@ class Judge(Protocol):
         """The violations after event `index`, most basic first (empty: it passed)."""
         ...
 
+    def judging(self, requested: Mapping[str, Any], target: Target) -> Judging:
+        """The options `target` is judged under when `requested` asks for these (by name, as
+        `kvcheck.check()` takes them; missing ones as the family chooses), and why."""
+        ...
+
 
 # --- targets: which specs a family claims, loading and probing them (kvcheck.targets) ---
 
 # --- search: distribution (kvcheck.strategies, kvcheck.search.check, campaign, sampling) ---
+
+
+class Distribution(Protocol):
+    """How a family's scenarios are drawn: the space a search of a target under some options
+    draws from (opaque to the generic layers), the draw itself (written once against `Draws`,
+    driven by Hypothesis or a seeded `random.Random`), what a search tries besides its draws,
+    and the coverage labels of a run. `front` is what its front doors add."""
+
+    @property
+    def parts(self) -> Mapping[str, Callable[..., Callable[[Draws], Any]]]:
+        """Draw functions of a scenario's parts by name, each built from its arguments
+        (`kvcheck.strategies` offers each as a Hypothesis strategy of that name)."""
+        ...
+
+    @property
+    def out_of_scope(self) -> Mapping[str, str]:
+        """Source lines (stripped) whose branches only inputs outside the distribution take,
+        with those inputs (a target's coverage report names them)."""
+        ...
+
+    @property
+    def front(self) -> FrontDoor:
+        """Its command-line flags, pytest options and commands."""
+        ...
+
+    def space(self, target: Target, options: Any) -> Any:
+        """What a search of `target` under `options` draws; `KvcheckUsageError` for none."""
+        ...
+
+    @property
+    def space_of(self) -> Callable[..., Any]:
+        """The space its keyword settings name (`kvcheck.strategies.scenarios(**settings)`)."""
+        ...
+
+    def draw_scenario(self, draws: Draws, space: Any) -> Any:
+        """One scenario (`kvcheck.core.scenario.Scenario`) of `space`, from `draws`' choices."""
+        ...
+
+    def witnesses(self, space: Any) -> tuple[Any, ...]:
+        """Scenarios a search of `space` tries before it draws (counted as scenarios run)."""
+        ...
+
+    def fits(self, space: Any, scenario: Any) -> bool:
+        """Whether a scenario saved by an earlier search belongs to `space`."""
+        ...
+
+    def pinned(self, space: Any, scenario: Any) -> Any:
+        """A saved scenario as `space` would have drawn it (what it pins, pinned)."""
+        ...
+
+    def labels(self, scenario: Any, reached: Iterable[str]) -> set[str]:
+        """The coverage labels of a run: the situations its model `reached`, and more."""
+        ...
+
+    def label(self, options: Any) -> str:
+        """The options in a word (progress lines, and the reasons of a verdict)."""
+        ...
+
+
+class FrontDoor(Protocol):
+    """What a family adds to kvcheck's front doors: its judging flags on the command line and
+    in the pytest plugin, how they become the options it is asked for (the mapping `Judge.
+    judging` takes), and its tables and commands."""
+
+    @property
+    def add_options(self) -> Callable[..., None]:
+        """Called with a command's parser (`argparse._ActionsContainer`) and the command's own
+        wording as keywords, adds its judging flags to it."""
+        ...
+
+    def requested(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The judging options the parsed `args` ask for."""
+        ...
+
+    def add_plugin_options(self, group: Any) -> None:
+        """Add its `--kvcheck-*` judging options to the pytest plugin's option group."""
+        ...
+
+    def plugin_items(self, option: Callable[[str], Any]) -> list[tuple[str, dict[str, Any]]]:
+        """One (name, requested options) per property item of a target, read from the
+        plugin's options (`option(dest)`)."""
+        ...
+
+    def describe(self, options: Any, reason: str) -> str:
+        """How a verdict was judged, in one clause (a failing plugin item's headline)."""
+        ...
+
+    def spellings_table(self) -> str | None:
+        """`kvcheck spellings`: the engine API spellings it models (None: it has none)."""
+        ...
+
+    @property
+    def releases(self) -> Releases | None:
+        """The engine's published releases, for `kvcheck releases` (None: it has none)."""
+        ...
+
+
+def distribution_of(name: str) -> Distribution:
+    """The distribution of the family registered as `name`; `KvcheckUsageError` when it has
+    none (its scenarios replay, but cannot be searched for)."""
+    found = family(name).distribution
+    if found is None:
+        raise KvcheckUsageError(f"engine family {name!r} draws no scenarios: it cannot be searched")
+    return found
+
+
+class Releases(Protocol):
+    """An engine's published releases, each loadable as a target (`kvcheck releases`)."""
+
+    @property
+    def engine(self) -> str:
+        """The engine's name, as the command's help says it."""
+        ...
+
+    @property
+    def spec_prefix(self) -> str:
+        """The target spec of a release is this prefix and its version."""
+        ...
+
+    @property
+    def oldest(self) -> str:
+        """The oldest release kvcheck checks."""
+        ...
+
+    @property
+    def modes(self) -> tuple[tuple[str, dict[str, Any]], ...]:
+        """The searches each release gets: a column name and the options it asks for."""
+        ...
+
+    def available_versions(self) -> list[str]:
+        """Every release on the package index, oldest first (empty: it did not answer)."""
+        ...
+
+    def version_key(self, version: str) -> tuple[int, ...]:
+        """`version` as a key that sorts releases."""
+        ...
+
+    def shape_name(self, target: Target) -> str:
+        """What a release's probe showed, in a word (the table's `api shape` column)."""
+        ...
+
 
 # --- shrinking and exhaustive expansion (kvcheck.search.shrink, kvcheck.search.exhaust) ---
 
@@ -209,7 +358,7 @@ class Family:
     judge: Judge
     # Parts whose protocol is written next to its generic consumer's move behind the seam.
     targets: Any = None
-    distribution: Any = None
+    distribution: Distribution | None = None
     moves: Any = None
     report: Any = None
     mutants: Any = None

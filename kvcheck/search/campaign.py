@@ -33,6 +33,7 @@ import attrs
 from hypothesis.database import ExampleDatabase
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.family import JudgingOptions, register, registered_paths
 from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.run import RunResult
 from kvcheck.core.scenario import to_json_line
@@ -40,8 +41,7 @@ from kvcheck.counterexamples.fileformat import Counterexample, loads
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.engine import import_tensor_library
-from kvcheck.families.sglang.scenario import Convention, GlobalCounterMode
-from kvcheck.search.check import search
+from kvcheck.search.check import adaptive_reason, search
 from kvcheck.search.profiles import directory_database
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
@@ -84,18 +84,18 @@ GENERATORS: Final[tuple[Generator, ...]] = ("random", "hypothesis")
 
 @attrs.frozen
 class CampaignPlan:
-    """What every worker is told: the target and how to judge it, the database, the budget.
+    """What every worker is told: the target and how to judge it (`options`, one record of its
+    family's, and why: `reason`), the database, the budget.
 
     `duration` is how long each worker searches, counted from when it has loaded the target
     (None: no limit); `max_examples` is the whole campaign's budget, shared out between the
-    workers (None: none).
+    workers (None: none). `families` are the parent's family registrations, which a worker
+    (a process of its own) repeats before it loads the target.
     """
 
     target: str
-    convention: Convention
-    convention_reason: str
-    global_counters: GlobalCounterMode
-    adaptive: bool
+    options: JudgingOptions
+    reason: str
     workers: int
     seed: int
     database: str | None
@@ -108,8 +108,35 @@ class CampaignPlan:
     # Seconds each call of the target may take in the workers (None: no limit).
     deadline: float | None = DEFAULT_DEADLINE
     generator: Generator = "random"
-    # Why `adaptive` is on or off, for the report ("given", or what the target's shape says).
-    adaptive_reason: str = ""
+    families: tuple[tuple[str, str], ...] = attrs.field(
+        factory=lambda: tuple(registered_paths().items())
+    )
+
+    # SGLang's options by their `--json` names (None for a family without them).
+    @property
+    def convention(self) -> Any:
+        """The convention the workers judge by."""
+        return self.options.to_dict().get("convention")
+
+    @property
+    def convention_reason(self) -> str:
+        """Why (`reason`)."""
+        return self.reason
+
+    @property
+    def global_counters(self) -> Any:
+        """How the batch-global counters are judged."""
+        return self.options.to_dict().get("global_counters")
+
+    @property
+    def adaptive(self) -> Any:
+        """Whether strides switch between launch and delivery."""
+        return self.options.to_dict().get("adaptive")
+
+    @property
+    def adaptive_reason(self) -> str:
+        """Why adaptive switching is on or off ("given", or what the target's shape says)."""
+        return adaptive_reason(self.options)
 
     def share(self, index: int) -> int | None:
         """Worker `index`'s part of `max_examples` (None: no limit)."""
@@ -356,6 +383,8 @@ class _Done(WorkerMessage):
 def _work(
     index: int, messages: Any, stop: Any, plan: CampaignPlan
 ) -> None:  # pragma: no cover - runs in a worker process (tests/quality/test_fuzz*.py)
+    for name, path in plan.families:
+        register(name, path)
     target = load_target(
         plan.target, allow_unavailable=plan.allow_unavailable_imports, deadline=plan.deadline
     )
@@ -406,10 +435,7 @@ def _work(
             if size <= 0:
                 break
         before = count["examples"]
-        options: dict[str, Any] = {
-            "convention": plan.convention,
-            "global_counters": plan.global_counters,
-            "adaptive": plan.adaptive,
+        settings: dict[str, Any] = {
             "max_examples": size,
             "seed": round_seed(plan.seed, index, round_index),
             "database": database,
@@ -417,16 +443,16 @@ def _work(
             "on_run": on_run,
         }
         if plan.generator == "random":
-            outcome = sample_search(judged, **options)
+            outcome = sample_search(judged, plan.options, **settings)
         else:
-            outcome = search(judged, seeded_database=True, **options)
+            outcome = search(judged, plan.options, seeded_database=True, **settings)
         reached.update(outcome.reached)
         round_index += 1
         if outcome.failure is not None:
             counterexample = from_run(
                 outcome.failure,
                 target.spec,
-                convention_reason=plan.convention_reason,
+                convention_reason=plan.reason,
                 allow_unavailable_imports=plan.allow_unavailable_imports,
             )
             to_failure = before + (outcome.examples_to_failure or 0)

@@ -4,9 +4,10 @@ Hypothesis draws scenarios (`kvcheck.strategies`), each is replayed by `kvcheck.
 first violation is shrunk to a minimal scenario. The counterexample is re-run deterministically
 without Hypothesis, so what is reported is exactly what `replay` reproduces.
 
-Convention `auto` judges the target under the convention it most plausibly follows first (a
-probe of how it treats a live row), then under the other one if that fails; it passes when either
-gives no violation and says which.
+What a target is judged under comes from its family (`kvcheck.core.family.Judge.judging`): the
+options asked for (SGLang's convention `auto`, say: the convention the target most plausibly
+follows first, from its probe) and the options to try next when the search fails under them
+(SGLang's other convention); it passes when any of them gives no violation and says which.
 
 For a target read from source, the verdict carries the target's own line and branch coverage over
 every scenario the searches ran, shrinking included (`kvcheck.search.target_coverage`).
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import attrs
 from hypothesis import HealthCheck, Phase, example, given, settings
@@ -24,9 +25,9 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
 from hypothesis.errors import Flaky
 from hypothesis.reporting import with_reporter
-from hypothesis.strategies import SearchStrategy
 
 from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
+from kvcheck.core.family import Judging, JudgingOptions, distribution_of, family
 from kvcheck.core.invariant import Violation
 from kvcheck.core.isolation import isolated, resumed_scenario
 from kvcheck.core.run import RunResult, run_scenario
@@ -35,58 +36,22 @@ from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import Counterexample
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError, NondeterministicTargetError, ScenarioFormatError
-from kvcheck.families.sglang.allocation_rules import allocation_features
-from kvcheck.families.sglang.scenario import (
-    ALLOCATION_RULES,
-    CONVENTIONS,
-    GLOBAL_COUNTER_MODES,
-    Admit,
-    AllocationRule,
-    Config,
-    Convention,
-    GlobalCounterMode,
-    Step,
-    SwitchStride,
-    adaptive_allocation_problem,
-)
-from kvcheck.families.sglang.target import ApiShape, allocation_rules
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
 from kvcheck.search.shrink import shrink
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
-from kvcheck.strategies import (
-    ScenarioSpace,
-    adaptive_stand_in,
-    label_run,
-    scenarios_of,
-    space_of,
-)
+from kvcheck.strategies import label_run, scenarios_of
 from kvcheck.targets.loading import load_target
-
-ConventionChoice = Literal["auto", "preclaim", "honest"]
-
-# docs/semantics.md §3.4: two live rows and a stride switch between a launch and its delivery.
-# Random generation reaches it only now and then (the switch must land while a launch of two or more
-# rows is in flight), so every adaptive search tries this witness first.
-STRIDE_SWITCH_WITNESS: Final = (
-    Admit("r0", prompt_len=8, max_new_tokens=16),
-    Admit("r1", prompt_len=8, max_new_tokens=16),
-    Step(),
-    Step((2, 3)),
-    SwitchStride(2),
-    Step((2, 2)),
-    Step(),
-)
 
 
 @attrs.frozen
 class SearchOutcome:
-    """One Hypothesis search under one convention.
+    """One Hypothesis search under one set of judging options.
 
     Scenarios run and how many until the first failure, the shrunk failing run (None: passed),
     coverage labels reached, wall time and the replays spent shrinking.
     """
 
-    convention: Convention
+    options: JudgingOptions
     examples: int
     examples_to_failure: int | None
     failure: RunResult | None
@@ -99,34 +64,71 @@ class SearchOutcome:
     # (Ctrl-C); None when it ran its course. A failure found before still stands.
     stopped: str | None = None
 
+    @property
+    def convention(self) -> Any:
+        """The convention it searched under (SGLang's options; None for a family without)."""
+        return self.options.to_dict().get("convention")
+
 
 @attrs.frozen
 class Verdict:
     """What `check()` concludes about a target, and the searches behind it.
 
-    `passed` is true when the search under `convention` found no violation; with convention
-    `auto` that is the detected convention, or the other one when only it passes
-    (`convention_reason` says which). `other_outcomes` are the searches tried besides it.
+    `passed` is true when the search under `judging`'s options found no violation, or, when
+    that failed, the search under one of its fallbacks (SGLang's convention `auto`: the other
+    convention); `reason` says which and why. `outcome` is the search that gave the verdict,
+    `other_outcomes` the searches tried besides it.
     """
 
     target: str
     description: str
     passed: bool
-    convention: Convention
-    convention_reason: str
-    global_counters: GlobalCounterMode
-    adaptive: bool
+    judging: Judging
+    reason: str
     examples: int
     seconds: float
     # The search that produced the verdict (the failing one when failed); others tried before.
     outcome: SearchOutcome
     other_outcomes: tuple[SearchOutcome, ...] = ()
-    # Why adaptive stride switching was on or off, and the API shape the verdict assumed.
-    adaptive_reason: str = ""
-    api_shape: ApiShape | None = None
+    # What the target's probe showed (its family's: SGLang's `ApiShape`).
+    api_shape: Any = None
     # The target's own code that the searches ran; None for a target not read from source or
     # when not measured.
     coverage: TargetCoverage | None = None
+
+    @property
+    def options(self) -> JudgingOptions:
+        """The options of the search that gave the verdict."""
+        return self.outcome.options
+
+    def _option(self, name: str) -> Any:
+        return self.options.to_dict().get(name)
+
+    # SGLang's options by their `--json` names (None for a family without them).
+    @property
+    def convention(self) -> Any:
+        """The convention of the search that gave the verdict."""
+        return self._option("convention")
+
+    @property
+    def convention_reason(self) -> str:
+        """Why the verdict is judged by that convention (`reason`)."""
+        return self.reason
+
+    @property
+    def global_counters(self) -> Any:
+        """How the batch-global counters were judged."""
+        return self._option("global_counters")
+
+    @property
+    def adaptive(self) -> Any:
+        """Whether strides switched between launch and delivery."""
+        return self._option("adaptive")
+
+    @property
+    def adaptive_reason(self) -> str:
+        """Why adaptive switching was on or off (the options' `adaptive_reason`)."""
+        return adaptive_reason(self.options)
 
     @property
     def stopped(self) -> str | None:
@@ -148,6 +150,13 @@ class Verdict:
     def verdict(self) -> str:
         """`pass` or `fail`: the `verdict` field of `--json` reports."""
         return "pass" if self.passed else "fail"
+
+
+def adaptive_reason(options: JudgingOptions) -> str:
+    """Why adaptive switching is on or off under `options`, where its family says so (SGLang's
+    record carries it beside its options); "" where it does not."""
+    reason = getattr(options, "adaptive_reason", "")
+    return reason if isinstance(reason, str) else ""
 
 
 class _ViolationFound(Exception):
@@ -177,18 +186,23 @@ def stop_name(exc: BaseException) -> str:
 SCENARIOS_KEY_PREFIX: Final = "kvcheck.search.sampling"
 
 
-def scenarios_key(
-    target: Target,
-    convention: Convention,
-    global_counters: GlobalCounterMode,
-    adaptive: bool,
-    overlap: bool | None,
-) -> bytes:
+def scenarios_key(target: Target, options: JudgingOptions) -> bytes:
     """The example-database key of the saved failing scenarios of a search: the target and the
-    judging options, so one target's failures are never replayed against another or under
-    other options."""
-    parts = (SCENARIOS_KEY_PREFIX, target.spec, convention, global_counters, adaptive, overlap)
-    return "|".join(str(p) for p in parts).encode()
+    judging options (`JudgingOptions.key_parts`), so one target's failures are never replayed
+    against another or under other options."""
+    return "|".join((SCENARIOS_KEY_PREFIX, target.spec, *options.key_parts())).encode()
+
+
+def judged_options(
+    target: Target, options: JudgingOptions | None, requested: dict[str, Any]
+) -> JudgingOptions:
+    """`options`, or when none are given the options `target`'s family judges it under for the
+    `requested` ones (`Judge.judging`, its first choice: a search tries no fallback)."""
+    if options is not None:
+        if requested:
+            raise TypeError(f"judging options given twice: {options!r} and {requested!r}")
+        return options
+    return family(target.family).judge.judging(requested, target).options
 
 
 def saved_scenarios(database: ExampleDatabase, key: bytes) -> list[tuple[bytes, Scenario]]:
@@ -224,23 +238,22 @@ def save_scenario(
 
 def search(
     target: Target,
+    options: JudgingOptions | None = None,
     *,
-    convention: Convention,
-    global_counters: GlobalCounterMode = "ideal",
-    adaptive: bool = False,
     max_examples: int = DEFAULT_MAX_EXAMPLES,
     seed: int | None = None,
     database: ExampleDatabase | None = None,
-    overlap: bool | None = None,
     seeded_database: bool = False,
     reuse: bool = True,
     on_run: Callable[[RunResult], None] | None = None,
     progress: Progress | None = None,
     report_interrupt: bool = False,
+    **requested: Any,
 ) -> SearchOutcome:
-    """One Hypothesis search under one convention. Raises `UnsupportedTargetError`.
-
-    `overlap` pins the overlap axis (the pytest plugin makes one item per value); None varies it.
+    """One Hypothesis search under one set of judging `options` (or, without them, the options
+    the target's family judges it under for the `requested` keywords: SGLang's `convention`,
+    `global_counters`, `adaptive`, `overlap`, with no fallback). Raises
+    `UnsupportedTargetError`.
 
     Hypothesis's `@seed` turns the example database off, so a seeded search normally neither
     replays nor records failures; `seeded_database` keeps `database` for a seeded search (the
@@ -254,6 +267,10 @@ def search(
     (after Hypothesis is silenced) unless `report_interrupt`, when the outcome says
     `interrupted` instead.
     """
+    options = judged_options(target, options, requested)
+    distribution = distribution_of(target.family)
+    space = distribution.space(target, options)
+    name = distribution.label(options)
     failures: list[RunResult] = []
     reached: set[str] = set()
     unsupported: list[Exception] = []
@@ -261,11 +278,11 @@ def search(
     counter = {"examples": 0, "to_failure": 0}
     started = time.perf_counter()
 
-    # The explicit stride-switch witness counts as one of the `max_examples` scenarios.
-    with_witness = adaptive and overlap is not False
+    # The family's witnesses (SGLang's stride-switch scenario) count among the `max_examples`.
+    witnesses = distribution.witnesses(space)
 
     @settings(
-        max_examples=max(1, max_examples - 1) if with_witness else max_examples,
+        max_examples=max(1, max_examples - len(witnesses)) if witnesses else max_examples,
         deadline=None,
         database=database,
         derandomize=False,
@@ -278,7 +295,7 @@ def search(
         if reuse
         else (Phase.explicit, Phase.generate),
     )
-    @given(_scenarios(convention, global_counters, adaptive, overlap, target))
+    @given(scenarios_of(space, target.family))
     def property_holds(scenario: Scenario) -> None:
         if unsupported:
             return
@@ -302,7 +319,7 @@ def search(
             on_run(result)
         if progress is not None:
             progress(
-                f"{convention}: {counter['examples']}/{max_examples} scenarios, "
+                f"{name}: {counter['examples']}/{max_examples} scenarios, "
                 f"{time.perf_counter() - started:.0f} s"
             )
         if result.violation is not None:
@@ -313,23 +330,20 @@ def search(
 
     # The example database is in use unless a seed turned it off (as Hypothesis's `@seed` does).
     saving = database is not None and (seed is None or seeded_database)
-    saved_key = scenarios_key(target, convention, global_counters, adaptive, overlap)
+    saved_key = scenarios_key(target, options)
     if saving and reuse and database is not None:
-        rules = allocation_rules(target)
         for _, saved in reversed(saved_scenarios(database, saved_key)):
-            if saved.config.allocation not in rules:  # saved before the target's rules were kept
+            if not distribution.fits(space, saved):  # e.g. saved before the target's rules
                 continue
-            property_holds = example(with_overlap(saved, overlap, rules))(property_holds)
+            property_holds = example(distribution.pinned(space, saved))(property_holds)
     resumed = resumed_scenario()
     if resumed is not None:
         # The scenario in which a call of the target never returned, before this process
         # started again isolated (kvcheck.core.isolation): the first one tried.
         stuck = from_json(resumed)
-        stuck_rules = allocation_rules(target)
-        if stuck.config.convention == convention and stuck.config.allocation in stuck_rules:
-            property_holds = example(with_overlap(stuck, overlap, stuck_rules))(property_holds)
-    if with_witness:
-        witness = stride_switch_witness(convention, global_counters, allocation_rules(target))
+        if stuck.family == target.family and distribution.fits(space, stuck):
+            property_holds = example(distribution.pinned(space, stuck))(property_holds)
+    for witness in witnesses:
         property_holds = example(witness)(property_holds)
     if seed is not None and seeded_database:
         # What `@seed` does, less its `database=None` (hypothesis.core.seed).
@@ -338,7 +352,7 @@ def search(
         property_holds = hypothesis_seed(seed)(property_holds)
     # A key that names the search rather than hashing this function's source, so saved failures
     # survive edits of this module and one target's failures are not replayed against another.
-    key = f"kvcheck.search.check|{target.spec}|{convention}|{global_counters}|{adaptive}|{overlap}"
+    key = "|".join(("kvcheck.search.check", target.spec, *options.key_parts()))
     property_holds._hypothesis_internal_database_key = key.encode()  # type: ignore[attr-defined]
     started = time.perf_counter()
     # Hypothesis's own reports (its "add @seed" note on an interrupted run) are not kvcheck's:
@@ -361,13 +375,13 @@ def search(
     final: RunResult | None = None
     shrink_runs = 0
     if failures:
-        final, shrink_runs = shrink_failure(failures[0], target, convention, stopped, progress)
+        final, shrink_runs = shrink_failure(failures[0], target, name, stopped, progress)
         if saving and database is not None:
             save_scenario(database, saved_key, final.scenario)
     if "interrupted" in stopped and not report_interrupt:
         raise KeyboardInterrupt
     return SearchOutcome(
-        convention=convention,
+        options=options,
         examples=counter["examples"],
         examples_to_failure=counter["to_failure"] if failures else None,
         failure=final,
@@ -382,15 +396,16 @@ def search(
 def shrink_failure(
     failing: RunResult,
     target: Target,
-    convention: Convention,
+    name: str,
     stopped: list[str],
     progress: Progress | None,
 ) -> tuple[RunResult, int]:
     """The failure a search found, shrunk (with the shrinker's run count), each end checked for
     determinism unless the search was stopped; a shrinker stopped early adds its reason to
-    `stopped`. Raises `NondeterministicTargetError`."""
+    `stopped`. `name` names the search's options in progress lines (`Distribution.label`).
+    Raises `NondeterministicTargetError`."""
     if progress is not None:
-        progress(f"{convention}: shrinking a counterexample")
+        progress(f"{name}: shrinking a counterexample")
     if not stopped:
         require_deterministic(failing, target)
     shrunk = shrink(failing, target)
@@ -446,142 +461,35 @@ def confirmed_result(result: RunResult, target: Target) -> RunResult:
     return run_scenario(result.scenario, target)
 
 
-def _scenarios(
-    convention: Convention,
-    global_counters: GlobalCounterMode,
-    adaptive: bool,
-    overlap: bool | None,
-    target: Target,
-) -> SearchStrategy[Scenario]:
-    space = scenario_space(target, convention, global_counters, adaptive, overlap)
-    strategy: SearchStrategy[Scenario] = scenarios_of(space)
-    if overlap is None:
-        return strategy
-    return strategy.map(lambda s: with_overlap(s, overlap, space.allocation))
-
-
-def scenario_space(
-    target: Target,
-    convention: Convention,
-    global_counters: GlobalCounterMode,
-    adaptive: bool,
-    overlap: bool | None = None,
-) -> ScenarioSpace:
-    """The scenarios a search of `target` draws (with either generator): what its API shape
-    supports, under the allocation rules of the SGLang generations it fits, or of its own
-    allocation path if it brings one (`kvcheck.families.sglang.target.allocation_rules`): a
-    scenario of
-    another generation's rule would show it states its release never has. Raises
-    `KvcheckUsageError` when adaptive switching (under `overlap`) meets none of them that can
-    run it."""
-    shape = target.shape
-    rules = allocation_rules(target)
-    # Without a pinned overlap, rule 0.5.12 runs adaptive switching with overlap off.
-    pinned_on = overlap is True
-    problems = [
-        adaptive_allocation_problem(rule, adaptive=adaptive, overlap=pinned_on) for rule in rules
-    ]
-    if rules and all(problems):
-        raise KvcheckUsageError(
-            f"{target.description} is judged under allocation {', '.join(rules)} only "
-            f"({shape.allocation_reason}), and {problems[0]}"
-        )
-    space: ScenarioSpace = space_of(
-        convention=convention,
-        global_counters=global_counters,
-        adaptive=adaptive,
-        algorithms=shape.algorithms,
-        block_cap=shape.block_cap,
-        grammar=shape.grammar,
-        allocation=rules,
-    )
-    return space
-
-
-def stride_switch_witness(
-    convention: Convention, global_counters: GlobalCounterMode, rules: tuple[AllocationRule, ...]
-) -> Scenario:
-    """`STRIDE_SWITCH_WITNESS` under overlap, without allocation when `rules` (the target's)
-    allow that, else under the first of them that runs adaptive switching with overlap (the
-    witness switches below the initial stride, which those rules reserve for)."""
-    rule: AllocationRule = "off"
-    if "off" not in rules:
-        rule = adaptive_stand_in(rules, overlap=True) or "off"
-    config = Config(
-        convention,
-        True,
-        4,
-        True,
-        global_counters=global_counters,
-        allocation=rule,
-        max_stride=4 if allocation_features(rule).allocates else None,
-    )
-    return Scenario(config, STRIDE_SWITCH_WITNESS)
-
-
-def with_overlap(
-    scenario: Scenario,
-    overlap: bool | None,
-    rules: tuple[AllocationRule, ...] = ALLOCATION_RULES,
-) -> Scenario:
-    """`scenario` (drawn by either generator) with the overlap axis pinned to `overlap`
-    (None: as it is). The 0.5.12 allocation rule under adaptive switching runs without overlap
-    only (`kvcheck.families.sglang.scenario.adaptive_allocation_problem`), so pinned on, it becomes
-    the
-    first of `rules` (the target's) that can (`kvcheck.strategies.adaptive_stand_in`: 0.5.13,
-    reserving for the largest stride the scenario switches to, then 0.5.16, then off)."""
-    config = scenario.config
-    if overlap is None or config.overlap == overlap:
-        return scenario
-    if not (
-        overlap
-        and adaptive_allocation_problem(config.allocation, adaptive=config.adaptive, overlap=True)
-    ):
-        return attrs.evolve(scenario, config=attrs.evolve(config, overlap=overlap))
-    rule = adaptive_stand_in(rules, overlap=True)
-    if rule is None or not allocation_features(rule).allocates:
-        # `scenario_space` refuses a space where no rule can run; "off" models no allocation.
-        plain = attrs.evolve(
-            config, overlap=True, allocation="off", page_size=1, max_stride=None, pool_pages=0
-        )
-        return attrs.evolve(scenario, config=plain)
-    strides = [e.stride for e in scenario.events if isinstance(e, SwitchStride)]
-    maximum = max([config.max_stride or config.stride, *strides])
-    pages = config.pool_pages
-    page = config.page_size if allocation_features(rule).page_round else 1
-    evolved = attrs.evolve(
-        config, overlap=True, allocation=rule, max_stride=maximum, page_size=page, pool_pages=pages
-    )
-    return attrs.evolve(scenario, config=evolved)
-
-
-def detect_convention(target: Target) -> tuple[Convention, str]:
-    """Which convention the target follows, and why: from the SGLang versions its spellings
-    fit, else from what it does to a finished request's stale row, else to a live row
-    (`kvcheck.families.sglang.probe`). Raises `UnsupportedTargetError` for a target kvcheck cannot
-    judge."""
-    return target.shape.convention, target.shape.convention_reason
+def detect_convention(target: Target) -> tuple[str, str]:
+    """What the target is judged under when nothing is asked for, in a word, and why (SGLang:
+    the convention it follows, from the SGLang versions its spellings fit, else from what it
+    does to a finished request's stale row, else to a live row: `kvcheck.families.sglang.probe`).
+    Raises `UnsupportedTargetError` for a target kvcheck cannot judge."""
+    judging = family(target.family).judge.judging({}, target)
+    return distribution_of(target.family).label(judging.options), judging.reason
 
 
 def check(
     target: str | Target,
     *,
-    convention: ConventionChoice = "auto",
-    global_counters: GlobalCounterMode = "ideal",
-    adaptive: bool | None = None,
     max_examples: int = DEFAULT_MAX_EXAMPLES,
     seed: int | None = None,
     database: ExampleDatabase | None = None,
-    overlap: bool | None = None,
     measure_coverage: bool = True,
     time_limit_seconds: float | None = None,
     progress: Progress | None = None,
     report_interrupt: bool = False,
+    **requested: Any,
 ) -> Verdict:
     """Search for a violation by `target` (a spec string or a loaded `Target`).
 
-    `adaptive=None` switches strides between launch and delivery exactly when the target feeds
-    the adaptive controller (SGLang 0.5.12+, where adaptive speculation runs under overlap).
+    `requested` are the judging options asked for, by the names of the target's family
+    (SGLang's: `convention` "auto" (default), "preclaim" or "honest"; `global_counters`
+    "ideal" (default), "sglang" or "off"; `adaptive`, None (default) to switch strides between
+    launch and delivery exactly when the target feeds the adaptive controller, SGLang 0.5.12+;
+    `overlap`, None (default) for both): the family turns them into the options searched under
+    and the ones to try when that search fails (`kvcheck.core.family.Judge.judging`).
     `measure_coverage` measures the coverage of a target read from source (`Verdict.coverage`).
     `time_limit_seconds` stops the searches after that long (a call of the target included) and
     Ctrl-C stops them at once; either way the verdict says what was established
@@ -591,98 +499,72 @@ def check(
     Raises `KvcheckUsageError` (exit 2 material) for bad options or an unloadable or unsupported
     target; never reports such a target as a violation.
     """
-    if convention not in ("auto", *CONVENTIONS):
-        raise KvcheckUsageError(
-            f"unknown convention {convention!r}; choose auto, preclaim or honest"
-        )
-    if global_counters not in GLOBAL_COUNTER_MODES:
-        raise KvcheckUsageError(
-            f"unknown global-counter mode {global_counters!r}; choose ideal, sglang or off"
-        )
     if max_examples < 1:
         raise KvcheckUsageError(f"max-examples must be at least 1, got {max_examples}")
     loaded = load_target(target) if isinstance(target, str) else target
-    shape = loaded.shape
-    if adaptive is None:
-        adaptive = shape.feeds_controller
-        adaptive_reason = (
-            "auto: the target feeds the adaptive controller"
-            if adaptive
-            else "auto: the target never feeds the adaptive controller"
-        )
-    else:
-        adaptive_reason = "given"
-    options: dict[str, Any] = {
-        "global_counters": global_counters,
-        "adaptive": adaptive,
+    judging = family(loaded.family).judge.judging(requested, loaded)
+    budget: dict[str, Any] = {
         "max_examples": max_examples,
         "seed": seed,
         "database": database,
-        "overlap": overlap,
         "progress": progress,
         "report_interrupt": report_interrupt,
-        "adaptive_reason": adaptive_reason,
-        "api_shape": shape,
     }
     # Isolated (a call of the target never returned: kvcheck.core.isolation), every run is in a
     # child process, whose coverage data dies with it: not measured rather than under-counted.
     meter = meter_for(loaded, enabled=measure_coverage and not isolated())
     with time_limit(time_limit_seconds):
         if meter is None:
-            return _search_conventions(loaded, convention, options)
-        verdict = _search_conventions(meter.instrument(loaded), convention, options)
+            return _search_judging(loaded, judging, budget)
+        verdict = _search_judging(meter.instrument(loaded), judging, budget)
     return attrs.evolve(verdict, coverage=meter.result())
 
 
-def _search_conventions(
-    loaded: Target, convention: ConventionChoice, options: dict[str, Any]
-) -> Verdict:
-    if convention != "auto":
-        outcome = search(loaded, convention=convention, **_search_options(options))
-        return _verdict(loaded, outcome, (), f"convention {convention} (given)", options)
-
-    first, reason = loaded.shape.convention, loaded.shape.convention_reason
-    outcome = search(loaded, convention=first, **_search_options(options))
-    if outcome.failure is None or outcome.stopped:
-        return _verdict(loaded, outcome, (), reason, options)
-    second: Convention = "honest" if first == "preclaim" else "preclaim"
-    other = search(loaded, convention=second, **_search_options(options))
-    if other.failure is None and other.stopped:
-        why = f"{reason}; the search under {second} was stopped ({other.stopped}) before it passed"
-        return _verdict(loaded, outcome, (other,), why, options)
-    if other.failure is None:
-        why = f"{reason}, but it fails under {first}; it passes under {second}"
-        return _verdict(loaded, other, (outcome,), why, options)
-    why = f"{reason}; it also fails under {second}"
-    return _verdict(loaded, outcome, (other,), why, options)
-
-
-def _search_options(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in options.items() if k not in ("adaptive_reason", "api_shape")}
+def _search_judging(target: Target, judging: Judging, budget: dict[str, Any]) -> Verdict:
+    """The search under `judging`'s options, then, while it fails, under each fallback: the
+    first that passes gives the verdict (a search stopped early gives it as it stands)."""
+    label = distribution_of(target.family).label
+    outcome = search(target, judging.options, **budget)
+    reason = judging.reason
+    if outcome.failure is None or outcome.stopped or not judging.fallbacks:
+        return _verdict(target, judging, outcome, (), reason)
+    first = label(judging.options)
+    failed: list[SearchOutcome] = [outcome]
+    for options, _why in judging.fallbacks:
+        other = search(target, options, **budget)
+        name = label(options)
+        if other.failure is None and other.stopped:
+            why = (
+                f"{reason}; the search under {name} was stopped ({other.stopped}) before it passed"
+            )
+            return _verdict(target, judging, outcome, (*failed[1:], other), why)
+        if other.failure is None:
+            why = f"{reason}, but it fails under {first}; it passes under {name}"
+            return _verdict(target, judging, other, tuple(failed), why)
+        failed.append(other)
+        reason = f"{reason}; it also fails under {name}"
+    return _verdict(target, judging, outcome, tuple(failed[1:]), reason)
 
 
 def _verdict(
     target: Target,
+    judging: Judging,
     outcome: SearchOutcome,
     others: tuple[SearchOutcome, ...],
     reason: str,
-    options: dict[str, Any],
 ) -> Verdict:
     everything = (outcome, *others)
     return Verdict(
         target=target.spec,
         description=target.description,
         passed=outcome.failure is None,
-        convention=outcome.convention,
-        convention_reason=reason,
-        global_counters=options["global_counters"],
-        adaptive=options["adaptive"],
+        judging=judging,
+        reason=reason,
         examples=sum(o.examples for o in everything),
         seconds=sum(o.seconds for o in everything),
         outcome=outcome,
         other_outcomes=others,
-        adaptive_reason=options["adaptive_reason"],
-        api_shape=options["api_shape"],
+        api_shape=target.shape,
     )
 
 

@@ -33,9 +33,9 @@ import attrs
 import coverage
 
 from kvcheck.core.deadline import shielded
+from kvcheck.core.family import distribution_of
 from kvcheck.core.target import CodeSpan, Target
 from kvcheck.errors import KvcheckInternalError
-from kvcheck.families.sglang.release import OUT_OF_SCOPE_BRANCHES
 from kvcheck.wording import plural
 
 __all__ = ["CoverageMeter", "TargetCoverage", "format_lines", "meter_for"]
@@ -69,8 +69,8 @@ class TargetCoverage:
     executed: frozenset[int]
     branches: frozenset[Branch]
     executed_branches: frozenset[Branch]
-    # Lines whose branches only inputs outside spec-v2 decode take (line -> those inputs), from
-    # `kvcheck.families.sglang.release.OUT_OF_SCOPE_BRANCHES`.
+    # Lines whose branches only inputs outside the family's scenarios take (line -> those
+    # inputs), from its `Distribution.out_of_scope` (SGLang's: outside spec-v2 decode).
     out_of_scope: Mapping[int, str] = attrs.field(factory=dict)
 
     @property
@@ -217,12 +217,15 @@ class CoverageMeter:
     Measurements accumulate: several searches of one instrumented target give one union.
     """
 
-    def __init__(self, code: tuple[CodeSpan, ...]) -> None:
+    def __init__(
+        self, code: tuple[CodeSpan, ...], out_of_scope: Mapping[str, str] | None = None
+    ) -> None:
         files = {span.file for span in code}
         if len(files) != 1:
             raise ValueError(f"coverage is measured over one file, got {sorted(files)}")
         self.code = code
         self.file = code[0].file
+        self.out_of_scope = out_of_scope or {}
         self._coverage = coverage.Coverage(
             data_file=None, branch=True, config_file=False, include=[self.file]
         )
@@ -321,9 +324,9 @@ class CoverageMeter:
         except (OSError, UnicodeDecodeError):
             return {}  # coverage.py analysed it just now; a vanished file only loses the reasons
         return {
-            number: OUT_OF_SCOPE_BRANCHES[line.strip()]
+            number: self.out_of_scope[line.strip()]
             for number, line in enumerate(text, start=1)
-            if line.strip() in OUT_OF_SCOPE_BRANCHES and self._inside(number)
+            if line.strip() in self.out_of_scope and self._inside(number)
         }
 
     def _inside(self, line: int) -> bool:
@@ -341,7 +344,8 @@ class CoverageMeter:
 
 def meter_for(target: Target, *, enabled: bool = True) -> CoverageMeter | None:
     """A meter for the target's own code; None when disabled or the target has no source spans
-    (builtin and imported targets)."""
+    (builtin and imported targets). Its report names the inputs that take the branches no
+    scenario of the target's family takes (`Distribution.out_of_scope`)."""
     if not enabled or not target.code:
         return None
-    return CoverageMeter(target.code)
+    return CoverageMeter(target.code, distribution_of(target.family).out_of_scope)

@@ -18,12 +18,14 @@ from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.builtins import reference
-from kvcheck.search.profiles import PROFILE_EXAMPLES
-from kvcheck.strategies import (
+from kvcheck.families.sglang.distribution import (
     ADAPTIVE_COVERAGE_TARGETS,
     COVERAGE_TARGETS,
     SHAPE_COVERAGE_TARGETS,
     ScenarioSpace,
+)
+from kvcheck.search.profiles import PROFILE_EXAMPLES
+from kvcheck.strategies import (
     label_run,
     random_scenario,
     scenario_labels,

@@ -8,6 +8,7 @@ from typing import Final
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.engine import Engine
 from kvcheck.families.sglang.invariants import INVARIANTS, check_event
+from kvcheck.families.sglang.judging import judging
 from kvcheck.families.sglang.model import ReferenceModel
 from kvcheck.families.sglang.scenario import Config
 from kvcheck.families.sglang.target import allocation_path
@@ -32,3 +33,4 @@ class SglangJudge:
     model = staticmethod(ReferenceModel)
     engine = staticmethod(engine_for)
     check_event = staticmethod(check_event)
+    judging = staticmethod(judging)

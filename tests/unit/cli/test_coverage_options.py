@@ -181,5 +181,7 @@ def test_releases_has_a_coverage_column(
 
 
 def test_a_release_row_without_coverage_shows_a_dash() -> None:
-    row = releases.ReleaseRow("0.5.23", "x", "honest", "0.5.23+", "pass", "fail", None, 1.0)
+    row = releases.ReleaseRow(
+        "0.5.23", "x", "honest", "0.5.23+", (("sglang", "pass"), ("ideal", "fail")), None, 1.0
+    )
     assert row.coverage_column == "-"

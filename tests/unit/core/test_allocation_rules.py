@@ -10,10 +10,9 @@ import attrs
 import pytest
 from packaging.version import Version
 
-from kvcheck import strategies
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
-from kvcheck.families.sglang import allocation_rules
+from kvcheck.families.sglang import allocation_rules, distribution
 from kvcheck.families.sglang.allocation import RuleAllocation
 from kvcheck.families.sglang.allocation_rules import (
     ALLOCATION_RULES,
@@ -24,9 +23,9 @@ from kvcheck.families.sglang.allocation_rules import (
     allocation_features,
 )
 from kvcheck.families.sglang.builtins import reference
+from kvcheck.families.sglang.distribution import adaptive_stand_in
 from kvcheck.families.sglang.model import ReferenceModel
 from kvcheck.families.sglang.scenario import Admit, Config, Retract, Step
-from kvcheck.strategies import adaptive_stand_in
 from tests.helpers import ROOT, target
 
 REFERENCE = target(reference)
@@ -59,7 +58,7 @@ def _features(rule: AllocationFeatures) -> tuple[object, ...]:
 def test_adaptive_stand_ins_keep_their_order() -> None:
     """The stand-ins are derived from the features: the adaptive-maximum rules oldest first,
     then the clamped rule without overlap, then none."""
-    assert strategies._ADAPTIVE_STAND_INS == ("0.5.13", "0.5.16", "0.5.12", "off")
+    assert distribution._ADAPTIVE_STAND_INS == ("0.5.13", "0.5.16", "0.5.12", "off")
     every = ALLOCATION_RULES
     assert adaptive_stand_in(every, overlap=True) == "0.5.13"
     assert adaptive_stand_in(("0.5.16", "0.5.12", "off"), overlap=True) == "0.5.16"

@@ -17,9 +17,11 @@ from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Scenario
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.builtins import commit_live_row, padded_runs, reference
+from kvcheck.families.sglang.distribution import scenario_space, with_overlap
 from kvcheck.families.sglang.engine import UnsupportedTargetError
+from kvcheck.families.sglang.judging import SglangJudging
 from kvcheck.families.sglang.scenario import Admit, Config, Step, SwitchStride
-from kvcheck.search.check import check, scenario_space, with_overlap
+from kvcheck.search.check import check
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.shrink import shrink
 from kvcheck.targets.loading import load_target
@@ -145,11 +147,11 @@ def test_adaptive_switching_with_no_rule_of_the_target_that_runs_it_is_refused()
     # The 0.5.6 rule (0.5.6-0.5.11) never met adaptive switching, and "off" is no option for
     # a target reading kv_allocated_len: nothing to judge it under.
     with pytest.raises(KvcheckUsageError, match=r"allocation 0\.5\.6 only .*adaptive switching"):
-        scenario_space(target(_reads_allocated), "preclaim", "ideal", True)
+        scenario_space(target(_reads_allocated), SglangJudging("preclaim", "ideal", True))
     # Without switching, its own rule is drawn.
-    assert scenario_space(target(_reads_allocated), "preclaim", "ideal", False).allocation == (
-        "0.5.6",
-    )
+    assert scenario_space(
+        target(_reads_allocated), SglangJudging("preclaim", "ideal", False)
+    ).allocation == ("0.5.6",)
 
 
 def test_a_pinned_overlap_replaces_rule_0_5_12_within_the_target_rules() -> None:

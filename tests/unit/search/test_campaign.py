@@ -15,6 +15,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDa
 
 from kvcheck.counterexamples.fileformat import loads
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.judging import SglangJudging
 from kvcheck.search.campaign import (
     CampaignPlan,
     _Done,
@@ -34,10 +35,8 @@ from kvcheck.targets.loading import load_target
 def plan(**changes: object) -> CampaignPlan:
     fields: dict[str, object] = {
         "target": "builtin:reference",
-        "convention": "preclaim",
-        "convention_reason": "given",
-        "global_counters": "ideal",
-        "adaptive": False,
+        "options": SglangJudging("preclaim", "ideal", False),
+        "reason": "given",
         "workers": 3,
         "seed": 7,
         "database": None,

@@ -14,6 +14,7 @@ import pytest
 from hypothesis.database import ExampleDatabase, InMemoryExampleDatabase
 
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.judging import SglangJudging
 from kvcheck.search import campaign
 from kvcheck.search.campaign import (
     CampaignPlan,
@@ -70,10 +71,8 @@ class DroppingDatabase(ExampleDatabase):
 def plan(**changes: object) -> CampaignPlan:
     fields: dict[str, object] = {
         "target": "builtin:seed-prefix",
-        "convention": "preclaim",
-        "convention_reason": "given",
-        "global_counters": "ideal",
-        "adaptive": False,
+        "options": SglangJudging("preclaim", "ideal", False),
+        "reason": "given",
         "workers": 1,
         "seed": 3,
         "database": "redis://127.0.0.1:6379/0",

@@ -13,8 +13,10 @@ from kvcheck.core.scenario import from_json, legacy_scenario_dict, to_json_line
 from kvcheck.counterexamples.fileformat import loads
 from kvcheck.counterexamples.replay import from_run, replay
 from kvcheck.errors import NondeterministicTargetError
+from kvcheck.families.sglang.distribution import STRIDE_SWITCH_WITNESS
+from kvcheck.families.sglang.judging import SglangJudging
 from kvcheck.families.sglang.scenario import Step
-from kvcheck.search.check import STRIDE_SWITCH_WITNESS, saved_scenarios, scenarios_key, search
+from kvcheck.search.check import saved_scenarios, scenarios_key, search
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.shrink import shrink
 from kvcheck.targets.loading import load_target
@@ -22,7 +24,7 @@ from tests.helpers import TESTS_DIR, scenario
 
 SEED_PREFIX = load_target("builtin:seed-prefix")
 REFERENCE = load_target("builtin:reference")
-KEY = scenarios_key(SEED_PREFIX, "preclaim", "ideal", False, None)
+KEY = scenarios_key(SEED_PREFIX, SglangJudging("preclaim", "ideal", False, None))
 
 
 def test_a_clean_target_runs_its_budget_and_reports_labels() -> None:
@@ -91,10 +93,10 @@ def test_saved_entries_are_keyed_by_target_and_options() -> None:
     sample_search(SEED_PREFIX, convention="preclaim", seed=0, database=database)
     assert list(database.fetch(KEY))
     for other in (
-        scenarios_key(REFERENCE, "preclaim", "ideal", False, None),
-        scenarios_key(SEED_PREFIX, "honest", "ideal", False, None),
-        scenarios_key(SEED_PREFIX, "preclaim", "ideal", True, None),
-        scenarios_key(SEED_PREFIX, "preclaim", "ideal", False, True),
+        scenarios_key(REFERENCE, SglangJudging("preclaim", "ideal", False, None)),
+        scenarios_key(SEED_PREFIX, SglangJudging("honest", "ideal", False, None)),
+        scenarios_key(SEED_PREFIX, SglangJudging("preclaim", "ideal", True, None)),
+        scenarios_key(SEED_PREFIX, SglangJudging("preclaim", "ideal", False, True)),
     ):
         assert not list(database.fetch(other))
     # Hypothesis's own entries (choice sequences) are under its own key.
@@ -133,7 +135,7 @@ def test_a_seeded_hypothesis_search_leaves_the_database_alone_as_before() -> Non
 
 def test_a_saved_scenario_that_passes_or_is_damaged_is_deleted() -> None:
     database = InMemoryExampleDatabase()
-    key = scenarios_key(REFERENCE, "preclaim", "ideal", False, None)
+    key = scenarios_key(REFERENCE, SglangJudging("preclaim", "ideal", False, None))
     database.save(key, to_json_line(scenario(Step())).encode())
     database.save(key, b"{not json")
     database.save(key, b"\xff\xfe")

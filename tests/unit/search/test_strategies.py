@@ -1,4 +1,5 @@
-"""The scenario distribution is written once (`kvcheck.strategies`) and has two drivers: the
+"""The scenario distribution is written once (`kvcheck.families.sglang.distribution`, against
+`kvcheck.core.draws.Draws`) and has two drivers (`kvcheck.strategies`, `RandomDraws`): the
 random driver draws the same kind of scenarios as Hypothesis (the situations they reach, and how
 often, are compared in tests/quality/test_coverage.py)."""
 
@@ -7,14 +8,10 @@ from __future__ import annotations
 import random
 import statistics
 
+from kvcheck.core.draws import RandomDraws, p_continue
+from kvcheck.families.sglang.distribution import MAX_REQUESTS
 from kvcheck.families.sglang.scenario import Admit, Retract, Step, SwitchStride
-from kvcheck.strategies import (
-    MAX_REQUESTS,
-    RandomDraws,
-    _p_continue,
-    random_scenario,
-    space_of,
-)
+from kvcheck.strategies import random_scenario, space_of
 
 
 def test_random_scenarios_stay_in_their_space() -> None:
@@ -53,4 +50,4 @@ def test_list_lengths_average_what_hypothesis_lists_average() -> None:
         sizes = [len(draws.many("n", lambda d: 0, low, high)) for _ in range(4000)]
         assert low <= min(sizes) and max(sizes) <= high
         assert abs(statistics.mean(sizes) - average) < 0.35, (low, high, statistics.mean(sizes))
-    assert _p_continue(0, 1) < 1.0 and _p_continue(5, 5) == 1.0
+    assert p_continue(0, 1) < 1.0 and p_continue(5, 5) == 1.0

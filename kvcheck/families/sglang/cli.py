@@ -1,0 +1,246 @@
+"""What SGLang adds to kvcheck's front doors (`kvcheck.core.family.FrontDoor`): its judging
+flags on the command line (`--convention`, `--global-counters`, `--adaptive`) and in the pytest
+plugin (`--kvcheck-convention` and the rest, with the items they split a target's search into),
+the argument types of its exhaustive bounds, `kvcheck spellings`, and its releases for `kvcheck
+releases`. The plumbing (parsers, exit codes, reports) is the generic CLI's and plugin's; this
+module imports neither."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any, Final
+
+from kvcheck.core.target import Target
+from kvcheck.families.sglang import release
+from kvcheck.families.sglang.judging import SglangJudging
+from kvcheck.families.sglang.scenario import (
+    ALGORITHMS,
+    EVENT_KINDS,
+    GLOBAL_COUNTER_MODES,
+    GRAMMAR_KINDS,
+    Algorithm,
+    Grammar,
+)
+from kvcheck.families.sglang.spellings import spellings_table
+
+CONVENTION_CHOICES: Final = ("auto", "preclaim", "honest")
+
+# --- the command line ---------------------------------------------------------------------
+
+
+def add_options(
+    parser: argparse._ActionsContainer,
+    *,
+    global_counters_default: str | None,
+    adaptive_help: str,
+) -> None:
+    """--convention, --global-counters and --adaptive (`check`, `fuzz` and `exhaust` take the
+    same ones; `global_counters_default` None: the command decides, from a corpus entry)."""
+    parser.add_argument(
+        "--convention",
+        choices=CONVENTION_CHOICES,
+        default="auto",
+        help="committed-length convention to judge by (default: auto, detected from the target)",
+    )
+    parser.add_argument(
+        "--global-counters",
+        choices=GLOBAL_COUNTER_MODES,
+        default=global_counters_default,
+        help="ideal: stale rows excluded; sglang: counted as SGLang does; off (default: "
+        + (
+            global_counters_default
+            if global_counters_default is not None
+            else "a mutant:NAME entry's own, else ideal"
+        )
+        + ")",
+    )
+    parser.add_argument(
+        "--adaptive", action=argparse.BooleanOptionalAction, default=None, help=adaptive_help
+    )
+
+
+def requested(args: argparse.Namespace) -> dict[str, Any]:
+    """The judging options `args` ask for, as `kvcheck.check()` takes them; one left to the
+    target (None) is left out, which `kvcheck.families.sglang.judging.judging` reads alike."""
+    asked = {
+        "convention": args.convention,
+        "global_counters": args.global_counters,
+        "adaptive": args.adaptive,
+    }
+    return {name: value for name, value in asked.items() if value is not None}
+
+
+def event_kinds(text: str) -> tuple[str, ...]:
+    """Comma-separated event kinds (`kvcheck.families.sglang.scenario.EVENT_KINDS`) or `all`;
+    `step` is always included."""
+    if text.strip() == "all":
+        return EVENT_KINDS
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in EVENT_KINDS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown event kind(s) {', '.join(unknown)}; choose from {', '.join(EVENT_KINDS)} "
+            "or 'all'"
+        )
+    return kinds if "step" in kinds else ("step", *kinds)
+
+
+def algorithm_list(text: str) -> tuple[Algorithm, ...] | None:
+    """Comma-separated speculative algorithms (`kvcheck.families.sglang.scenario.ALGORITHMS`),
+    or `auto` (None: every algorithm the target supports)."""
+    if text.strip() == "auto":
+        return None
+    names = tuple(a.strip() for a in text.split(",") if a.strip())
+    unknown = [a for a in names if a not in ALGORITHMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown algorithm(s) {', '.join(unknown) or repr(text)}; choose from "
+            f"{', '.join(ALGORITHMS)} or 'auto'"
+        )
+    return tuple(a for a in ALGORITHMS if a in names)
+
+
+def grammar_list(text: str) -> tuple[Grammar | None, ...]:
+    """Comma-separated grammars an admitted request may carry: `none`, `accept`,
+    `terminate@N` (satisfied by output token N >= 2) or `reject@N` (refuses output token N)."""
+    grammars: list[Grammar | None] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        kind, _, at = part.partition("@")
+        try:
+            if kind == "none" and not at:
+                grammars.append(None)
+            elif kind in GRAMMAR_KINDS:
+                grammars.append(Grammar(kind, int(at) if at else None))
+            else:
+                raise ValueError(f"unknown grammar {kind!r}")
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: {exc}; expected none, accept, terminate@N (N >= 2) or reject@N"
+            ) from None
+    if not grammars:
+        raise argparse.ArgumentTypeError(f"expected at least one grammar, got {text!r}")
+    return tuple(dict.fromkeys(grammars))
+
+
+# --- the pytest plugin ----------------------------------------------------------------------
+
+
+def add_plugin_options(group: Any) -> None:
+    """`--kvcheck-convention`, `--kvcheck-adaptive` and `--kvcheck-global-counters`."""
+    group.addoption(
+        "--kvcheck-convention",
+        dest="kvcheck_convention",
+        choices=("auto", "preclaim", "honest", "both"),
+        default="auto",
+        help="convention axis: auto (detected from each target, default), one, or both (an "
+        "item per overlap value that passes when either convention shows no violation)",
+    )
+    group.addoption(
+        "--kvcheck-adaptive",
+        dest="kvcheck_adaptive",
+        choices=("auto", "on", "off", "both"),
+        default="auto",
+        help="switch strides between launch and delivery: auto (default: on exactly when the "
+        "target feeds the adaptive controller, as `kvcheck check` decides), on, off, or both "
+        "(one item each)",
+    )
+    group.addoption(
+        "--kvcheck-global-counters",
+        dest="kvcheck_global_counters",
+        choices=GLOBAL_COUNTER_MODES,
+        default="ideal",
+        help="how the batch-global counter is judged (default: ideal, stale rows excluded)",
+    )
+
+
+_ADAPTIVE_VALUES: Final[dict[str, tuple[bool | None, ...]]] = {
+    "auto": (None,),
+    "on": (True,),
+    "off": (False,),
+    "both": (False, True),
+}
+
+
+def plugin_items(option: Callable[[str], Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The property items of a target: with convention `auto` one, the search `kvcheck check`
+    runs (the detected convention, then the other), so both front doors give the same verdict;
+    with a convention given one per overlap value (so `pytest -n auto` spreads them), and
+    `both` splits `auto`'s search (either convention passing passes) the same way;
+    `--kvcheck-adaptive both` doubles either set. Each as its name's axes and the options it
+    asks for."""
+    chosen = option("kvcheck_convention")
+    global_counters = option("kvcheck_global_counters")
+    # (the convention searched, the item's label): `both` is `auto`'s search split by overlap.
+    conventions = [("auto", chosen)] if chosen in ("auto", "both") else [(chosen, chosen)]
+    items: list[tuple[str, dict[str, Any]]] = []
+    for convention, label in conventions:
+        for overlap in (None,) if label == "auto" else (True, False):
+            for adaptive in _ADAPTIVE_VALUES[option("kvcheck_adaptive")]:
+                axes: list[str] = [label]
+                if overlap is not None:
+                    axes.append(f"overlap-{'on' if overlap else 'off'}")
+                if adaptive is not None:
+                    axes.append(f"adaptive-{'on' if adaptive else 'off'}")
+                asked = {
+                    "convention": convention,
+                    "global_counters": global_counters,
+                    "adaptive": adaptive,
+                    "overlap": overlap,
+                }
+                items.append(("-".join(axes), asked))
+    return items
+
+
+def describe(options: SglangJudging, reason: str) -> str:
+    """The convention and why, the overlap pinned (if it is) and adaptive switching."""
+    if not reason.startswith("convention "):
+        reason = f"convention {options.convention}, {reason}"
+    overlap = "" if options.overlap is None else f"overlap {'on' if options.overlap else 'off'}, "
+    return f"{reason}; {overlap}adaptive {'on' if options.adaptive else 'off'}"
+
+
+# --- tables and releases --------------------------------------------------------------------
+
+
+class SglangReleases:
+    """SGLang's releases on the package index (`kvcheck.core.family.Releases`): each checked
+    with the batch-global counters as every release keeps them (`sglang`) and as they should be
+    (`ideal`, stale rows excluded)."""
+
+    engine: Final = "SGLang"
+    spec_prefix: Final = release.SPEC_PREFIX
+    oldest: Final = release.OLDEST
+    modes: Final = (
+        ("sglang", {"global_counters": "sglang"}),
+        ("ideal", {"global_counters": "ideal"}),
+    )
+
+    @staticmethod
+    def available_versions() -> list[str]:
+        """The releases `pip index versions sglang` lists, oldest first (read at each call)."""
+        return release.available_versions()
+
+    @staticmethod
+    def version_key(version: str) -> tuple[int, ...]:
+        """`version` as a sortable key."""
+        return release.version_key(version)
+
+    @staticmethod
+    def shape_name(target: Target) -> str:
+        """The SGLang versions the release's spellings fit."""
+        versions: str = target.shape.versions
+        return versions
+
+
+class SglangFrontDoor:
+    """SGLang's flags, pytest options, spellings table and releases
+    (`kvcheck.core.family.FrontDoor`)."""
+
+    add_options = staticmethod(add_options)
+    requested = staticmethod(requested)
+    add_plugin_options = staticmethod(add_plugin_options)
+    plugin_items = staticmethod(plugin_items)
+    describe = staticmethod(describe)
+    spellings_table = staticmethod(spellings_table)
+    releases: Final = SglangReleases()
