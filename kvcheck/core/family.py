@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final, Protocol, Self
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, Self, TypeAlias
 
 import attrs
 
@@ -346,6 +346,92 @@ class Releases(Protocol):
 
 # --- reporting: describers, timeline lanes and cells, explanations (kvcheck.reporting) ---
 
+# What a line of a timeline cell is about; the renderers colour by it.
+LineKind: TypeAlias = Literal[
+    "state", "mismatch", "launch", "in-flight", "applied", "stale", "lifecycle", "violation"
+]
+
+
+@attrs.frozen
+class Line:
+    """One line of text in a timeline cell; `kind` says what it is about (renderers colour by
+    it)."""
+
+    text: str
+    kind: LineKind
+
+
+@attrs.frozen
+class Cell:
+    """One lane of a timeline (SGLang: a request) at one event, as its family lays it out.
+
+    The text renderers show `lines`. The swimlane (`kvcheck.reporting.html`) tints the cell by
+    `phase`, writes `phase` and `summary` in it, and draws each launch the lane's cells name
+    as a bar from the event that launched it to the one its result was delivered at, ending
+    in a dot, or a diamond when the row delivered was `stale`. `phase` None: the lane has not
+    started yet (a blank cell). `detail` holds the family's own values (SGLang's: the
+    committed length expected and observed)."""
+
+    lane: str
+    phase: str | None
+    lines: tuple[Line, ...] = ()
+    # One short line for the swimlane (SGLang: the committed length).
+    summary: str = ""
+    # What the target left differs from what the family's model expects.
+    mismatch: bool = False
+    violation: bool = False
+    # Launch numbers of this lane in flight after the event.
+    in_flight: tuple[int, ...] = ()
+    # The launch whose row for this lane was delivered at this event, and whether it was stale.
+    delivered: int | None = None
+    stale: bool = False
+    # The launch of this lane made at this event, and its kind (a key of `launch_strokes`).
+    launched: int | None = None
+    launched_kind: str | None = None
+    detail: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+class Reporter(Protocol):
+    """How a family lays its recorded runs out on a timeline (`kvcheck.reporting.timeline`)
+    and how they are drawn. Its configs and events are described by its `ScenarioCodec`, and
+    each invariant record names its explanation ("module:function", called with `facts` and
+    the violation)."""
+
+    @property
+    def legend(self) -> str:
+        """What a cell shows, in one line (printed under a text timeline's title)."""
+        ...
+
+    @property
+    def phase_fills(self) -> Mapping[str, str]:
+        """The swimlane's tint of a cell by its phase, in the legend's order."""
+        ...
+
+    @property
+    def launch_strokes(self) -> Mapping[str, str]:
+        """A launch bar's colour by the launch's kind, in the legend's order (the first is
+        that of a launch no cell gives a kind)."""
+        ...
+
+    def facts(self, result: Any) -> Any:
+        """Queries over a recorded run (a `kvcheck.core.run.RunResult`, which imports this
+        module), made once per report; handed to `lanes`, `notes`, `cell` and the
+        explanations."""
+        ...
+
+    def lanes(self, facts: Any) -> tuple[str, ...]:
+        """The timeline's lanes, left to right (SGLang: request ids, as first admitted)."""
+        ...
+
+    def notes(self, facts: Any, index: int) -> list[str]:
+        """What happened at event `index` that no one lane shows (launches, deliveries)."""
+        ...
+
+    def cell(self, facts: Any, index: int, lane: str, violation: Violation | None) -> Cell:
+        """`lane` after event `index`; `violation` is the run's (it marks its own cell)."""
+        ...
+
+
 # --- mutants: the kill matrix's corpus (kvcheck.mutants) ---
 
 
@@ -360,7 +446,7 @@ class Family:
     targets: Any = None
     distribution: Distribution | None = None
     moves: Any = None
-    report: Any = None
+    report: Reporter = attrs.field(kw_only=True)
     mutants: Any = None
 
 

@@ -1,7 +1,8 @@
 """A self-contained HTML page for one run: an SVG swimlane of its timeline.
 
-One lane per request, one column per event. A cell is tinted by the request's phase and shows its
-committed KV length (expected, and observed when they differ); a bar along the bottom of a lane
+One lane per timeline lane (SGLang: per request), one column per event. A cell is tinted by its
+phase (the colours are the family's) and shows the phase and the cell's summary (SGLang: the
+committed KV length, expected, and observed when they differ); a bar along the bottom of a lane
 spans each launch from the event that launched it to the event its result arrived at, ending in
 a dot (applied row) or a yellow diamond (stale row). The violating cell is red.
 
@@ -19,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
+from kvcheck.core.family import family
 from kvcheck.files import write_text
 from kvcheck.reporting.render import render_plain
 from kvcheck.reporting.timeline import Cell, Timeline
@@ -29,16 +31,12 @@ LEFT: Final = 70
 TOP: Final = 74
 PAD: Final = 4
 
-PHASE_FILL: Final = {
-    "waiting": "#eceff1",
-    "running": "#e8f5e9",
-    "finished": "#e3e8f4",
-    "retracted": "#fff3e0",
-}
 VIOLATION_FILL: Final = "#ffcdd2"
 VIOLATION_STROKE: Final = "#d50000"
 STALE_FILL: Final = "#ffd600"
-LAUNCH_STROKE: Final = {"decode": "#0288d1", "prefill": "#7b1fa2"}
+# A cell whose phase, and a launch whose kind, the family gives no colour.
+PLAIN_FILL: Final = "#ffffff"
+LAUNCH_PLAIN: Final = "#607d8b"
 
 
 def _e(text: object) -> str:
@@ -46,11 +44,8 @@ def _e(text: object) -> str:
 
 
 def _cell_label(cell: Cell) -> tuple[str, str]:
-    """Two short lines for a cell: committed length, then what happened."""
-    if cell.mismatch:
-        first = f"C exp {cell.expected} / obs {cell.observed!r}"
-    else:
-        first = f"C {cell.expected}"
+    """Two short lines for a cell: its summary, then what happened."""
+    first = cell.summary
     second = ""
     if cell.delivered is not None:
         second = f"L{cell.delivered} {'STALE row' if cell.stale else 'result applied'}"
@@ -62,7 +57,10 @@ def _cell_label(cell: Cell) -> tuple[str, str]:
 
 
 def _swimlane(timeline: Timeline) -> str:
-    rows, rids = timeline.rows, timeline.rids
+    rows, rids = timeline.rows, timeline.lanes
+    report = family(timeline.family).report
+    fills, strokes = report.phase_fills, report.launch_strokes
+    default_kind = next(iter(strokes), "")
     width = LEFT + COLUMN * max(len(rows), 1) + PAD
     height = TOP + LANE * max(len(rids), 1) + PAD
     out: list[str] = [
@@ -102,7 +100,7 @@ def _swimlane(timeline: Timeline) -> str:
             x = LEFT + col * COLUMN
             if cell.launched is not None:
                 launches.setdefault(cell.launched, []).append(col)
-                kinds[cell.launched] = cell.launched_kind or "decode"
+                kinds[cell.launched] = cell.launched_kind or default_kind
             for number in cell.in_flight:
                 launches.setdefault(number, []).append(col)
             if cell.delivered is not None:
@@ -110,7 +108,7 @@ def _swimlane(timeline: Timeline) -> str:
             if cell.phase is None:
                 continue
             classes = ["cell", cell.phase]
-            fill, stroke, stroke_width = PHASE_FILL.get(cell.phase, "#ffffff"), "#b0bec5", 1
+            fill, stroke, stroke_width = fills.get(cell.phase, PLAIN_FILL), "#b0bec5", 1
             if cell.violation:
                 classes.append("violation")
                 fill, stroke, stroke_width = VIOLATION_FILL, VIOLATION_STROKE, 3
@@ -133,11 +131,11 @@ def _swimlane(timeline: Timeline) -> str:
         # Launch bars: from the launching event to the delivering one.
         for number, cols in sorted(launches.items()):
             start, end = min(cols), max(cols)
-            kind = kinds.get(number, "decode")
+            kind = kinds.get(number, default_kind)
             x1 = LEFT + start * COLUMN + COLUMN // 2
             x2 = LEFT + end * COLUMN + COLUMN // 2
             by = y + LANE - 14 - (number % 2) * 5
-            color = LAUNCH_STROKE[kind]
+            color = strokes.get(kind, LAUNCH_PLAIN)
             out.append(
                 f'<g class="launch {kind}" data-launch="{number}">'
                 f'<line x1="{x1}" y1="{by}" x2="{max(x2, x1 + 12)}" y2="{by}" stroke="{color}" '
@@ -182,17 +180,17 @@ def render_html(timeline: Timeline, *, heading: str | None = None, summary: str 
         )
     else:
         verdict = '<div class="verdict pass"><strong>no violation</strong></div>'
+    report = family(timeline.family).report
     legend = "".join(
         f'<span><i class="swatch" style="background:{color}"></i>{_e(name)}</span>'
         for name, color in [
-            *PHASE_FILL.items(),
+            *report.phase_fills.items(),
             ("violation", VIOLATION_FILL),
             ("stale row delivered", STALE_FILL),
         ]
-    ) + (
-        f'<span><b style="color:{LAUNCH_STROKE["decode"]}">&#8212;</b> decode launch in '
-        f'flight</span><span><b style="color:{LAUNCH_STROKE["prefill"]}">&#8212;</b> prefill '
-        "launch in flight</span>"
+    ) + "".join(
+        f'<span><b style="color:{color}">&#8212;</b> {_e(kind)} launch in flight</span>'
+        for kind, color in report.launch_strokes.items()
     )
     title = heading or "kvcheck timeline"
     extra = f"<p>{_e(summary)}</p>" if summary else ""

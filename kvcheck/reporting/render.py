@@ -10,17 +10,12 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 import attrs
 
+from kvcheck.core.family import family
 from kvcheck.core.invariant import Violation
 from kvcheck.reporting.timeline import Cell, Line, Row, Timeline
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-
-
-LEGEND: Final = (
-    "cells: phase and committed KV length C (exp = reference model, obs = target when they "
-    "differ); STALE = a row delivered after its request finished or was retracted"
-)
 
 
 # Characters that would act on a terminal instead of showing: C0 and C1 controls (escape
@@ -65,6 +60,11 @@ def _escaped(value: Any) -> Any:
     return value
 
 
+def _legend(timeline: Timeline) -> str:
+    """What a cell shows, as the run's family says it."""
+    return family(timeline.family).report.legend
+
+
 def _violation_line(timeline: Timeline) -> str | None:
     v = timeline.violation
     if v is None:
@@ -74,8 +74,8 @@ def _violation_line(timeline: Timeline) -> str | None:
 
 
 def render_plain(timeline: Timeline) -> str:
-    """The timeline as plain text: a grid with one column per request."""
-    headers = ["#", "event", *timeline.rids]
+    """The timeline as plain text: a grid with one column per lane."""
+    headers = ["#", "event", *timeline.lanes]
     grid: list[list[list[str]]] = []
     for row in timeline.rows:
         marker = "  <== VIOLATION" if row.violation else ""
@@ -92,7 +92,7 @@ def render_plain(timeline: Timeline) -> str:
         for column, lines in enumerate(cells):
             widths[column] = max(widths[column], *(len(text) for text in lines or [""]))
     sep = "  "
-    out = [f"timeline  {timeline.title}", LEGEND, ""]
+    out = [f"timeline  {timeline.title}", _legend(timeline), ""]
     out.append(sep.join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     out.append(sep.join("-" * w for w in widths))
     for cells in grid:
@@ -138,7 +138,7 @@ def render_rich(timeline: Timeline) -> RenderableType:
 
     table = Table(
         title=f"timeline  {timeline.title}",
-        caption=LEGEND,
+        caption=_legend(timeline),
         box=box.ROUNDED,
         show_lines=True,
         title_justify="left",
@@ -146,8 +146,8 @@ def render_rich(timeline: Timeline) -> RenderableType:
     )
     table.add_column("#", justify="right", style="bold")
     table.add_column("event")
-    for rid in timeline.rids:
-        table.add_column(rid)
+    for lane in timeline.lanes:
+        table.add_column(lane)
     for row in timeline.rows:
         event = Text(row.event, style="bold white on red" if row.violation else "bold")
         for note in row.notes:

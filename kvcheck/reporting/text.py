@@ -5,14 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kvcheck.core.family import family
 from kvcheck.core.jsonable import show
-from kvcheck.core.scenario import Scenario
-from kvcheck.families.sglang.scenario import (
-    config_to_dict,
-    describe_config,
-    describe_event,
-    event_to_dict,
-)
+from kvcheck.core.scenario import Scenario, describe_config, describe_event
 from kvcheck.wording import plural
 
 if TYPE_CHECKING:
@@ -25,7 +20,7 @@ def format_events(scenario: Scenario, mark: int | None = None) -> list[str]:
     lines = []
     for index, event in enumerate(scenario.events):
         arrow = "   <- violation" if index == mark else ""
-        lines.append(f"  {index:>{width}}  {describe_event(event)}{arrow}")
+        lines.append(f"  {index:>{width}}  {describe_event(scenario, event)}{arrow}")
     return lines
 
 
@@ -37,16 +32,16 @@ def format_failure(violation: Violation, scenario: Scenario, headline: str = "")
         f"expected {show(violation.expected, violation.observed)}, "
         f"observed {show(violation.observed, violation.expected)}",
         f"            {violation.message}",
-        f"counterexample: {plural(len(scenario.events), 'event')}; "
-        f"{describe_config(scenario.config)}",
+        f"counterexample: {plural(len(scenario.events), 'event')}; {describe_config(scenario)}",
         *format_events(scenario, violation.event_index),
     ]
 
 
 def failure_to_json(violation: Violation, scenario: Scenario) -> dict[str, Any]:
     """The `violation`, `events` and `config` fields of a failing report."""
+    codec = family(scenario.family).scenarios
     return {
         "violation": violation.to_dict(),
-        "events": [event_to_dict(e) for e in scenario.events],
-        "config": config_to_dict(scenario.config),
+        "events": [codec.event_to_dict(e) for e in scenario.events],
+        "config": codec.config_to_dict(scenario.config),
     }

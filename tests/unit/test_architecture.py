@@ -84,12 +84,10 @@ def test_import_linter_contracts_hold() -> None:
 
 
 # The contracts that must break when the module on the left imports the strategies (which load
-# Hypothesis): the strategies are a layer the contracts see, not a name outside them.
+# Hypothesis): the strategies are a layer the contracts see, not a name outside them. (No layer
+# of the pipeline imports a family's model: the generic layers reach it through the registry.)
 _STRATEGIES_FORBIDDEN_IN = {
-    "kvcheck/families/sglang/model.py": (
-        "The pipeline: each layer uses only the layers below it",
-        "The reference model is written from the semantics",
-    ),
+    "kvcheck/families/sglang/model.py": ("The reference model is written from the semantics",),
     "kvcheck/counterexamples/replay.py": (
         "The pipeline: each layer uses only the layers below it",
         "No Hypothesis in the counterexample, replay and exhaustive paths",

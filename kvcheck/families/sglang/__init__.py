@@ -3,6 +3,7 @@
 from kvcheck.core.family import Family
 from kvcheck.families.sglang.distribution import SglangDistribution
 from kvcheck.families.sglang.judge import SglangJudge
+from kvcheck.families.sglang.reporting import SglangReporter
 from kvcheck.families.sglang.scenario import SglangScenarios
 
 FAMILY = Family(
@@ -10,4 +11,5 @@ FAMILY = Family(
     scenarios=SglangScenarios(),
     judge=SglangJudge(),
     distribution=SglangDistribution(),
+    report=SglangReporter(),
 )

@@ -1,6 +1,7 @@
-"""Queries over a recorded run (`run_scenario(..., record=True)`) that the timeline and the
-explanation share: who was admitted when, which launch delivered at which event, what the model
-expected and the engine observed around an event.
+"""Queries over a recorded run (`run_scenario(..., record=True)`) that SGLang's timeline cells
+(`kvcheck.families.sglang.reporting`) and explanations (`kvcheck.families.sglang.explain`)
+share: who was admitted when, which launch delivered at which event, what the model expected
+and the engine observed around an event. `RunFacts` is the family's `Reporter.facts`.
 """
 
 from __future__ import annotations

@@ -915,7 +915,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         check_target_deadline,
         target_deadline_holds,
         judges="resolver",
-        explain="kvcheck.reporting.explain:explain_target_deadline",
+        explain="kvcheck.families.sglang.explain:explain_target_deadline",
     ),
     on_event(
         "target-raised",
@@ -923,7 +923,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         check_target_raised,
         target_raised_holds,
         judges="resolver",
-        explain="kvcheck.reporting.explain:explain_target_raised",
+        explain="kvcheck.families.sglang.explain:explain_target_raised",
     ),
     on_event(
         "alloc-estimate-matches",
@@ -960,7 +960,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         check_runs_aligned,
         runs_aligned_holds,
         judges="resolver",
-        explain="kvcheck.reporting.explain:explain_runs_aligned",
+        explain="kvcheck.families.sglang.explain:explain_runs_aligned",
     ),
     on_request(
         "no-negative",
@@ -968,7 +968,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         check_no_negative,
         no_negative_holds,
         judges="resolver",
-        explain="kvcheck.reporting.explain:explain_no_negative",
+        explain="kvcheck.families.sglang.explain:explain_no_negative",
     ),
     on_request(
         "committed-live",
@@ -977,7 +977,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         _committed_in(("running", "waiting"), "is live"),
         _committed_holds(("running", "waiting")),
         judges="resolver",
-        explain="kvcheck.reporting.explain:explain_committed_live",
+        explain="kvcheck.families.sglang.explain:explain_committed_live",
     ),
     on_request(
         "committed-finished-frozen",
@@ -985,7 +985,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         _committed_in(("finished",), "finished"),
         _committed_holds(("finished",)),
         judges="resolver",
-        explain="kvcheck.reporting.explain:explain_committed_finished_frozen",
+        explain="kvcheck.families.sglang.explain:explain_committed_finished_frozen",
     ),
     on_request(
         "committed-retracted-zero",
@@ -993,7 +993,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         _committed_in(("retracted",), "is retracted"),
         _committed_holds(("retracted",)),
         judges="resolver",
-        explain="kvcheck.reporting.explain:explain_committed_retracted_zero",
+        explain="kvcheck.families.sglang.explain:explain_committed_retracted_zero",
     ),
     on_delivery(
         "alloc-untouched-by-resolver",
@@ -1099,7 +1099,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         check_verify_count,
         verify_count_holds,
         judges="resolver",
-        explain="kvcheck.reporting.explain:explain_verify_count",
+        explain="kvcheck.families.sglang.explain:explain_verify_count",
     ),
     on_request(
         "stats-accepted-drafts",
@@ -1107,7 +1107,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         check_accepted_drafts,
         accepted_drafts_holds,
         judges="resolver",
-        explain="kvcheck.reporting.explain:explain_accepted_drafts",
+        explain="kvcheck.families.sglang.explain:explain_accepted_drafts",
     ),
     on_request(
         "stats-histogram",
@@ -1117,7 +1117,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         histogram_holds,
         judges="resolver",
         aspects=("histogram",),
-        explain="kvcheck.reporting.explain:explain_histogram",
+        explain="kvcheck.families.sglang.explain:explain_histogram",
     ),
     on_request(
         "stats-block-cap",
@@ -1145,7 +1145,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
             "controller-feed",
             "controller-routing",
         ),
-        explain="kvcheck.reporting.explain:explain_global_counters",
+        explain="kvcheck.families.sglang.explain:explain_global_counters",
     ),
 )
 

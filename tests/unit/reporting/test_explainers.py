@@ -8,6 +8,7 @@ import inspect
 import attrs
 import pytest
 
+from kvcheck.families.sglang import explain as sglang_explain
 from kvcheck.families.sglang.invariants import INVARIANTS
 from kvcheck.reporting import explain as explain_module
 from kvcheck.reporting.explain import explain, explainer_of
@@ -16,7 +17,7 @@ from tests.unit.reporting.test_explain import STALE_RETRACTED, failing_run
 
 def test_every_named_explanation_resolves_to_a_function_of_facts_and_violation() -> None:
     for invariant in INVARIANTS.values():
-        explainer = explainer_of(invariant.id)
+        explainer = explainer_of(invariant.id, "sglang")
         if invariant.explain is None:
             assert explainer is None, invariant.id
             continue
@@ -27,15 +28,15 @@ def test_every_named_explanation_resolves_to_a_function_of_facts_and_violation()
 def test_every_explanation_function_is_named_by_a_record() -> None:
     named = {invariant.explain for invariant in INVARIANTS.values()} - {None}
     defined = {
-        f"{explain_module.__name__}:{name}"
-        for name, value in vars(explain_module).items()
+        f"{sglang_explain.__name__}:{name}"
+        for name, value in vars(sglang_explain).items()
         if name.startswith("explain_") and inspect.isfunction(value)
     }
     assert defined == named
 
 
 def test_an_unknown_invariant_has_no_explanation() -> None:
-    assert explainer_of("no-such-invariant") is None
+    assert explainer_of("no-such-invariant", "sglang") is None
 
 
 def test_explain_dispatches_through_the_record(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,7 +34,7 @@ def timeline(spec: str = "builtin:seed-prefix", s: object = TWO_REQUESTS) -> Tim
 
 def test_cells_follow_each_request() -> None:
     t = timeline()
-    assert t.rids == ("r0", "r1")
+    assert t.lanes == ("r0", "r1")
     assert [row.index for row in t.rows] == [0, 1, 2, 3, 4, 5]
     r1 = [row.cells[1] for row in t.rows]
     assert r1[0].phase is None  # not admitted yet: blank
@@ -42,7 +42,8 @@ def test_cells_follow_each_request() -> None:
     assert r1[3].launched == 2 and r1[3].delivered == 1 and not r1[3].stale
     assert r1[4].phase == "finished" and r1[4].in_flight == (3,)
     assert r1[5].delivered == 3 and r1[5].stale and r1[5].violation and r1[5].mismatch
-    assert (r1[5].expected, r1[5].observed) == (12, 15)
+    assert r1[5].detail == {"expected": 12, "observed": 15}
+    assert r1[5].summary == "C exp 12 / obs 15"
     r0 = [row.cells[0] for row in t.rows]
     assert not any(cell.violation for cell in r0)
     assert t.violation is not None and t.violation.invariant == "committed-finished-frozen"
