@@ -188,6 +188,26 @@ class Judge(Protocol):
         """The violations after event `index`, most basic first (empty: it passed)."""
         ...
 
+    def judging_of(self, config: Any) -> JudgingOptions:
+        """The options a scenario of `config` is judged by (a counterexample file's, a
+        replay's)."""
+        ...
+
+    @property
+    def replay_choices(self) -> Mapping[str, tuple[str, ...]]:
+        """What a replay may ask of the judging, by the name of an option of `judging_of`: the
+        values it may be set to besides "auto" (the default: the family decides) and "file"
+        (always the file's). SGLang's: the convention, preclaim or honest."""
+        ...
+
+    def rejudged(
+        self, config: Any, requested: Mapping[str, str], target: Target, saved_target: bool
+    ) -> tuple[Any, str | None]:
+        """The config a replay of a stored scenario of `config` against `target` (the file's
+        own when `saved_target`) runs, judged as `requested` asks (a value for every
+        `replay_choices` name), and what to tell the user about it (None: nothing)."""
+        ...
+
 
 # --- targets: which specs a family claims, loading and probing them (kvcheck.targets) ---
 

@@ -1,11 +1,10 @@
 """The counterexample file format: a failing scenario that outlives the run that found it.
 
 A counterexample file is JSON (`*.kvcheck.json`) holding everything needed to reproduce a finding
-without Hypothesis: the scenario (config and events, in `kvcheck.families.sglang.scenario`'s
-versioned form),
-the target spec it was found against, the violation that was seen, and the kvcheck version that
-saw it. This module reads and writes that form and nothing else; replaying a file is
-`kvcheck.counterexamples.replay`.
+without Hypothesis: the scenario (its family, and its config and events in that family's form:
+`kvcheck.core.scenario`), the target spec it was found against, the violation that was seen, and
+the kvcheck version that saw it. This module reads and writes that form and nothing else;
+replaying a file is `kvcheck.counterexamples.replay`.
 
 The file name is derived from a hash of what identifies the finding (scenario, target, invariant,
 event index, request), so finding the same counterexample twice writes the same file.
