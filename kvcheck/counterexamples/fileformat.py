@@ -188,17 +188,18 @@ def _slug(text: str, limit: int = 40) -> str:
 
 def _target_slug(spec: str) -> str:
     """The part of a file name that says which target failed: for a file target the file's name
-    and the qualname, for an import the last module and the qualname, for a directory its last
-    two components, else the whole spec. The directories above a file say nothing about which
-    resolver it is, and cutting the whole spec to its end would drop the file's name."""
+    and the qualname, for an import (or a `prefix:NAME` form, such as `builtin:reference`) the
+    last module and the qualname, for a directory its last two components, else the whole spec.
+    The directories above a file say nothing about which resolver it is, and cutting the whole
+    spec to its end would drop the file's name."""
     spec = spec.strip().replace("\\", "/")
     if "::" in spec:
         path, _, qualname = spec.partition("::")
         head = PurePosixPath(path).name.removesuffix(".py")
-    elif spec.count(":") == 1 and "/" not in spec and not spec.startswith("builtin:"):
+    elif spec.count(":") == 1 and "/" not in spec:
         module, _, qualname = spec.partition(":")
         head = module.rpartition(".")[2]
-    elif "/" in spec and not spec.startswith(("builtin:", "sglang==")):
+    elif "/" in spec:
         head, qualname = "-".join(PurePosixPath(spec.rstrip("/")).parts[-2:]), ""
     else:
         head, qualname = spec, ""
