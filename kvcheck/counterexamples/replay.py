@@ -102,6 +102,17 @@ class Replay:
         names = family(self.result.scenario.family).judge.replay_choices
         return [(name, used[name], saved[name]) for name in names]
 
+    def __getattr__(self, name: str) -> Any:
+        """`NAME` and `file_NAME` for each option a replay chooses (SGLang's `convention` and
+        `file_convention`, docs/replay.md): the value this replay judged by, and the file's."""
+        if not name.startswith("_"):
+            for option, used, saved in self.chosen():
+                if name == option:
+                    return used
+                if name == f"file_{option}":
+                    return saved
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def violation(self) -> Violation | None:
         """The first violation this replay hit; None when the scenario passes now."""

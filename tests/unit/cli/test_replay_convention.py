@@ -68,7 +68,7 @@ def test_the_saved_target_is_judged_by_the_file_convention(
     assert data["note"] is None and "note:" not in err
     # A convention given explicitly is used and said, for the saved target too.
     explicit = replay(load(PRECLAIM_FILE), convention="honest")
-    assert explicit.judging.to_dict()["convention"] == "honest" and explicit.note is not None
+    assert explicit.convention == "honest" and explicit.note is not None
     assert "as given" in explicit.note
 
 
