@@ -16,9 +16,10 @@ from kvcheck.cli.options import (
     input_files,
     note,
 )
+from kvcheck.cli.replay import replay_requests
 from kvcheck.counterexamples.fileformat import load
 from kvcheck.counterexamples.regress import function_name, regression_test
-from kvcheck.counterexamples.replay import judged_scenario
+from kvcheck.counterexamples.replay import judged_scenario, judging_of, replay_choices
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.files import write_text
 from kvcheck.reporting.render import printable
@@ -67,23 +68,28 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_target(
         target, allow_unavailable=counterexample.allow_unavailable_imports, deadline=args.deadline
     )
-    # The convention the test judges by, chosen now as `replay` chooses it, and written into
-    # the test when it is not the file's (so a reader sees it) or the test's own replay would
-    # choose another by default (the target's own for another target).
-    scenario, said = judged_scenario(counterexample, loaded, args.convention)
+    # How the test judges (SGLang: by which convention), chosen now as `replay` chooses it, and
+    # written into the test per option when it is not the file's (so a reader sees it) or the
+    # test's own replay would choose another by default (the target's own for another target).
+    requested = replay_requests(args, counterexample.scenario.family)
+    scenario, said = judged_scenario(counterexample, loaded, requested)
     if said:  # names the file's target and rule: escaped, as `replay` prints them
         note(printable(said, keep_newlines=False))
-    used = scenario.config.convention
-    by_default = judged_scenario(counterexample, loaded, "auto")[0].config.convention
-    file_convention = counterexample.scenario.config.convention
-    pinned = None if used == by_default == file_convention else used
+    used = judging_of(scenario).to_dict()
+    by_default = judging_of(judged_scenario(counterexample, loaded)[0]).to_dict()
+    saved = judging_of(counterexample.scenario).to_dict()
+    pinned = {
+        name: used[name]
+        for name in replay_choices(counterexample.scenario.family)
+        if not used[name] == by_default[name] == saved[name]
+    }
     # An absolute path, so that the test runs from its own folder (or any other).
     text = regression_test(
         counterexample,
         source=args.file,
         target=absolute_spec(target),
         deadline=args.deadline,
-        convention=pinned,
+        chosen=pinned,
     )
     if not args.out:
         sys.stdout.write(text)

@@ -22,7 +22,7 @@ from kvcheck.cli.options import (
 )
 from kvcheck.cli.progress import Progress
 from kvcheck.counterexamples.fileformat import SavedViolation, load
-from kvcheck.counterexamples.replay import Replay, replay, replay_command
+from kvcheck.counterexamples.replay import Replay, replay, replay_choices, replay_command
 from kvcheck.errors import FileWriteError
 from kvcheck.files import check_destination
 from kvcheck.reporting.explain import explain
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             path=args.file,
             deadline=args.deadline,
             progress=progress,
-            convention=args.convention,
+            **replay_requests(args, counterexample.scenario.family),
         )
     if replayed.note:  # names the file's target and rule: escaped as the report is
         note(printable(replayed.note, keep_newlines=False))
@@ -121,11 +121,10 @@ def _print_replay(replayed: Replay) -> None:
     which = "saved target" if replayed.target == counterexample.target else "given target"
     # Every string here but the verdict words may come from the file: printed escaped.
     print(printable(f"replaying {replayed.path} against {replayed.target} ({which})"))
-    if replayed.convention != replayed.file_convention:
-        print(
-            f"judged:   {replayed.convention} convention (the file's: "
-            f"{replayed.file_convention}; --convention file keeps it)"
-        )
+    for name, used, saved in replayed.chosen():
+        if used != saved:
+            words, flag = name.replace("_", " "), name.replace("_", "-")
+            print(f"judged:   {used} {words} (the file's: {saved}; --{flag} file keeps it)")
     if counterexample.violation is not None:
         against = counterexample.found_against or counterexample.target
         saved = (
@@ -143,12 +142,14 @@ def _print_replay(replayed: Replay) -> None:
 def replay_to_json(replayed: Replay) -> dict[str, Any]:
     """The `--json` report of a replay (fields listed in CHANGELOG.md)."""
     counterexample, violation = replayed.counterexample, replayed.violation
-    scenario = counterexample.scenario
     data: dict[str, Any] = {
         "verdict": "pass" if violation is None else "fail",
         "target": replayed.target,
-        "convention": replayed.convention,
-        "file_convention": scenario.config.convention,
+    }
+    for name, used, saved in replayed.chosen():  # SGLang's: convention, file_convention
+        data[name] = used
+        data[f"file_{name}"] = saved
+    data |= {
         "note": replayed.note,
         "examples": 1,
         "replay": replayed.status,
@@ -164,3 +165,13 @@ def replay_to_json(replayed: Replay) -> dict[str, Any]:
         data["violation"] = SavedViolation.from_violation(violation).to_dict()
         data["explanation"] = explain(replayed.result)
     return data
+
+
+def replay_requests(args: argparse.Namespace, family_name: str) -> dict[str, str]:
+    """What the command line asks of a replay's judging, per option a replay of `family_name`
+    may choose (`--convention` for SGLang's): the options it was not given are left out."""
+    return {
+        name: getattr(args, name)
+        for name in replay_choices(family_name)
+        if getattr(args, name, None) is not None
+    }

@@ -196,8 +196,77 @@ class Judge(Protocol):
         `kvcheck.check()` takes them; missing ones as the family chooses), and why."""
         ...
 
+    def judging_of(self, config: Any) -> JudgingOptions:
+        """The options a scenario of `config` is judged by (a counterexample file's, a
+        replay's)."""
+        ...
+
+    @property
+    def replay_choices(self) -> Mapping[str, tuple[str, ...]]:
+        """What a replay may ask of the judging, by the name of an option of `judging_of`: the
+        values it may be set to besides "auto" (the default: the family decides) and "file"
+        (always the file's). SGLang's: the convention, preclaim or honest."""
+        ...
+
+    def rejudged(
+        self, config: Any, requested: Mapping[str, str], target: Target, saved_target: bool
+    ) -> tuple[Any, str | None]:
+        """The config a replay of a stored scenario of `config` against `target` (the file's
+        own when `saved_target`) runs, judged as `requested` asks (a value for every
+        `replay_choices` name), and what to tell the user about it (None: nothing)."""
+        ...
+
 
 # --- targets: which specs a family claims, loading and probing them (kvcheck.targets) ---
+
+
+class TargetLoader(Protocol):
+    """How a family's targets are found: the specs it claims, loading one (its probe included),
+    and what a resolver read from source (`kvcheck.targets.source`) may import and must accept."""
+
+    @property
+    def default_specs(self) -> tuple[str, ...]:
+        """The targets a search runs when given none (`kvcheck check` without a target)."""
+        ...
+
+    @property
+    def stand_ins(self) -> Mapping[tuple[str, str], object]:
+        """Stand-ins for names a resolver's file imports from the engine's own package, by
+        (module, name): what such a file gets in their place, the engine being absent here."""
+        ...
+
+    @property
+    def resolver_parameters(self) -> tuple[str, ...]:
+        """The parameters every resolver takes, in order (SGLang's: self, result, batch)."""
+        ...
+
+    def claims(self, spec: str) -> bool:
+        """Whether `spec` names one of this family's targets (`family_for_spec`)."""
+        ...
+
+    def load(self, spec: str, *, allow_unavailable: bool, deadline: float | None) -> Target:
+        """The target `spec` names, probed; `TargetLoadError` (one line) when it cannot be.
+        `allow_unavailable`: names a source file uses that cannot be provided fail only when
+        used; `deadline`: seconds each call may take (None: no limit)."""
+        ...
+
+    def spec_path(self, spec: str) -> str | None:
+        """The file or directory `spec` reads its target from, as written (None: it names no
+        path), so that it can be made absolute (`kvcheck.targets.loading.absolute_spec`)."""
+        ...
+
+
+def family_for_spec(spec: str) -> Family:
+    """The family whose targets `spec` names: the first other registered family that claims it,
+    else the default family (which loads, or refuses, every spec no other claims). Only the
+    families registered besides the default are imported to ask them."""
+    for name in FAMILIES:
+        if name != DEFAULT_FAMILY:
+            candidate = family(name)
+            if candidate.targets.claims(spec):
+                return candidate
+    return family(DEFAULT_FAMILY)
+
 
 # --- search: distribution (kvcheck.strategies, kvcheck.search.check, campaign, sampling) ---
 
@@ -443,7 +512,7 @@ class Family:
     scenarios: ScenarioCodec
     judge: Judge
     # Parts whose protocol is written next to its generic consumer's move behind the seam.
-    targets: Any = None
+    targets: TargetLoader
     distribution: Distribution | None = None
     moves: Any = None
     report: Reporter = attrs.field(kw_only=True)

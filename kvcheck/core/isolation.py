@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from kvcheck.core import deadline
+from kvcheck.core.calls import import_tensor_library
 from kvcheck.core.deadline import TargetDeadlineExceeded, TimeLimitReached
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 
@@ -173,7 +174,7 @@ def _on_stuck(why: str, number: int, seconds: float) -> None:
 
 def _end(message: str, code: int) -> None:
     if _report_stream is not None:
-        # The stuck call runs with `sys.stdout` sent to stderr (the engine's `_run_target`);
+        # The stuck call runs with `sys.stdout` sent to stderr (`kvcheck.core.calls`);
         # the JSON object of `--json` belongs on the report.
         sys.stdout = _report_stream
     if _report is not None:
@@ -254,8 +255,6 @@ def _in_child(
     function: Callable[..., Any], args: tuple[Any, ...], failing: frozenset[int]
 ) -> tuple[Any, ...]:
     # Imported once here rather than by every child: torch takes a second to import.
-    from kvcheck.families.sglang.engine import import_tensor_library
-
     import_tensor_library()
     read_end, write_end = os.pipe()
     for stream in (sys.stdout, sys.stderr):  # else what is buffered is printed twice

@@ -3,10 +3,9 @@
 After every event the reference model and the engine each hand the checkers one frozen record per
 request (`RequestExpectation`, `ObservedRequest`). Most events change one request or none, and a
 `Step` leaves finished requests alone unless the target ran, so the records of the others are
-handed on as they were: the same objects, which the checkers then need not test again
-(`kvcheck.families.sglang.invariants`). tests/unit/core/test_snapshots.py checks, event by event,
-that the
-records handed on equal the ones made afresh.
+handed on as they were: the same objects, which the checkers then need not test again (SGLang's
+family does so). tests/unit/core/test_snapshots.py checks, event by event, that the records
+handed on equal the ones made afresh.
 
 What this rests on: a target's code runs only within a `Step` (its calls), so between them a
 request's fake changes only by kvcheck's own hand. A value a target planted in a fake whose

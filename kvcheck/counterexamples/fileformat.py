@@ -1,11 +1,10 @@
 """The counterexample file format: a failing scenario that outlives the run that found it.
 
 A counterexample file is JSON (`*.kvcheck.json`) holding everything needed to reproduce a finding
-without Hypothesis: the scenario (config and events, in `kvcheck.families.sglang.scenario`'s
-versioned form),
-the target spec it was found against, the violation that was seen, and the kvcheck version that
-saw it. This module reads and writes that form and nothing else; replaying a file is
-`kvcheck.counterexamples.replay`.
+without Hypothesis: the scenario (its family, and its config and events in that family's form:
+`kvcheck.core.scenario`), the target spec it was found against, the violation that was seen, and
+the kvcheck version that saw it. This module reads and writes that form and nothing else;
+replaying a file is `kvcheck.counterexamples.replay`.
 
 The file name is derived from a hash of what identifies the finding (scenario, target, invariant,
 event index, request), so finding the same counterexample twice writes the same file.
@@ -189,17 +188,18 @@ def _slug(text: str, limit: int = 40) -> str:
 
 def _target_slug(spec: str) -> str:
     """The part of a file name that says which target failed: for a file target the file's name
-    and the qualname, for an import the last module and the qualname, for a directory its last
-    two components, else the whole spec. The directories above a file say nothing about which
-    resolver it is, and cutting the whole spec to its end would drop the file's name."""
+    and the qualname, for an import (or a `prefix:NAME` form, such as `builtin:reference`) the
+    last module and the qualname, for a directory its last two components, else the whole spec.
+    The directories above a file say nothing about which resolver it is, and cutting the whole
+    spec to its end would drop the file's name."""
     spec = spec.strip().replace("\\", "/")
     if "::" in spec:
         path, _, qualname = spec.partition("::")
         head = PurePosixPath(path).name.removesuffix(".py")
-    elif spec.count(":") == 1 and "/" not in spec and not spec.startswith("builtin:"):
+    elif spec.count(":") == 1 and "/" not in spec:
         module, _, qualname = spec.partition(":")
         head = module.rpartition(".")[2]
-    elif "/" in spec and not spec.startswith(("builtin:", "sglang==")):
+    elif "/" in spec:
         head, qualname = "-".join(PurePosixPath(spec.rstrip("/")).parts[-2:]), ""
     else:
         head, qualname = spec, ""

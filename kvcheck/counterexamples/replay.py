@@ -9,31 +9,46 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
-from typing import Final, Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal
 
 import attrs
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.family import DEFAULT_FAMILY, JudgingOptions, family
 from kvcheck.core.invariant import Violation
 from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import Counterexample, SavedViolation, load
 from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
-from kvcheck.families.sglang.scenario import CONVENTIONS, Convention
-from kvcheck.families.sglang.target import allocation_rules
 from kvcheck.reporting.explain import explain
 from kvcheck.reporting.render import escaped_timeline, printable, render_plain
 from kvcheck.reporting.timeline import build_timeline
 from kvcheck.targets.loading import absolute_spec, load_target
 
 ReplayStatus = Literal["same", "different", "none"]
-# Which committed-length convention a replay judges by (docs/replay.md): `auto` is the file's for
-# its saved target and the target's own (its probed API shape) for another one; `file` is always
-# the file's; `preclaim` or `honest` as given.
-ReplayConvention = Literal["auto", "file", "preclaim", "honest"]
-REPLAY_CONVENTIONS: Final[tuple[ReplayConvention, ...]] = ("auto", "file", "preclaim", "honest")
+# How a replay is judged (docs/replay.md), per option its family lets it choose
+# (`Judge.replay_choices`, SGLang's: the convention): `auto`, the default, as the family decides
+# (SGLang: the file's for its saved target, the target's own for another one); `file`, always the
+# file's; or a value the family lists.
+AUTO: Final = "auto"
+FILE: Final = "file"
+
+
+def replay_choices(family_name: str = DEFAULT_FAMILY) -> dict[str, tuple[str, ...]]:
+    """What a replay of a scenario of `family_name` may choose, by option, `auto` (the default)
+    first: the values its `--NAME` option takes."""
+    choices = family(family_name).judge.replay_choices
+    return {name: (AUTO, FILE, *values) for name, values in choices.items()}
+
+
+def __getattr__(name: str) -> Any:
+    """`REPLAY_CONVENTIONS`: the default family's choices of `--convention`, for the command
+    line that still names them so."""
+    if name == "REPLAY_CONVENTIONS":
+        return replay_choices()["convention"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def from_run(
@@ -66,22 +81,37 @@ class Replay:
     target: str
     result: RunResult
     path: str | None = None
-    # Why the replay judged by another convention than the file's, or under an allocation rule
-    # outside the target's generations (None: nothing to say); the convention it judged by is
-    # `result.scenario.config.convention`.
+    # Why the replay was judged otherwise than the file (SGLang: by another convention, or under
+    # an allocation rule outside the target's generations); None: nothing to say.
     note: str | None = None
 
     @property
-    def convention(self) -> Convention:
-        """The committed-length convention this replay judged by."""
-        convention: Convention = self.result.scenario.config.convention
-        return convention
+    def judging(self) -> JudgingOptions:
+        """The options this replay judged by."""
+        return judging_of(self.result.scenario)
 
     @property
-    def file_convention(self) -> Convention:
-        """The convention the counterexample file was judged by."""
-        convention: Convention = self.counterexample.scenario.config.convention
-        return convention
+    def file_judging(self) -> JudgingOptions:
+        """The options the counterexample file was judged by."""
+        return judging_of(self.counterexample.scenario)
+
+    def chosen(self) -> list[tuple[str, Any, Any]]:
+        """Per option a replay chooses (`replay_choices`): its name, the value this replay
+        judged by and the file's."""
+        used, saved = self.judging.to_dict(), self.file_judging.to_dict()
+        names = family(self.result.scenario.family).judge.replay_choices
+        return [(name, used[name], saved[name]) for name in names]
+
+    def __getattr__(self, name: str) -> Any:
+        """`NAME` and `file_NAME` for each option a replay chooses (SGLang's `convention` and
+        `file_convention`, docs/replay.md): the value this replay judged by, and the file's."""
+        if not name.startswith("_"):
+            for option, used, saved in self.chosen():
+                if name == option:
+                    return used
+                if name == f"file_{option}":
+                    return saved
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def violation(self) -> Violation | None:
@@ -150,19 +180,18 @@ def replay(
     path: str | os.PathLike[str] | None = None,
     deadline: float | None = DEFAULT_DEADLINE,
     progress: Callable[[str], None] | None = None,
-    convention: ReplayConvention = "auto",
+    **requested: str,
 ) -> Replay:
     """Run the counterexample's scenario once against `target` (default: the saved target),
     each call of the target under `deadline` seconds (None or 0: none; a loaded `Target` keeps
-    its own), judged by `convention` (`ReplayConvention`: by default the file's for its saved
-    target, the target's own for another; `Replay.note` says when that differs from the file).
+    its own), judged as `requested` asks, per option its family lets a replay choose
+    (`replay_choices`; SGLang's `convention=`: by default the file's for its saved target, the
+    target's own for another). `Replay.note` says when that differs from the file.
 
-    Raises `KvcheckUsageError` (exit 2 material) when no target is known or it cannot be loaded.
+    Raises `KvcheckUsageError` (exit 2 material) for a choice the family does not offer, when no
+    target is known or it cannot be loaded, or when it is not of the scenario's family.
     """
-    if convention not in REPLAY_CONVENTIONS:
-        raise KvcheckUsageError(
-            f"unknown convention {convention!r}; choose {', '.join(REPLAY_CONVENTIONS)}"
-        )
+    asked = _requests(counterexample.scenario.family, requested)
     if target is None:
         if counterexample.target is None:
             raise ScenarioFormatError("the counterexample names no target; give one with --target")
@@ -182,51 +211,53 @@ def replay(
         if progress is not None:
             progress(f"replayed {index + 1} of {total} events")
 
-    scenario, note = judged_scenario(counterexample, loaded, convention)
+    scenario, note = judged_scenario(counterexample, loaded, asked)
     result = run_scenario(scenario, loaded, record=True, on_event=on_event)
     return Replay(counterexample, loaded.spec, result, None if path is None else str(path), note)
 
 
 def judged_scenario(
-    counterexample: Counterexample, loaded: Target, choice: ReplayConvention
+    counterexample: Counterexample, loaded: Target, requested: Mapping[str, str] | None = None
 ) -> tuple[Scenario, str | None]:
-    """The scenario a replay of `counterexample` against `loaded` runs (the file's, under the
-    convention `choice` gives) and what to tell the user about it (None: nothing). Judging
-    another resolver by the file's convention would fail a correct one whose release follows
-    the other (issue 23, item 4)."""
+    """The scenario a replay of `counterexample` against `loaded` runs (the file's, judged as
+    `requested` asks: `replay`) and what to tell the user about it (None: nothing), both the
+    family's to decide (`Judge.rejudged`). `KvcheckUsageError` when `loaded` is not a target of
+    the scenario's family."""
     scenario = counterexample.scenario
-    config = scenario.config
+    if loaded.family != scenario.family:
+        raise KvcheckUsageError(
+            f"the counterexample is a {scenario.family} scenario and {loaded.spec} a "
+            f"{loaded.family} target; replay it against a {scenario.family} target"
+        )
+    asked = _requests(scenario.family, requested or {})
     saved_target = counterexample.target is not None and loaded.spec == absolute_spec(
         counterexample.target
     )
-    notes = []
-    used: Convention = config.convention
-    if choice in CONVENTIONS:
-        used = choice
-        if used != config.convention:
-            notes.append(
-                f"judged by the {used} convention as given; the file was judged by "
-                f"{config.convention}"
+    judge = family(scenario.family).judge
+    config, note = judge.rejudged(scenario.config, asked, loaded, saved_target)
+    if config is not scenario.config:
+        scenario = attrs.evolve(scenario, config=config)
+    return scenario, note
+
+
+def judging_of(scenario: Scenario) -> JudgingOptions:
+    """The options `scenario` is judged by (its family reads them off its config)."""
+    return family(scenario.family).judge.judging_of(scenario.config)
+
+
+def _requests(family_name: str, requested: Mapping[str, str]) -> dict[str, str]:
+    """`requested` checked against what a replay of `family_name` may choose, with `auto` for
+    every option not given; `KvcheckUsageError` for a name or value it does not offer."""
+    choices = replay_choices(family_name)
+    for name, value in requested.items():
+        if name not in choices:
+            offered = ", ".join(choices) or "none"
+            raise KvcheckUsageError(
+                f"a {family_name} replay has no judging option {name!r} (it has: {offered})"
             )
-    elif choice == "auto" and not saved_target:
-        shape = loaded.shape
-        if shape.convention != config.convention:
-            used = shape.convention
-            notes.append(
-                f"{loaded.spec} follows the {used} convention ({shape.convention_reason}); the "
-                f"file was judged by {config.convention}, so this replay judges by {used} "
-                "(--convention file keeps the file's)"
-            )
-    if not saved_target and config.allocation not in allocation_rules(loaded):
-        notes.append(
-            f"the file's allocation rule {config.allocation} is not one {loaded.spec} is "
-            f"judged under ({loaded.shape.allocation_reason})"
-        )
-    if used != config.convention:
-        scenario = attrs.evolve(scenario, config=attrs.evolve(config, convention=used))
-    if notes and not saved_target:
-        notes.append(f"global counters {config.global_counters}, as the file")
-    return scenario, "; ".join(notes) or None
+        if value not in choices[name]:
+            raise KvcheckUsageError(f"unknown {name} {value!r}; choose {', '.join(choices[name])}")
+    return {name: requested.get(name, AUTO) for name in choices}
 
 
 def replay_file(path: str | os.PathLike[str], target: str | Target | None = None) -> Replay:

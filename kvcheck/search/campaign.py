@@ -32,6 +32,7 @@ from typing import Any, Final, Literal
 import attrs
 from hypothesis.database import ExampleDatabase
 
+from kvcheck.core.calls import import_tensor_library
 from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.family import JudgingOptions, register, registered_paths
 from kvcheck.core.interrupts import raise_if_dropped
@@ -40,7 +41,6 @@ from kvcheck.core.scenario import to_json_line
 from kvcheck.counterexamples.fileformat import Counterexample, loads
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.families.sglang.engine import import_tensor_library
 from kvcheck.search.check import adaptive_reason, search
 from kvcheck.search.profiles import directory_database
 from kvcheck.search.sampling import sample_search

@@ -49,12 +49,12 @@ from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
+from kvcheck.core.calls import import_tensor_library
 from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
-from kvcheck.families.sglang.engine import import_tensor_library
 from kvcheck.search.sharding import Candidate, Found, NodeLike, PlanLike, ShardFactory
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
 from kvcheck.search.workers import Crashed, Refused, WorkerMessage, WorkerPool

@@ -1,3 +1,3 @@
-"""Targets: turning a spec (`builtin:NAME`, `module:Qualname`, `file.py::Qualname`) into a
-`kvcheck.families.sglang.target.Target` that carries its probed API shape. See
-docs/architecture.md."""
+"""Targets: turning a spec into a `kvcheck.core.target.Target` through the family that claims it
+(`kvcheck.core.family.TargetLoader`), which probes it once; and reading a resolver from a source
+file without importing its module (`kvcheck.targets.source`). See docs/architecture.md."""

@@ -1,14 +1,11 @@
-"""Resolving a target spec into something the engine can call.
+"""Resolving a target spec into something an engine can call: a generic dispatcher over the
+families (`kvcheck.core.family.TargetLoader`).
 
-The forms (their grammar is a contract: CHANGELOG.md):
-- `builtin:NAME`: one of kvcheck's own resolvers (`kvcheck.families.sglang.builtins`);
-- `sglang==VERSION`: that SGLang release's resolver, fetched from the package index into
-  kvcheck's cache (`kvcheck.families.sglang.release`);
-- `path/to/sglang` (a checkout root or the `sglang` package directory): its resolver, found the
-  same way;
-- `package.module:Qualname.attr`: imported normally;
-- `path/to/file.py::Qualname.attr`: read from source without importing its module, so a resolver
-  inside an SGLang checkout can be checked on a machine without SGLang's dependencies.
+Each family claims its spec forms (SGLang's: `builtin:NAME`, `sglang==VERSION`, an SGLang
+checkout directory, `mutant:NAME`, `package.module:Qualname.attr` and
+`path/to/file.py::Qualname.attr`; their grammar is a contract: CHANGELOG.md) and loads and probes
+its targets; the default family loads every spec no other family claims
+(`kvcheck.core.family.family_for_spec`). The loaded `Target` names its family.
 
 Every failure is a `TargetLoadError` with one line: the front doors turn it into exit code 2.
 """
@@ -18,91 +15,48 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
-import inspect
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
+import attrs
+
 from kvcheck.core.deadline import DEFAULT_DEADLINE
+from kvcheck.core.family import DEFAULT_FAMILY, family, family_for_spec
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
-from kvcheck.families.sglang import release as sglang_release
-from kvcheck.families.sglang.builtins import BUILTINS
-from kvcheck.families.sglang.probe import probe_target
-from kvcheck.targets.source import load_from_source
 
-DEFAULT_TARGETS = ("builtin:seed-prefix", "builtin:seed-fixed")
+
+def __getattr__(name: str) -> Any:
+    """`DEFAULT_TARGETS`: the default family's targets for a search given none, looked up (and
+    the family imported) only when asked for."""
+    if name == "DEFAULT_TARGETS":
+        return family(DEFAULT_FAMILY).targets.default_specs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_target(
     spec: str, *, allow_unavailable: bool = False, deadline: float | None = DEFAULT_DEADLINE
 ) -> Target:
-    """Resolve `spec` and probe its API shape once (`kvcheck.families.sglang.probe`).
+    """Resolve `spec` through the family that claims it, which probes it once.
 
     `allow_unavailable` (source targets only): names the file uses but
     kvcheck cannot provide become placeholders that fail only when used at run time.
     `deadline`: seconds each call of the target may take, the probe's included (None or 0: no
     limit; `kvcheck.core.deadline`)."""
     spec = spec.strip()
-    deadline = deadline or None
-    if spec.startswith("builtin:"):
-        return _load_builtin(spec, deadline)
-    if spec.startswith(sglang_release.SPEC_PREFIX):
-        return _load_release(spec, allow_unavailable, deadline)
-    if "::" in spec:
-        return _load_source(spec, allow_unavailable, deadline)
-    if spec.count(":") == 1:
-        return _load_import(spec, deadline)
-    if _expanded(spec).is_dir():
-        return _load_package(spec, allow_unavailable, deadline)
-    _refuse_missing_directory(spec)
-    raise TargetLoadError(
-        f"malformed target {spec!r}; expected builtin:NAME, sglang==VERSION, "
-        "package.module:Qualname, path/to/file.py::Qualname or an SGLang checkout directory"
+    owner = family_for_spec(spec)
+    target = owner.targets.load(
+        spec, allow_unavailable=allow_unavailable, deadline=deadline or None
     )
-
-
-def _expanded(path: str) -> Path:
-    """`path` with a leading `~` expanded, as for every path kvcheck is given (a quoted `~`
-    reaches kvcheck unexpanded)."""
-    return Path(path).expanduser()
-
-
-def _refuse_missing_directory(spec: str) -> None:
-    """A spec written as a path (it has a separator, or starts with `~` or `.`) that names no
-    directory: say what is at that path instead of calling the spec malformed."""
-    if not (os.sep in spec or "/" in spec or spec.startswith(("~", "."))):
-        return
-    path = _expanded(spec)
-    try:
-        path.stat()
-    except FileNotFoundError:
-        raise TargetLoadError(
-            f"no such directory {spec!r} (an SGLang checkout target must be an existing directory)"
-        ) from None
-    except OSError as exc:  # a symlink loop, a name too long, a folder kvcheck may not enter
-        raise TargetLoadError(
-            f"cannot read the directory {spec!r}: {exc.strerror or exc}"
-        ) from None
-    raise TargetLoadError(
-        f"{spec!r} is a file, not a directory: give an SGLang checkout directory, or a resolver "
-        "in a file as path/to/file.py::Qualname"
-    )
+    return target if target.family == owner.name else attrs.evolve(target, family=owner.name)
 
 
 def spec_path(spec: str) -> str | None:
-    """The file (`path/to/file.py::Qualname`) or directory (an SGLang checkout) a spec reads its
-    target from, as written; None for the forms that name no path (`builtin:`, `sglang==`,
-    `package.module:Qualname`). Mirrors the order `load_target` tries the forms in."""
+    """The file or directory a spec reads its target from, as written; None for the forms that
+    name no path (SGLang's `builtin:`, `sglang==`, `mutant:`, `package.module:Qualname`)."""
     spec = spec.strip()
-    if spec.startswith("builtin:") or spec.startswith(sglang_release.SPEC_PREFIX):
-        return None
-    if "::" in spec:
-        return spec.partition("::")[0] or None
-    if spec.count(":") == 1 or not _expanded(spec).is_dir():
-        return None
-    return spec
+    return family_for_spec(spec).targets.spec_path(spec)
 
 
 def absolute_spec(spec: str) -> str:
@@ -115,58 +69,10 @@ def absolute_spec(spec: str) -> str:
     return os.path.abspath(os.path.expanduser(path)) + spec.strip()[len(path) :]
 
 
-def _load_release(spec: str, allow_unavailable: bool, deadline: float | None) -> Target:
-    version = sglang_release.parse_spec(spec)
-    package = sglang_release.release_package(version)
-    what = f"SGLang {version} (package index)"
-    return _load_sglang(spec, package, what, allow_unavailable, deadline)
-
-
-def _load_package(spec: str, allow_unavailable: bool, deadline: float | None) -> Target:
-    package = sglang_release.package_dir(_expanded(spec))
-    what = f"the SGLang package at {spec}"
-    return _load_sglang(spec, package, what, allow_unavailable, deadline)
-
-
-def _load_sglang(
-    spec: str, package: Path, what: str, allow_unavailable: bool, deadline: float | None
-) -> Target:
-    """The resolver of an SGLang package, read from source with its sibling methods."""
-    where = sglang_release.find_resolver(package)
-    loaded = load_from_source(str(where.file), where.qualname, allow_unavailable=allow_unavailable)
-    description = f"{what}: {where.qualname} ({where.file.name}, line {where.line})"
-    return probe_target(
-        spec, loaded.resolver, description, loaded.self_methods, loaded.code, deadline=deadline
-    )
-
-
-def _load_builtin(spec: str, deadline: float | None) -> Target:
-    name = spec.removeprefix("builtin:")
-    resolver = BUILTINS.get(name)
-    if resolver is None:
-        raise TargetLoadError(
-            f"unknown builtin {name!r}; builtins: {', '.join('builtin:' + n for n in BUILTINS)}"
-        )
-    description = f"kvcheck built-in resolver {name!r}"
-    return probe_target(spec, resolver, description, deadline=deadline)
-
-
-def _load_source(spec: str, allow_unavailable: bool, deadline: float | None) -> Target:
-    path, _, qualname = spec.partition("::")
-    if not path or not qualname:
-        raise TargetLoadError(f"malformed target {spec!r}; expected path/to/file.py::Qualname")
-    loaded = load_from_source(path, qualname, allow_unavailable=allow_unavailable)
-    return probe_target(
-        spec,
-        loaded.resolver,
-        loaded.description,
-        loaded.self_methods,
-        loaded.code,
-        deadline=deadline,
-    )
-
-
-def _load_import(spec: str, deadline: float | None) -> Target:
+def import_object(spec: str) -> Any:
+    """The object a `package.module:Qualname.attr` spec names, imported normally (what the module
+    prints when imported goes to stderr); `TargetLoadError` naming what is missing, with the
+    closest names."""
     module_name, _, qualname = spec.partition(":")
     if not module_name or not qualname:
         raise TargetLoadError(f"malformed target {spec!r}; expected package.module:Qualname")
@@ -193,22 +99,4 @@ def _load_import(spec: str, deadline: float | None) -> Target:
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             where = ".".join([module_name, *qualname.split(".")[:depth]])
             raise TargetLoadError(f"{where} has no attribute {part!r}{hint}") from None
-    resolver = inspect.unwrap(obj) if callable(obj) else obj
-    check_resolver_signature(resolver, spec)
-    description = f"{qualname} imported from {module_name}"
-    return probe_target(spec, resolver, description, deadline=deadline)
-
-
-def check_resolver_signature(resolver: Any, spec: str) -> None:
-    """A resolver must be callable as resolver(self, result, batch)."""
-    if not callable(resolver):
-        raise TargetLoadError(f"target {spec!r} is a {type(resolver).__name__}, not a function")
-    try:
-        inspect.signature(resolver).bind(object(), object(), object())
-    except TypeError:
-        raise TargetLoadError(
-            f"target {spec!r} has signature {inspect.signature(resolver)}; a resolver must "
-            "accept (self, result, batch)"
-        ) from None
-    except ValueError:
-        return  # builtins without a signature: let the call decide
+    return obj

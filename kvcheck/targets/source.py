@@ -13,10 +13,11 @@ dependencies. The file is parsed with `ast`, and only what the resolver needs is
 Annotations are never evaluated: they are stripped from functions and turned into strings
 elsewhere, so names used only in annotations, in `if TYPE_CHECKING:` imports or in
 `typing.cast(T, x)` do not matter. Every other free name is provided as a builtin, a module-level
-definition of the same file, a stand-in for an SGLang name (`kvcheck.families.sglang.names`), or
-an import from a module that is safe to import here (the standard library, `torch`, `numpy`,
-`typing_extensions`). Anything else the code touches is a `TargetLoadError`
-naming the name and its module; imports nobody touches are never looked at.
+definition of the same file, a stand-in for a name of the engine's own package (the family's
+`kvcheck.core.family.TargetLoader.stand_ins`: SGLang's finish reasons, for one), or an import
+from a module that is safe to import here (the standard library, `torch`, `numpy`,
+`typing_extensions`). Anything else the code touches is a `TargetLoadError` naming the name and
+its module; imports nobody touches are never looked at.
 
 The extracted code is compiled with the file's own name and line numbers, so a traceback from
 inside a target points at the user's file, and coverage of what ran is measured against it:
@@ -49,13 +50,11 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
+from kvcheck.core.family import DEFAULT_FAMILY, family
 from kvcheck.core.target import CodeSpan
 from kvcheck.errors import TargetLoadError
-from kvcheck.families.sglang.names import STAND_INS
 
 __all__ = ["LoadedSource", "load_from_source"]
-
-EXPECTED_SIGNATURE: Final = "(self, result, batch)"
 
 # Third-party top-level packages that are safe to import for a target; the standard library is
 # always allowed. Anything else (sglang, triton, sgl_kernel, ...) is never imported. numpy is a
@@ -84,8 +83,11 @@ class LoadedSource:
     code: tuple[CodeSpan, ...] = ()
 
 
-def load_from_source(path: str, qualname: str, *, allow_unavailable: bool = False) -> LoadedSource:
-    """Read `qualname` (`Class.method` or `function`) from the Python file at `path`.
+def load_from_source(
+    path: str, qualname: str, *, allow_unavailable: bool = False, family_name: str = DEFAULT_FAMILY
+) -> LoadedSource:
+    """Read `qualname` (`Class.method` or `function`) from the Python file at `path`, a resolver
+    of the family `family_name` (which says what it must accept and what its file may import).
 
     `path` may be relative (to the current directory) and may start with `~`. Every failure is a
     `TargetLoadError` with a one-line message. With `allow_unavailable`, a name that cannot be
@@ -102,7 +104,11 @@ def load_from_source(path: str, qualname: str, *, allow_unavailable: bool = Fals
         ) from None
     except ValueError as exc:  # e.g. null bytes
         raise TargetLoadError(f"{path} is not valid Python: {exc}") from None
-    return _Loader(file, path, tree, allow_unavailable).load(qualname)
+    targets = family(family_name).targets
+    loader = _Loader(
+        file, path, tree, allow_unavailable, targets.stand_ins, targets.resolver_parameters
+    )
+    return loader.load(qualname)
 
 
 def _read(file: Path, shown: str) -> bytes:
@@ -412,7 +418,7 @@ class _CannotProvide(Exception):
     """Internal: why one candidate binding of a name cannot be provided."""
 
 
-def _import_binding(imp: _Import) -> object:
+def _import_binding(imp: _Import, stand_ins: Mapping[tuple[str, str], object]) -> object:
     if imp.type_checking_only:
         raise _CannotProvide(
             f"(imported from {imp.module} only under TYPE_CHECKING), which does not exist at "
@@ -423,8 +429,8 @@ def _import_binding(imp: _Import) -> object:
             f"(relative import from {imp.module}), which kvcheck cannot provide without "
             "importing its package"
         )
-    if imp.attr is not None and (imp.module, imp.attr) in STAND_INS:
-        return STAND_INS[(imp.module, imp.attr)]
+    if imp.attr is not None and (imp.module, imp.attr) in stand_ins:
+        return stand_ins[(imp.module, imp.attr)]
     top = imp.module.partition(".")[0]
     if top not in sys.stdlib_module_names and top not in _SAFE_THIRD_PARTY:
         raise _CannotProvide(
@@ -461,8 +467,19 @@ def _module_name(file: Path) -> str:
 
 
 class _Loader:
-    def __init__(self, file: Path, shown: str, tree: ast.Module, allow_unavailable: bool) -> None:
+    def __init__(
+        self,
+        file: Path,
+        shown: str,
+        tree: ast.Module,
+        allow_unavailable: bool,
+        stand_ins: Mapping[tuple[str, str], object],
+        parameters: tuple[str, ...],
+    ) -> None:
         self._file = file
+        self._stand_ins = stand_ins
+        self._parameters = parameters
+        self._signature = f"({', '.join(parameters)})"
         self._filename = str(file)
         self._shown = shown
         self._tree = tree
@@ -508,7 +525,7 @@ class _Loader:
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             raise TargetLoadError(
                 f"{qualname} in {self._shown} (line {node.lineno}) is not a function; a target "
-                f"must be a function or method {EXPECTED_SIGNATURE}"
+                f"must be a function or method {self._signature}"
             )
         self._check_target(qualname, node)
         description = f"{qualname} from {self._shown} (line {node.lineno})"
@@ -646,21 +663,21 @@ class _Loader:
         where = f"{qualname} in {self._shown} (line {node.lineno})"
         if isinstance(node, ast.AsyncFunctionDef):
             raise TargetLoadError(
-                f"{where} is an async function; a resolver is a plain function {EXPECTED_SIGNATURE}"
+                f"{where} is an async function; a resolver is a plain function {self._signature}"
             )
         for decorator in node.decorator_list:
             name = _decorator_name(decorator)
             if name in _UNSUPPORTED_METHOD_DECORATORS:
                 raise TargetLoadError(
                     f"{where} is decorated with @{name}; a resolver is a plain method "
-                    f"{EXPECTED_SIGNATURE}"
+                    f"{self._signature}"
                 )
         args = node.args
         positional = [*args.posonlyargs, *args.args]
-        if len(positional) != 3 or args.vararg or args.kwarg or args.kwonlyargs:
+        if len(positional) != len(self._parameters) or args.vararg or args.kwarg or args.kwonlyargs:
             raise TargetLoadError(
                 f"{where} has signature {_signature_text(node)}; a resolver must accept exactly "
-                f"{EXPECTED_SIGNATURE} positionally"
+                f"{self._signature} positionally"
             )
 
     # ---- dependency closure ------------------------------------------------------------------
@@ -725,7 +742,7 @@ class _Loader:
                 self._include_statement(candidate, name)
                 return
             try:
-                self._provided[name] = _import_binding(candidate)
+                self._provided[name] = _import_binding(candidate, self._stand_ins)
             except _CannotProvide as exc:
                 reasons.append(str(exc))
             else:

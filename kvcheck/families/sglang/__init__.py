@@ -3,6 +3,7 @@
 from kvcheck.core.family import Family
 from kvcheck.families.sglang.distribution import SglangDistribution
 from kvcheck.families.sglang.judge import SglangJudge
+from kvcheck.families.sglang.loading import SglangTargets
 from kvcheck.families.sglang.reporting import SglangReporter
 from kvcheck.families.sglang.scenario import SglangScenarios
 
@@ -10,6 +11,7 @@ FAMILY = Family(
     name="sglang",
     scenarios=SglangScenarios(),
     judge=SglangJudge(),
+    targets=SglangTargets(),
     distribution=SglangDistribution(),
     report=SglangReporter(),
 )

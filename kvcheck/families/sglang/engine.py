@@ -22,20 +22,17 @@ target mutated. Its state is plain objects, so `clone()` is a deep copy.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.calls import TargetCalls, tensor_library
 from kvcheck.core.copying import deep_copy
-from kvcheck.core.deadline import TargetDeadlineExceeded, TimeLimitReached, call_with_deadline
-from kvcheck.core.interrupts import held, raise_if_dropped, swallowed_since
-from kvcheck.core.interrupts import received as interrupts_received
+from kvcheck.core.deadline import TargetDeadlineExceeded, call_with_deadline
 from kvcheck.core.jsonable import type_name
 from kvcheck.core.snapshots import refreshed
-from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 from kvcheck.errors import UnsupportedTargetError as UnsupportedTargetError
 from kvcheck.families.sglang.allocation import AllocationPath, RuleAllocation
 from kvcheck.families.sglang.fakes import (
@@ -72,6 +69,16 @@ from kvcheck.families.sglang.scenario import (
 )
 
 Resolver = Callable[[Any, Any, Any], Any]
+
+# How the engine calls the target (`kvcheck.core.calls`): a fake's unmodelled attribute is outside
+# the model, a grammar refusal is the fake behaving as the real grammar does, and the resolvers
+# this package ships (built-ins, the mutant corpus) are targets like any other.
+_HERE: Final = Path(__file__).resolve().parent
+_run_target: Final = TargetCalls(
+    outside_model=(UnmodeledAttributeError,),
+    not_faults=(GrammarRefusal,),
+    shipped_targets=(str(_HERE / "builtins.py"), str(_HERE / "mutants") + os.sep),
+).run
 
 
 @attrs.frozen
@@ -712,7 +719,7 @@ class Engine:
     def _make_result(self, launch: _EngineLaunch) -> FakeResult:
         # Imported at the first result: torch takes seconds to import, and a CLI that only
         # reports a usage error should not pay for it (workers import it up front).
-        torch = _tensor_library()
+        torch = tensor_library()
         config = self.config
         rows, width = len(launch.batch.reqs), config.output_width(launch.stride)
         next_token_ids = _token_ids(torch, launch.number, rows, width)
@@ -778,26 +785,6 @@ _INT32_TEMPLATES: dict[tuple[int, ...], Any] = {}
 _TEMPLATES_MAX: Final = 4096
 
 
-def import_tensor_library() -> None:
-    """Import torch now rather than at the first decode result. A worker process calls this
-    before it says it is ready: the import takes seconds, and a worker inside it cannot see
-    that its parent told it to stop, so Ctrl-C would wait for the import to end."""
-    _tensor_library()
-
-
-_torch: Any = None
-
-
-def _tensor_library() -> Any:
-    """torch, imported once, with Ctrl-C held until the import ends (`interrupts.held`)."""
-    global _torch
-    if _torch is None:
-        with held():
-            import torch
-        _torch = torch
-    return _torch
-
-
 def _token_ids(torch: Any, launch_no: int, rows: int, width: int) -> Any:
     """A new int64 tensor of `token_id(launch_no, row, col)` for `rows` rows of `width`, row by
     row (`token_id` is `token_id(launch_no, 0, 0)` plus `token_id(0, row, col)`)."""
@@ -820,61 +807,6 @@ def _int32_row(torch: Any, values: tuple[int, ...]) -> Any:
             _INT32_TEMPLATES.clear()
         template = _INT32_TEMPLATES[values] = torch.tensor(values, dtype=torch.int32)
     return template.clone()
-
-
-def _run_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
-    """Call the target's code: (what it returned, None), or (None, its exception as text) when
-    it raised. Raises `UnsupportedTargetError` when it reached what kvcheck does not model or
-    cannot provide, and `KvcheckInternalError` when kvcheck's own code raised: neither is a
-    verdict on the target. What the target prints goes to stderr: kvcheck's stdout is its report
-    (one JSON object under `--json`).
-
-    Every call is a point where a Ctrl-C that did not stop kvcheck is raised again
-    (`kvcheck.core.interrupts`): one Python dropped since the last call, or one the target
-    swallowed during this one."""
-    raise_if_dropped()
-    sigints = interrupts_received()
-    try:
-        outcome = _call_target(function, *args)
-    except BaseException as exc:
-        if not isinstance(exc, KeyboardInterrupt) and swallowed_since(sigints):
-            raise KeyboardInterrupt from None
-        raise
-    if swallowed_since(sigints):
-        raise KeyboardInterrupt
-    return outcome
-
-
-def _call_target(function: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
-    try:
-        stdout, sys.stdout = sys.stdout, sys.stderr  # `contextlib.redirect_stdout`, inline
-        try:
-            return function(*args), None
-        finally:
-            sys.stdout = stdout
-    except (UnmodeledAttributeError, KvcheckUsageError) as exc:
-        # Includes a name the source loader could not provide, reached at run time.
-        raise UnsupportedTargetError(str(exc)) from None
-    except ImportError as exc:
-        raise UnsupportedTargetError(
-            f"target imports at run time what kvcheck cannot provide: {exc}"
-        ) from None
-    except Exception as exc:
-        fault = _kvcheck_fault(exc)
-        if fault is not None:
-            raise KvcheckInternalError(
-                f"kvcheck's own code raised {type(exc).__name__}: {exc} ({fault}) while the "
-                "target ran; this is a kvcheck bug, not a verdict on the target"
-            ) from exc
-        return None, f"{type(exc).__name__}: {exc}"
-    except (KeyboardInterrupt, TargetDeadlineExceeded, TimeLimitReached):
-        # Ctrl-C and a run's time limit stop kvcheck; a call past its deadline is
-        # `target-deadline`: none of them is the target raising.
-        raise
-    except BaseException as exc:
-        # A resolver that raises SystemExit (or another BaseException) inside the scheduler would
-        # take the server down: the target's violation, never kvcheck exiting with its code.
-        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _values_same(before: Any, after: Any) -> bool:
@@ -920,29 +852,3 @@ def _runs_as_ints(returned: Any) -> tuple[tuple[tuple[int, ...], ...] | None, st
 def _short_repr(value: Any, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# kvcheck's own code that runs inside a target's call: the fakes and what they reach. A target's
-# exception is raised in the target's frames (or in torch, called by the target); one whose
-# innermost frame is here is kvcheck's.
-# The judging core and this family's package count; the targets this package ships (the
-# built-in resolvers and the mutant corpus) are targets like any other.
-_HERE: Final = Path(__file__).resolve().parent
-_KVCHECK_CORE: Final = (str(_HERE.parent.parent / "core") + os.sep, str(_HERE) + os.sep)
-_SHIPPED_TARGETS: Final = (str(_HERE / "builtins.py"), str(_HERE / "mutants") + os.sep)
-
-
-def _kvcheck_fault(exc: BaseException) -> str | None:
-    """`file:line` of the kvcheck frame `exc` was raised in, when it was raised in kvcheck's
-    core (a fake's method, the engine); None when the target (or a library it called) raised."""
-    if isinstance(exc, GrammarRefusal):  # the fake behaving as the real grammar does
-        return None
-    tb = exc.__traceback__
-    if tb is None:
-        return None
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    filename = tb.tb_frame.f_code.co_filename
-    if not filename.startswith(_KVCHECK_CORE) or filename.startswith(_SHIPPED_TARGETS):
-        return None
-    return f"{Path(filename).name}:{tb.tb_lineno}"
