@@ -20,7 +20,7 @@ pass through the generic layers as `Any`: only the family looks inside them.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 
@@ -195,6 +195,37 @@ class Judge(Protocol):
 
 # --- shrinking and exhaustive expansion (kvcheck.search.shrink, kvcheck.search.exhaust) ---
 
+
+class Moves(Protocol):
+    """How a family's scenarios are made smaller.
+
+    Shrinking (`kvcheck.search.shrink`): the generic loop cuts the scenario after its
+    violation, deletes runs of events and replays each candidate; the family orders scenarios
+    and offers simpler events and configs. Scenarios pass as `kvcheck.core.scenario.Scenario`
+    (typed `Any` here: that module imports this one).
+    """
+
+    def size(self, scenario: Any) -> tuple[int, ...]:
+        """The shrink order: a candidate is tried only when smaller (fewer events first)."""
+        ...
+
+    def event_variants(self, event: Any) -> Iterator[Any]:
+        """Simpler events to put in `event`'s place, most aggressive first."""
+        ...
+
+    def config_variants(self, scenario: Any) -> Iterator[Any]:
+        """Simpler scenarios by their config (with what the change needs of the events)."""
+        ...
+
+    def allowed_configs(self, target: Target) -> Callable[[Any], bool]:
+        """Which configs a shrunk scenario may take for `target`."""
+        ...
+
+    def renamed(self, scenario: Any) -> Any:
+        """The scenario with its names made canonical (SGLang: requests r0, r1, ...)."""
+        ...
+
+
 # --- reporting: describers, timeline lanes and cells, explanations (kvcheck.reporting) ---
 
 # --- mutants: the kill matrix's corpus (kvcheck.mutants) ---
@@ -207,10 +238,10 @@ class Family:
     name: str
     scenarios: ScenarioCodec
     judge: Judge
+    moves: Moves
     # Parts whose protocol is written next to its generic consumer's move behind the seam.
     targets: Any = None
     distribution: Any = None
-    moves: Any = None
     report: Any = None
     mutants: Any = None
 

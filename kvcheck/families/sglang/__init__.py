@@ -3,5 +3,8 @@
 from kvcheck.core.family import Family
 from kvcheck.families.sglang.judge import SglangJudge
 from kvcheck.families.sglang.scenario import SglangScenarios
+from kvcheck.families.sglang.search import SglangMoves
 
-FAMILY = Family(name="sglang", scenarios=SglangScenarios(), judge=SglangJudge())
+FAMILY = Family(
+    name="sglang", scenarios=SglangScenarios(), judge=SglangJudge(), moves=SglangMoves()
+)
