@@ -20,14 +20,7 @@ from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR
 from kvcheck.counterexamples.replay import REPLAY_CONVENTIONS
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.families.sglang.scenario import (
-    ALGORITHMS,
-    EVENT_KINDS,
-    GLOBAL_COUNTER_MODES,
-    GRAMMAR_KINDS,
-    Algorithm,
-    Grammar,
-)
+from kvcheck.families.sglang.scenario import GLOBAL_COUNTER_MODES
 
 if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvcheck.search
     from kvcheck.search.target_coverage import TargetCoverage
@@ -178,103 +171,11 @@ def deadline_seconds(text: str) -> float | None:
     return value or None
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    """Comma-separated integers, at least one."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
-    return values
-
-
-def eos_list(text: str) -> tuple[int | None, ...]:
-    """Comma-separated EOS positions: integers, or `none` for a request that never hits EOS."""
-    values: list[int | None] = []
-    for part in (p.strip() for p in text.split(",")):
-        if part.lower() in ("none", "no", "-"):
-            values.append(None)
-            continue
-        try:
-            values.append(int(part))
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected EOS positions (integers or 'none'), got {text!r}"
-            ) from None
-    return tuple(values)
-
-
-def event_kinds(text: str) -> tuple[str, ...]:
-    """Comma-separated event kinds (`kvcheck.families.sglang.scenario.EVENT_KINDS`) or `all`;
-    `step` is
-    always included."""
-    if text.strip() == "all":
-        return EVENT_KINDS
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in EVENT_KINDS]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown event kind(s) {', '.join(unknown)}; choose from {', '.join(EVENT_KINDS)} "
-            "or 'all'"
-        )
-    return kinds if "step" in kinds else ("step", *kinds)
-
-
 def percent(text: str) -> float:
     """A percentage, 0 to 100."""
     value = _number(text, "a percentage")
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
-    return value
-
-
-def algorithm_list(text: str) -> tuple[Algorithm, ...] | None:
-    """Comma-separated speculative algorithms (`kvcheck.families.sglang.scenario.ALGORITHMS`), or
-    `auto`
-    (None: every algorithm the target supports)."""
-    if text.strip() == "auto":
-        return None
-    names = tuple(a.strip() for a in text.split(",") if a.strip())
-    unknown = [a for a in names if a not in ALGORITHMS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown algorithm(s) {', '.join(unknown) or repr(text)}; choose from "
-            f"{', '.join(ALGORITHMS)} or 'auto'"
-        )
-    return tuple(a for a in ALGORITHMS if a in names)
-
-
-def grammar_list(text: str) -> tuple[Grammar | None, ...]:
-    """Comma-separated grammars an admitted request may carry: `none`, `accept`,
-    `terminate@N` (satisfied by output token N >= 2) or `reject@N` (refuses output token N)."""
-    grammars: list[Grammar | None] = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        kind, _, at = part.partition("@")
-        try:
-            if kind == "none" and not at:
-                grammars.append(None)
-            elif kind in GRAMMAR_KINDS:
-                grammars.append(Grammar(kind, int(at) if at else None))
-            else:
-                raise ValueError(f"unknown grammar {kind!r}")
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(
-                f"{part!r}: {exc}; expected none, accept, terminate@N (N >= 2) or reject@N"
-            ) from None
-    if not grammars:
-        raise argparse.ArgumentTypeError(f"expected at least one grammar, got {text!r}")
-    return tuple(dict.fromkeys(grammars))
-
-
-def overlap_modes(text: str) -> tuple[bool, ...]:
-    """`on`, `off` or `both`."""
-    choices = {"on": (True,), "off": (False,), "both": (True, False)}
-    value = choices.get(text.strip())
-    if value is None:
-        raise argparse.ArgumentTypeError(f"expected on, off or both, got {text!r}")
     return value
 
 

@@ -111,7 +111,7 @@ def test_the_shrinker_drops_or_simplifies_a_grammar() -> None:
 
 def test_exhaustive_bounds_take_grammars() -> None:
     from kvcheck.errors import KvcheckUsageError
-    from kvcheck.search.exhaust import Bounds
+    from kvcheck.families.sglang.search import Bounds
 
     assert Bounds(grammars=(None, Grammar("reject", 2))).grammars[1] == Grammar("reject", 2)
     with pytest.raises(KvcheckUsageError, match="grammars"):
