@@ -20,7 +20,8 @@ import time
 import attrs
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE, call_with_deadline
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.families.sglang.search import Bounds
+from kvcheck.search.exhaust import exhaust
 from kvcheck.targets.loading import load_target
 
 

@@ -32,10 +32,11 @@ from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.scenario import Step
+from kvcheck.families.sglang.search import Bounds
 from kvcheck.mutants import MUTANTS
 from kvcheck.mutants.matrix import exhaustive_minimum, quantile, search_entry
 from kvcheck.search.check import search
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.search.exhaust import exhaust
 from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target
 

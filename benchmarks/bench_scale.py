@@ -217,6 +217,16 @@ def measure_search(count: int, seeds: int) -> dict[str, Any]:
     return out
 
 
+def exhaust_bounds() -> Any:
+    """The exhaustive search's `Bounds`: SGLang's family's (`kvcheck.families.sglang.search`)
+    since the family seam, `kvcheck.search.exhaust`'s in older trees."""
+    try:
+        from kvcheck.families.sglang.search import Bounds
+    except ImportError:
+        from kvcheck.search.exhaust import Bounds  # type: ignore[attr-defined,no-redef]
+    return Bounds
+
+
 def run_exhaust(bounds: Any, workers: int, time_limit: float | None = None) -> Any:
     from kvcheck.search.exhaust import exhaust
     from kvcheck.targets.loading import load_target
@@ -235,7 +245,7 @@ def parallel_exhaust() -> bool:
 
 def measure_exhaust(repeats: int, workers: list[int]) -> dict[str, Any]:
     """States per second on the default proof bounds (2 requests, 8 events)."""
-    from kvcheck.search.exhaust import Bounds
+    Bounds = exhaust_bounds()
 
     out: dict[str, Any] = {}
     for count in workers:
@@ -252,7 +262,7 @@ def measure_exhaust(repeats: int, workers: list[int]) -> dict[str, Any]:
 def measure_proofs(workers: int, quick: bool) -> dict[str, Any]:
     """The issue's proof (`--events 0 --steps 8`) and the largest event bounds cleared in 60 s
     for 2 and 3 requests."""
-    from kvcheck.search.exhaust import Bounds
+    Bounds = exhaust_bounds()
 
     out: dict[str, Any] = {}
     steps = 4 if quick else 8

@@ -64,10 +64,14 @@ def record(result: Any) -> dict[str, Any]:
 
 
 def run_cases(mutants: int, unreduced: int) -> dict[str, Any]:
+    from bench_scale import exhaust_bounds
+
     from kvcheck.mutants import ENTRIES
     from kvcheck.mutants.matrix import MINIMUM_BOUNDS, bounds_for
-    from kvcheck.search.exhaust import Bounds, exhaust
+    from kvcheck.search.exhaust import exhaust
     from kvcheck.targets.loading import load_target
+
+    Bounds = exhaust_bounds()
 
     out: dict[str, Any] = {}
     reference = load_target("builtin:reference")

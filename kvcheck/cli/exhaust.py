@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -23,11 +24,7 @@ from kvcheck.cli.options import (
     coverage_below,
     coverage_json,
     coverage_text,
-    eos_list,
     error_json,
-    int_list,
-    non_negative_int,
-    overlap_modes,
     positive_int,
     require_coverage,
     seconds,
@@ -35,25 +32,17 @@ from kvcheck.cli.options import (
 )
 from kvcheck.cli.progress import Progress, announce
 from kvcheck.core.deadline import describe
+from kvcheck.core.family import DEFAULT_FAMILY, JudgingOptions, family
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run, replay_command
-from kvcheck.errors import FileWriteError, KvcheckUsageError
-from kvcheck.families.sglang.cli import algorithm_list, event_kinds, grammar_list
-from kvcheck.families.sglang.mutants.registry import SPEC_PREFIX
-from kvcheck.families.sglang.scenario import ALGORITHMS, EVENT_KINDS, Convention, GlobalCounterMode
-from kvcheck.families.sglang.target import allocation_rules
+from kvcheck.errors import FileWriteError
+from kvcheck.mutants import SPEC_PREFIX
 from kvcheck.mutants import get as get_entry
 from kvcheck.reporting.render import print_timeline
 from kvcheck.reporting.text import failure_to_json, format_failure
 from kvcheck.reporting.timeline import build_timeline
-from kvcheck.search.exhaust import (
-    DEFAULT_MAX_MEMORY_MB,
-    Bounds,
-    ExhaustResult,
-    default_adaptive,
-    exhaust,
-)
+from kvcheck.search.exhaust import DEFAULT_MAX_MEMORY_MB, ExhaustResult, exhaust
 from kvcheck.search.exhaust_parallel import WorkerLost
 from kvcheck.targets.loading import load_target
 from kvcheck.wording import plural
@@ -75,114 +64,8 @@ def add_parser(commands: Any) -> None:
         ),
     )
     exhaust.add_argument("target", help="the resolver to check (forms above)")
-    bounds = exhaust.add_argument_group("bounds")
-    default = Bounds()
-    bounds.add_argument(
-        "--requests",
-        type=positive_int,
-        default=default.requests,
-        metavar="N",
-        help=f"requests per scenario (default: {default.requests})",
-    )
-    bounds.add_argument(
-        "--events",
-        type=non_negative_int,
-        default=default.events,
-        metavar="N",
-        help="longest scenario, every event counted; 0: unbounded, needs --steps "
-        f"(default: {default.events})",
-    )
-    bounds.add_argument(
-        "--steps",
-        type=non_negative_int,
-        default=None,
-        metavar="N",
-        help="at most N step events per scenario (default: only --events bounds them)",
-    )
-    bounds.add_argument(
-        "--max-accept",
-        type=positive_int,
-        default=default.max_accept,
-        metavar="N",
-        help=f"most draft tokens a row accepts (default: {default.max_accept})",
-    )
-    bounds.add_argument(
-        "--strides",
-        type=int_list,
-        default=default.strides,
-        metavar="S,S",
-        help=f"speculative strides (default: {_commas(default.strides)})",
-    )
-    bounds.add_argument(
-        "--kinds",
-        type=event_kinds,
-        default=default.kinds,
-        metavar="K,K",
-        help=f"event kinds to enumerate (default all: {','.join(EVENT_KINDS)})",
-    )
-    bounds.add_argument(
-        "--prompt-lens",
-        type=int_list,
-        default=default.prompt_lens,
-        metavar="P,P",
-        help=f"prompt lengths of admitted requests (default: {_commas(default.prompt_lens)})",
-    )
-    bounds.add_argument(
-        "--max-new",
-        type=int_list,
-        default=default.max_new,
-        metavar="M,M",
-        help=f"max_new_tokens of admitted requests (default: {_commas(default.max_new)})",
-    )
-    bounds.add_argument(
-        "--eos",
-        type=eos_list,
-        default=default.eos,
-        metavar="E,E",
-        help=f"output position of a request's EOS token, or none (default: {_commas(default.eos)})",
-    )
-    bounds.add_argument(
-        "--overlap", type=overlap_modes, default=default.overlap, help="on, off or both (default)"
-    )
-    bounds.add_argument(
-        "--algorithms",
-        type=algorithm_list,
-        default=default.algorithms,
-        metavar="A,A",
-        help=(
-            f"speculative algorithms, among {','.join(ALGORITHMS)}, or 'auto' for every one the "
-            "target supports (default eagle)"
-        ),
-    )
-    bounds.add_argument(
-        "--block-cap",
-        type=int_list,
-        default=default.block_cap_lengths,
-        metavar="N,N",
-        help=(
-            "block-accept and cap lengths a decode row may report, for targets that read them "
-            "(default: results carry none)"
-        ),
-    )
-    bounds.add_argument(
-        "--grammars",
-        type=grammar_list,
-        default=default.grammars,
-        metavar="G,G",
-        help=(
-            "grammars an admitted request may carry: none, accept, terminate@N, reject@N, for "
-            "targets that consult one (default none)"
-        ),
-    )
-    bounds.add_argument(
-        "--allocation",
-        type=lambda text: tuple(text.split(",")),
-        default=None,
-        metavar="R,R",
-        help="allocation rules to enumerate, at page size 1: off, 0.5.6, 0.5.12, 0.5.13, "
-        "0.5.16, among those of the target's SGLang generations (default: off, or the newest "
-        "of them for a target that touches kv_allocated_len)",
-    )
+    # The bounds are the family's: its flags (a target's family is not known before it loads).
+    family(DEFAULT_FAMILY).moves.add_bounds_options(exhaust.add_argument_group("bounds"))
     judge = exhaust.add_argument_group("judging")
     add_judging_options(
         judge,
@@ -244,10 +127,6 @@ def add_parser(commands: Any) -> None:
     exhaust.set_defaults(run=run)
 
 
-def _commas(values: tuple[object, ...]) -> str:
-    return ",".join("none" if value is None else str(value) for value in values)
-
-
 def run(args: argparse.Namespace) -> int:
     """`kvcheck exhaust TARGET`: enumerate within the bounds given and report.
 
@@ -256,50 +135,24 @@ def run(args: argparse.Namespace) -> int:
     target's line coverage is below `--min-coverage`, else 0, also for an incomplete search;
     `--events 0` without `--steps` is a `KvcheckUsageError`.
     """
-    if args.events == 0 and args.steps is None:
-        raise KvcheckUsageError("--events 0 (unbounded) needs a --steps bound")
-    bounds = Bounds(
-        requests=args.requests,
-        events=args.events or None,
-        steps=args.steps,
-        max_accept=args.max_accept,
-        strides=args.strides,
-        kinds=args.kinds,
-        prompt_lens=args.prompt_lens,
-        max_new=args.max_new,
-        eos=args.eos,
-        overlap=args.overlap,
-        # Without --allocation, `_within_shape` chooses from the target's shape.
-        **({} if args.allocation is None else {"allocations": args.allocation}),
-    )
+    bounds = family(DEFAULT_FAMILY).moves.bounds_from_args(args, None)
     header = (
         f"kvcheck: exhausting {args.target} ({bounds.describe()}; deadline "
         f"{describe(args.deadline)}; Ctrl-C stops and reports)"
     )
     announce(header, before_load=True)
     # With no deadline, a time limit still bounds each call of the probe run (loading).
-    target, defaults = _load_exhaust_target(
+    target, entry = _load_exhaust_target(
         args.target, args.allow_unavailable_imports, args.deadline or args.time_limit
     )
     target = attrs.evolve(target, deadline=args.deadline)
-    bounds = _within_shape(bounds, args, target)
+    moves = family(target.family).moves
+    bounds = moves.bounds_from_args(args, target)
     require_coverage(args, target)
     announce(header, before_load=False)
-    convention, convention_reason = _exhaust_convention(args.convention, target, defaults)
-    global_counters = args.global_counters or defaults.get("global_counters", "ideal")
-    if args.adaptive is not None:
-        adaptive, adaptive_reason = args.adaptive, "given"
-    elif "adaptive" in defaults:
-        adaptive, adaptive_reason = defaults["adaptive"], "as the corpus entry is judged"
-    else:
-        adaptive = default_adaptive(bounds)
-        adaptive_reason = (
-            "switch_stride events between two or more strides"
-            if adaptive
-            else "no stride switches within the bounds"
-        )
+    options, reasons = moves.search_judging(args, target, bounds, entry)
     try:
-        result = _search(args, target, bounds, convention, global_counters, adaptive)
+        result = _search(args, target, bounds, options)
     except WorkerLost as exc:
         if not args.json:
             raise  # one line on stderr, which says what was established
@@ -313,20 +166,18 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         return EXIT_USAGE
-    saved_path, replay, warnings = _save(result, args, convention_reason)
+    # The first reason is why the options were chosen, which a counterexample file keeps.
+    saved_path, replay, warnings = _save(result, args, next(iter(reasons.values()), ""))
     if args.json:
-        report = exhaust_to_json(result) | {
-            "convention_reason": convention_reason,
-            "adaptive_reason": adaptive_reason,
-            "warnings": warnings,
-        }
+        report = exhaust_to_json(result) | {f"{name}_reason": why for name, why in reasons.items()}
+        report["warnings"] = warnings
         report |= coverage_json(result.coverage, args)
         if result.failure is not None:
             report["counterexample_file"] = saved_path
             report["replay_command"] = replay
         print(json.dumps(report, indent=2, default=repr))
     else:
-        print(format_exhaust(result, convention_reason, adaptive_reason, target.description))
+        print(format_exhaust(result, reasons, target.description))
         for line in coverage_text(result.coverage, args):
             print(line)
         if result.failure is not None:
@@ -353,19 +204,15 @@ def run(args: argparse.Namespace) -> int:
 def _search(
     args: argparse.Namespace,
     target: Target,
-    bounds: Bounds,
-    convention: Convention,
-    global_counters: GlobalCounterMode,
-    adaptive: bool,
+    bounds: Any,
+    options: JudgingOptions,
 ) -> ExhaustResult:
     """The search the command line asks for, with its progress line."""
     with Progress() as progress:
         return exhaust(
             target,
             bounds,
-            convention=convention,
-            global_counters=global_counters,
-            adaptive=adaptive,
+            options=options,
             merge=not args.no_merge,
             reduce=not args.no_reduce,
             workers=args.workers,
@@ -379,57 +226,15 @@ def _search(
         )
 
 
-def _within_shape(bounds: Bounds, args: argparse.Namespace, target: Target) -> Bounds:
-    """The bounds with `--algorithms auto` resolved; algorithms, block/cap lengths or grammars the
-    target cannot be judged on (its probed shape) are a usage error naming what it supports."""
-    shape = target.shape
-    algorithms = shape.algorithms if args.algorithms is None else args.algorithms
-    problems = []
-    unsupported = [a for a in algorithms if a not in shape.algorithms]
-    if unsupported:
-        problems.append(
-            f"it is judged on {', '.join(shape.algorithms)} only, not {', '.join(unsupported)}"
-        )
-    if args.block_cap and not shape.block_cap:
-        problems.append("it reads no block/cap lengths (--block-cap)")
-    if any(g is not None for g in args.grammars) and not shape.grammar:
-        problems.append("it consults no grammar (--grammars)")
-    if problems:
-        raise KvcheckUsageError(f"{target.description}: " + "; ".join(problems))
-    allowed = allocation_rules(target)
-    # Without --allocation: no allocation where the target allows that, else the newest rule of
-    # its generations (a rule it is not judged under is refused by `exhaust`).
-    allocations = args.allocation or (("off",) if "off" in allowed else allowed[-1:])
-    return attrs.evolve(
-        bounds,
-        algorithms=algorithms,
-        block_cap_lengths=args.block_cap,
-        grammars=args.grammars,
-        allocations=allocations,
-    )
-
-
 def _load_exhaust_target(
     spec: str, allow_unavailable: bool, deadline: float | None
-) -> tuple[Target, dict[str, Any]]:
-    """The target, and the judging options a corpus entry is annotated with (mutant:NAME)."""
+) -> tuple[Target, Any]:
+    """The target, and the corpus entry it is (mutant:NAME), whose annotated judging options
+    the family takes as defaults; None for any other spec."""
     if spec.strip().startswith(SPEC_PREFIX):
         entry = get_entry(spec.strip())
-        defaults = {
-            "convention": entry.convention,
-            "global_counters": entry.global_counters,
-            "adaptive": entry.adaptive,
-        }
-        return attrs.evolve(entry.target(), deadline=deadline), defaults
-    return load_target(spec, allow_unavailable=allow_unavailable, deadline=deadline), {}
-
-
-def _exhaust_convention(choice: str, target: Target, defaults: dict[str, Any]) -> tuple[Any, str]:
-    if choice != "auto":
-        return choice, f"convention {choice} (given)"
-    if "convention" in defaults:
-        return defaults["convention"], "as the corpus entry is annotated"
-    return target.shape.convention, target.shape.convention_reason
+        return attrs.evolve(entry.target(), deadline=deadline), entry
+    return load_target(spec, allow_unavailable=allow_unavailable, deadline=deadline), None
 
 
 def _save(
@@ -456,28 +261,20 @@ def _save(
 
 def format_exhaust(
     result: ExhaustResult,
-    convention_reason: str = "",
-    adaptive_reason: str = "",
+    reasons: Mapping[str, str] | None = None,
     description: str = "",
 ) -> str:
-    """The text report: target, convention and options with their reasons, bounds, what was
-    explored, then PASS, INCOMPLETE, or the shortest counterexample and what else breaks at that
-    length.
+    """The text report: target, the options with their `reasons` (by option name, as the
+    family's `Moves.search_judging` gives them), bounds, what was explored, then PASS,
+    INCOMPLETE, or the shortest counterexample and what else breaks at that length.
     """
     about = f"  ({description})" if description else ""
-    conv = f"  ({convention_reason})" if convention_reason else ""
-    why = f" ({adaptive_reason})" if adaptive_reason else ""
+    moves = family(result.family).moves
     lines = [
         f"target      {result.target}{about}",
-        f"convention  {result.convention}{conv}",
-        f"options     global counters {result.global_counters}, "
-        f"adaptive {'on' if result.adaptive else 'off'}{why}",
+        *moves.describe_options(result.options, reasons or {}),
         f"bounds      {result.bounds.describe()}",
-        *(
-            f"not run     allocation {rule} with overlap {'on' if overlap else 'off'}: "
-            "under adaptive switching a scheduler fault, not judged (docs/semantics.md §5)"
-            for rule, overlap in result.skipped
-        ),
+        *(f"not run     {why}" for _, why in result.not_run),
         f"explored    {plural(result.scenarios, 'scenario')}, "
         f"{plural(result.states, 'distinct state')}, "
         f"lengths up to {result.depth}, in {result.seconds:.2f} s "
@@ -516,11 +313,9 @@ def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
     data: dict[str, Any] = {
         "verdict": result.verdict,
         "target": result.target,
-        "convention": result.convention,
-        "global_counters": result.global_counters,
-        "adaptive": result.adaptive,
+        **family(result.family).moves.options_to_dict(result.options),
         "bounds": result.bounds.to_dict(),
-        "not_run": [{"allocation": rule, "overlap": overlap} for rule, overlap in result.skipped],
+        "not_run": [entry for entry, _ in result.not_run],
         "scenarios": result.scenarios,
         "states": result.states,
         "depth": result.depth,

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
+from kvcheck.arguments import non_negative_int as non_negative_int
+from kvcheck.arguments import positive_int as positive_int
 from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.family import DEFAULT_FAMILY, distribution_of
 from kvcheck.core.target import Target
@@ -103,28 +105,6 @@ def input_files(target: Target | None, *paths: str | os.PathLike[str]) -> tuple[
 # --- argument types -------------------------------------------------------------------------
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """An integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
-
-
 def seed(text: str) -> int:
     """Any integer seed."""
     try:
@@ -169,49 +149,11 @@ def deadline_seconds(text: str) -> float | None:
     return value or None
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    """Comma-separated integers, at least one."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
-    return values
-
-
-def eos_list(text: str) -> tuple[int | None, ...]:
-    """Comma-separated EOS positions: integers, or `none` for a request that never hits EOS."""
-    values: list[int | None] = []
-    for part in (p.strip() for p in text.split(",")):
-        if part.lower() in ("none", "no", "-"):
-            values.append(None)
-            continue
-        try:
-            values.append(int(part))
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected EOS positions (integers or 'none'), got {text!r}"
-            ) from None
-    return tuple(values)
-
-
 def percent(text: str) -> float:
     """A percentage, 0 to 100."""
     value = _number(text, "a percentage")
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
-    return value
-
-
-def overlap_modes(text: str) -> tuple[bool, ...]:
-    """`on`, `off` or `both`."""
-    choices = {"on": (True,), "off": (False,), "both": (True, False)}
-    value = choices.get(text.strip())
-    if value is None:
-        raise argparse.ArgumentTypeError(f"expected on, off or both, got {text!r}")
     return value
 
 

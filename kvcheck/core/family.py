@@ -413,6 +413,138 @@ class Releases(Protocol):
 
 # --- shrinking and exhaustive expansion (kvcheck.search.shrink, kvcheck.search.exhaust) ---
 
+
+class SearchBounds(Protocol):
+    """What an exhaustive search enumerates: a family's own record (SGLang's: requests, event
+    kinds, strides, ...). The generic levels read only how long a scenario may grow."""
+
+    @property
+    def events(self) -> int | None:
+        """The longest scenario, in events (None: until no new state is found)."""
+        ...
+
+    def describe(self) -> str:
+        """The bounds in one line (reports, the kill matrix's explanations)."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """The bounds as JSON (the `bounds` of `kvcheck exhaust --json`)."""
+        ...
+
+
+class Moves(Protocol):
+    """How a family's scenarios are made smaller and enumerated.
+
+    Shrinking (`kvcheck.search.shrink`): the generic loop cuts the scenario after its
+    violation, deletes runs of events and replays each candidate; the family orders scenarios
+    and offers simpler events and configs. The exhaustive search (`kvcheck.search.exhaust`):
+    the generic levels apply each event the family lists to a copy of the state, check it,
+    count it and merge equal states; the family lists the events, says what is inert, and
+    sets up the bounds, the start configs and the command's flags. Scenarios pass as
+    `kvcheck.core.scenario.Scenario` (typed `Any` here: that module imports this one).
+    """
+
+    def size(self, scenario: Any) -> tuple[int, ...]:
+        """The shrink order: a candidate is tried only when smaller (fewer events first)."""
+        ...
+
+    def event_variants(self, event: Any) -> Iterator[Any]:
+        """Simpler events to put in `event`'s place, most aggressive first."""
+        ...
+
+    def config_variants(self, scenario: Any) -> Iterator[Any]:
+        """Simpler scenarios by their config (with what the change needs of the events)."""
+        ...
+
+    def allowed_configs(self, target: Target) -> Callable[[Any], bool]:
+        """Which configs a shrunk scenario may take for `target`."""
+        ...
+
+    def renamed(self, scenario: Any) -> Any:
+        """The scenario with its names made canonical (SGLang: requests r0, r1, ...)."""
+        ...
+
+    def bounds(self, values: Mapping[str, Any]) -> SearchBounds:
+        """Bounds from keyword values (empty: the defaults); `KvcheckUsageError` if invalid."""
+        ...
+
+    def search_options(self, requested: Mapping[str, Any], bounds: Any) -> JudgingOptions:
+        """The options `exhaust(**requested)` judges by within `bounds`, defaults filled in."""
+        ...
+
+    def check_bounds(self, target: Target, bounds: Any, options: Any) -> None:
+        """`KvcheckUsageError` when the bounds give `target` nothing it may be searched on."""
+        ...
+
+    def start_configs(self, bounds: Any, options: Any) -> list[Any]:
+        """The configs every scenario starts from, in a fixed order (a path's origin)."""
+        ...
+
+    def not_run(self, bounds: Any, options: Any) -> tuple[tuple[dict[str, Any], str], ...]:
+        """What the bounds name but the start configs leave out: as JSON, and why in words."""
+        ...
+
+    def expand(
+        self,
+        model: Any,
+        config: Any,
+        bounds: Any,
+        steps: int,
+        child: Callable[[Any], Any],
+    ) -> Sequence[Any]:
+        """The events to branch on from a state that took `steps` steps; `child(event)`
+        branches on one at once and returns the model's expectation after it."""
+        ...
+
+    def counts_as_step(self, event: Any) -> bool:
+        """Whether `event` counts as a step (bounds on steps; fewer steps is the better path)."""
+        ...
+
+    def inert(self, engine: Any, model: Any) -> frozenset[str]:
+        """The parts of a state that can no longer change a verdict (`state_key`'s `inert`)."""
+        ...
+
+    def release(self, engine: Any, model: Any) -> None:
+        """Break the reference cycles of a state the search drops (freed without a collection)."""
+        ...
+
+    def pickle_state(self, engine: Any, model: Any, target: Target) -> bytes | None:
+        """A state as bytes for another worker, without the target (None: it does not pickle)."""
+        ...
+
+    def unpickle_state(self, data: bytes, target: Target) -> tuple[FamilyEngine, ReferenceModel]:
+        """The state `pickle_state` made, with this process's `target` put back."""
+        ...
+
+    def prepare_worker(self) -> None:
+        """Import now what the family's runs import on first use (a worker, before it is ready)."""
+        ...
+
+    def add_bounds_options(self, parser: argparse._ActionsContainer) -> None:
+        """Add `kvcheck exhaust`'s flags for the bounds."""
+        ...
+
+    def bounds_from_args(self, args: argparse.Namespace, target: Target | None) -> SearchBounds:
+        """The bounds the flags ask for; with the target loaded, fitted to what it supports."""
+        ...
+
+    def search_judging(
+        self, args: argparse.Namespace, target: Target, bounds: Any, entry: Any
+    ) -> tuple[JudgingOptions, dict[str, str]]:
+        """The options the judging flags ask for (else `entry`'s, a corpus entry or None), and
+        why each was chosen by name (`NAME_reason` in `--json`; the first is saved with a
+        counterexample)."""
+        ...
+
+    def options_to_dict(self, options: Any) -> dict[str, Any]:
+        """The options as `kvcheck exhaust --json` gives them."""
+        ...
+
+    def describe_options(self, options: Any, reasons: Mapping[str, str]) -> list[str]:
+        """The exhaust report's lines on the options, with `reasons` (`search_judging`)."""
+        ...
+
+
 # --- reporting: describers, timeline lanes and cells, explanations (kvcheck.reporting) ---
 
 # What a line of a timeline cell is about; the renderers colour by it.
@@ -511,10 +643,10 @@ class Family:
     name: str
     scenarios: ScenarioCodec
     judge: Judge
+    moves: Moves
     # Parts whose protocol is written next to its generic consumer's move behind the seam.
     targets: TargetLoader
     distribution: Distribution | None = None
-    moves: Any = None
     report: Reporter = attrs.field(kw_only=True)
     mutants: Any = None
 

@@ -24,9 +24,10 @@ from kvcheck.core.jsonable import jsonable
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.allocation_rules import allocation_features
 from kvcheck.families.sglang.scenario import Grammar, config_to_dict, event_to_dict
+from kvcheck.families.sglang.search import Bounds
 from kvcheck.families.sglang.target import allocation_rules
 from kvcheck.mutants import BY_NAME, ENTRIES, Entry
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.search.exhaust import exhaust
 from kvcheck.search.workers import become_worker
 from kvcheck.targets.loading import load_target
 

@@ -10,28 +10,30 @@ bytes mod N), keeps their `seen` set and expands them. One level is two barriers
    owner merges them with its own candidates (fewest steps, then the first by a stable order,
    `better`) and asks for the states of the paths it kept, new states only (most children
    reach states already seen: sending every state cost about five times as many pickles);
-   those come as pickled bytes (without the target: the receiver puts its own copy of the
-   resolver and of the methods bound onto the fake scheduler back, so this works for targets
-   read from source too; a state that does not pickle is sent as None and rebuilt by replaying
-   its events), and the owner makes them, with its own, its next frontier.
+   those come as pickled bytes (without the target: the family takes it off, and the receiver
+   puts its own copy of it back, `Moves.pickle_state`, so this works for targets read from
+   source too; a state that does not pickle is sent as None and rebuilt by replaying its
+   events), and the owner makes them, with its own, its next frontier.
 
 The level barrier keeps the search breadth-first, so the first level with a violation holds the
 shortest counterexamples; the parent reports the first of them by a stable order
 (`first_found`), and the states counted are those of the levels before it, so the verdict, the
 counts and the counterexample do not depend on the number of workers or on their timing.
 
-Workers are spawned (torch and fork do not mix), load the target themselves (a pickled copy
-when it pickles, else from its spec), ignore SIGINT (the parent handles Ctrl-C and tells them to
-stop) and die with the parent. Limits (time, states, memory) are watched by the parent, which
-sets a shared stop flag that workers look at every few hundred transitions. The memory measured
-is the parent's peak plus what each worker grew past its own start-up (`peak_memory_mb` after it
-loaded the target and torch): one start-up counted, as in the single-process search, not one
-per worker, so `--max-memory` means the same for any number of workers. A worker that dies or
-raises is kvcheck's own fault: `WorkerLost` (a `KvcheckInternalError`), no verdict, with the
-levels every worker had cleared before it (a `KvcheckUsageError` it raises, such as a target
-kvcheck cannot judge, is re-raised as such). Across machines the same scheme holds with the
-processes of every machine numbered 0..N-1 and the per-level exchange going through a shared
-store (docs/architecture.md).
+Workers are spawned (torch and fork do not mix), repeat the parent's family registrations
+(`kvcheck.core.family.register`: a family registered at run time, a test's, is known there too),
+load the target themselves (a pickled copy when it pickles, else from its spec) and what the
+family's runs import (`Moves.prepare_worker`: SGLang's torch), ignore SIGINT (the parent handles
+Ctrl-C and tells them to stop) and die with the parent. Limits (time, states, memory) are watched by
+the parent, which sets a shared stop flag that workers look at every few hundred transitions. The
+memory measured is the parent's peak plus what each worker grew past its own start-up
+(`peak_memory_mb` after it loaded the target and the family's imports): one start-up counted, as in
+the single-process search, not one per worker, so `--max-memory` means the same for any number of
+workers. A worker that dies or raises is kvcheck's own fault: `WorkerLost` (a
+`KvcheckInternalError`), no verdict, with the levels every worker had cleared before it (a
+`KvcheckUsageError` it raises, such as a target kvcheck cannot judge, is re-raised as such). Across
+machines the same scheme holds with the processes of every machine numbered 0..N-1 and the per-level
+exchange going through a shared store (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -49,9 +51,9 @@ from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
-from kvcheck.core.calls import import_tensor_library
 from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import time_limit as _time_limit
+from kvcheck.core.family import Moves, family, register, registered_paths
 from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
@@ -146,6 +148,8 @@ class _Setup:
 
     workers: int
     plan: PlanLike
+    # The parent's family registrations (`registered_paths`), repeated before anything loads.
+    families: dict[str, str]
     # `kvcheck.search.exhaust.Shard` (sent by reference).
     shard_class: ShardFactory
     # The target pickled, or None: load it from `spec`.
@@ -254,6 +258,7 @@ def search_sharded(
     setup = _Setup(
         workers,
         plan,
+        registered_paths(),
         shard_class,
         target_bytes,
         target.spec,
@@ -442,38 +447,26 @@ def _finish(
 # --- a worker -----------------------------------------------------------------------------------
 
 
-def _encode(node: NodeLike, target: Target) -> bytes | None:
-    """A node's engine and model as bytes, without the target: the resolver and the methods
-    bound onto the fake scheduler are taken off while pickling (the receiver puts its own copy
-    of the target back, `_decode`), so a target read from source, or one wrapped for coverage,
-    travels too. None when the state holds something else that does not pickle (the receiver
-    then replays the events)."""
-    engine = node.engine
-    resolver, engine.resolver = engine.resolver, None  # type: ignore[assignment]
-    bound = vars(engine.scheduler)
-    methods = {name: bound.pop(name) for name in target.self_methods if name in bound}
-    try:
-        return pickle.dumps((engine, node.model), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return None
-    finally:
-        engine.resolver = resolver
-        bound.update(methods)
+def _encode(node: NodeLike, target: Target, moves: Moves) -> bytes | None:
+    """A node's engine and model as bytes, without the target (the receiver puts its own copy
+    back, `_decode`), so a target read from source, or one wrapped for coverage, travels too.
+    None when the state holds something else that does not pickle (the receiver then replays
+    the events)."""
+    return moves.pickle_state(node.engine, node.model, target)
 
 
-def _decode(data: bytes, target: Target) -> tuple[Any, Any]:
+def _decode(data: bytes, target: Target, moves: Moves) -> tuple[Any, Any]:
     """The engine and model `_encode` made, with this worker's target put back."""
-    engine, model = pickle.loads(data)
-    engine.resolver = target.resolver
-    if target.self_methods:
-        engine.scheduler.bind_methods(dict(target.self_methods))
-    return engine, model
+    return moves.unpickle_state(data, target)
 
 
 def _work(
     index: int, messages: Any, stop: Any, setup: _Setup, control: Any, inboxes: list[Any]
 ) -> None:  # pragma: no cover - runs in a worker process (tests/unit/search/test_exhaust_parallel)
     workers = setup.workers
+    for name, path in setup.families.items():
+        register(name, path)
+    moves = family(setup.plan.family).moves
     if setup.target_bytes is not None:
         target: Target = pickle.loads(setup.target_bytes)
     else:
@@ -486,7 +479,7 @@ def _work(
     meter = meter_for(target, enabled=setup.measure_coverage)
     if meter is not None:
         target = meter.instrument(target)
-    import_tensor_library()
+    moves.prepare_worker()
     # What this worker holds once started (the target, torch): the parent counts its own
     # start-up only, so each worker reports what the search grew past this.
     started_mb = peak_memory_mb()
@@ -508,13 +501,13 @@ def _work(
             report()
 
     def encode(node: NodeLike) -> bytes | None:
-        return _encode(node, target)
+        return _encode(node, target, moves)
 
     def decode(candidate: Candidate) -> Any:
         data = candidate[3]
         if data is not None:
             with contextlib.suppress(Exception):
-                return shard.restore(candidate, _decode(data, target))
+                return shard.restore(candidate, _decode(data, target, moves))
         return shard.restore(candidate, None)
 
     stash: dict[tuple[int, _Phase], list[tuple[int, Any]]] = {}

@@ -12,20 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any, Protocol, TypeVar
 
+from kvcheck.core.family import FamilyEngine, ReferenceModel
 from kvcheck.core.target import Target
-from kvcheck.families.sglang.engine import Engine
-from kvcheck.families.sglang.model import ReferenceModel
-from kvcheck.families.sglang.scenario import Event
 
 __all__ = ["Candidate", "Found", "NodeLike", "PlanLike", "ShardLike"]
 
 # One transition's child as a shard keeps it for the next level (a state's best path so far):
 # its steps, start config and events, and its state (a node; the index of the shard that holds
 # it, until it sends it; or what that shard sent: pickled bytes, or None when the state did not
-# pickle and is replayed).
-Candidate = tuple[int, int, tuple[Event, ...], Any]
+# pickle and is replayed). Events are the family's.
+Candidate = tuple[int, int, tuple[Any, ...], Any]
 # A counterexample found at a level: start config, events, the invariant its last event broke.
-Found = tuple[int, tuple[Event, ...], str]
+Found = tuple[int, tuple[Any, ...], str]
 
 _Node = TypeVar("_Node", bound="NodeLike")
 
@@ -33,7 +31,7 @@ _Node = TypeVar("_Node", bound="NodeLike")
 class NodeLike(Protocol):
     """A state of the search: what the driver pickles to send it to its owner."""
 
-    engine: Engine
+    engine: FamilyEngine
     model: ReferenceModel
 
 
@@ -44,7 +42,12 @@ class _BoundsLike(Protocol):
 
 
 class PlanLike(Protocol):
-    """The search's plan as the driver reads it: the deepest level to search."""
+    """The search's plan as the driver reads it: the family (a worker loads it) and the deepest
+    level to search."""
+
+    @property
+    def family(self) -> str:
+        """The family searched (`kvcheck.core.family.family`)."""
 
     @property
     def bounds(self) -> _BoundsLike:
@@ -79,11 +82,11 @@ class ShardLike(Protocol[_Node]):
     def expand(self, look: Callable[[], None]) -> None:
         """Expand the frontier, calling `look` every so often (limits, progress)."""
 
-    def offers(self) -> list[dict[bytes, tuple[int, int, tuple[Event, ...]]]]:
+    def offers(self) -> list[dict[bytes, tuple[int, int, tuple[Any, ...]]]]:
         """Per shard, the children it owns: steps, start config, events."""
 
     def select(
-        self, offers: Sequence[tuple[int, dict[bytes, tuple[int, int, tuple[Event, ...]]]]]
+        self, offers: Sequence[tuple[int, dict[bytes, tuple[int, int, tuple[Any, ...]]]]]
     ) -> dict[int, list[bytes]]:
         """Merge the others' offers; the keys whose states each sender is to send."""
 
@@ -97,7 +100,9 @@ class ShardLike(Protocol[_Node]):
     ) -> None:
         """Make this level's candidates the next frontier."""
 
-    def restore(self, candidate: Candidate, state: tuple[Engine, ReferenceModel] | None) -> _Node:
+    def restore(
+        self, candidate: Candidate, state: tuple[FamilyEngine, ReferenceModel] | None
+    ) -> _Node:
         """Another shard's candidate as a node, from its state sent or by replaying it."""
 
     def collect(self) -> None:

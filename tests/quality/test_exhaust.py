@@ -11,7 +11,8 @@ import pytest
 from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
 from kvcheck.families.sglang.scenario import Admit, Step
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.families.sglang.search import Bounds
+from kvcheck.search.exhaust import exhaust
 from kvcheck.targets.loading import load_target
 from tests.helpers import quoted
 
@@ -26,7 +27,7 @@ def test_reference_is_proven_within_the_issue_bounds() -> None:
     assert bounds.strides == (2, 3)
     assert set(bounds.kinds) == {"admit", "step", "retract", "abort", "switch_stride"}
     result = exhaust(REFERENCE, bounds, convention="preclaim")
-    assert result.adaptive
+    assert result.options.adaptive
     assert result.verdict == "pass" and result.complete
     assert result.depth == 8
     assert result.states > 10_000 and result.scenarios > result.states

@@ -11,7 +11,8 @@ import pytest
 
 from kvcheck.cli.main import main
 from kvcheck.errors import KvcheckInternalError
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.families.sglang.search import Bounds
+from kvcheck.search.exhaust import exhaust
 from kvcheck.targets.loading import load_target
 from tests.quality.test_deadlines_and_stops import _clean, _interrupt, _wait_gone
 

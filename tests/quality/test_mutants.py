@@ -15,9 +15,10 @@ import json
 
 import pytest
 
+from kvcheck.families.sglang.search import Bounds
 from kvcheck.mutants import BY_NAME, ENTRIES, MUTANTS, REWRITES, report
 from kvcheck.mutants.matrix import Matrix, run_matrix
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.search.exhaust import exhaust
 
 # The CI budget: every mutant dies within a few dozen scenarios, so 150 examples mostly cost the
 # rewrites, which must survive all of them.

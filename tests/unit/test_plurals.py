@@ -8,9 +8,9 @@ import pytest
 
 from kvcheck.core.run import run_scenario
 from kvcheck.families.sglang.scenario import Admit, Step
+from kvcheck.families.sglang.search import Bounds
 from kvcheck.reporting.render import render_plain
 from kvcheck.reporting.timeline import build_timeline
-from kvcheck.search.exhaust import Bounds
 from kvcheck.targets.loading import load_target
 from tests.helpers import run_cli, scenario
 

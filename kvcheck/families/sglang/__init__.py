@@ -6,6 +6,7 @@ from kvcheck.families.sglang.judge import SglangJudge
 from kvcheck.families.sglang.loading import SglangTargets
 from kvcheck.families.sglang.reporting import SglangReporter
 from kvcheck.families.sglang.scenario import SglangScenarios
+from kvcheck.families.sglang.search import SglangMoves
 
 FAMILY = Family(
     name="sglang",
@@ -14,4 +15,5 @@ FAMILY = Family(
     targets=SglangTargets(),
     distribution=SglangDistribution(),
     report=SglangReporter(),
+    moves=SglangMoves(),
 )

@@ -15,12 +15,7 @@ from kvcheck.core.target import Target
 from kvcheck.families.sglang import release
 from kvcheck.families.sglang.judging import SglangJudging
 from kvcheck.families.sglang.scenario import (
-    ALGORITHMS,
-    EVENT_KINDS,
     GLOBAL_COUNTER_MODES,
-    GRAMMAR_KINDS,
-    Algorithm,
-    Grammar,
 )
 from kvcheck.families.sglang.spellings import spellings_table
 
@@ -69,58 +64,6 @@ def requested(args: argparse.Namespace) -> dict[str, Any]:
         "adaptive": args.adaptive,
     }
     return {name: value for name, value in asked.items() if value is not None}
-
-
-def event_kinds(text: str) -> tuple[str, ...]:
-    """Comma-separated event kinds (`kvcheck.families.sglang.scenario.EVENT_KINDS`) or `all`;
-    `step` is always included."""
-    if text.strip() == "all":
-        return EVENT_KINDS
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in EVENT_KINDS]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown event kind(s) {', '.join(unknown)}; choose from {', '.join(EVENT_KINDS)} "
-            "or 'all'"
-        )
-    return kinds if "step" in kinds else ("step", *kinds)
-
-
-def algorithm_list(text: str) -> tuple[Algorithm, ...] | None:
-    """Comma-separated speculative algorithms (`kvcheck.families.sglang.scenario.ALGORITHMS`),
-    or `auto` (None: every algorithm the target supports)."""
-    if text.strip() == "auto":
-        return None
-    names = tuple(a.strip() for a in text.split(",") if a.strip())
-    unknown = [a for a in names if a not in ALGORITHMS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown algorithm(s) {', '.join(unknown) or repr(text)}; choose from "
-            f"{', '.join(ALGORITHMS)} or 'auto'"
-        )
-    return tuple(a for a in ALGORITHMS if a in names)
-
-
-def grammar_list(text: str) -> tuple[Grammar | None, ...]:
-    """Comma-separated grammars an admitted request may carry: `none`, `accept`,
-    `terminate@N` (satisfied by output token N >= 2) or `reject@N` (refuses output token N)."""
-    grammars: list[Grammar | None] = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        kind, _, at = part.partition("@")
-        try:
-            if kind == "none" and not at:
-                grammars.append(None)
-            elif kind in GRAMMAR_KINDS:
-                grammars.append(Grammar(kind, int(at) if at else None))
-            else:
-                raise ValueError(f"unknown grammar {kind!r}")
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(
-                f"{part!r}: {exc}; expected none, accept, terminate@N (N >= 2) or reject@N"
-            ) from None
-    if not grammars:
-        raise argparse.ArgumentTypeError(f"expected at least one grammar, got {text!r}")
-    return tuple(dict.fromkeys(grammars))
 
 
 # --- the pytest plugin ----------------------------------------------------------------------

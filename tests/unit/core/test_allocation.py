@@ -322,7 +322,8 @@ def test_fixed_pool_needs_allocation_and_a_floor() -> None:
 
 
 def test_target_allocation_path_is_judged_by_search_and_exhaust() -> None:
-    from kvcheck.search.exhaust import Bounds, exhaust
+    from kvcheck.families.sglang.search import Bounds
+    from kvcheck.search.exhaust import exhaust
 
     forgets = attrs.evolve(REFERENCE, allocation=ForgetsOverallocated)
     verdict = kvcheck.check(forgets, convention="preclaim", max_examples=200, seed=0)

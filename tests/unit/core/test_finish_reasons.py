@@ -24,8 +24,9 @@ from kvcheck.families.sglang.fakes import (
 )
 from kvcheck.families.sglang.names import STAND_INS
 from kvcheck.families.sglang.scenario import Abort, Admit, Config, Event, Grammar, Retract, Step
+from kvcheck.families.sglang.search import Bounds
 from kvcheck.mutants import BY_NAME
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.search.exhaust import exhaust
 from tests.helpers import PLUGIN_FAST, TESTS_DIR, run_cli
 
 RESOLVERS = TESTS_DIR / "fixtures" / "fidelity" / "resolvers.py"

@@ -102,16 +102,16 @@ def test_the_grammar_aware_reference_passes(grammar: Grammar, overlap: bool) -> 
 
 
 def test_the_shrinker_drops_or_simplifies_a_grammar() -> None:
-    from kvcheck.search.shrink import _event_variants
+    from kvcheck.families.sglang.search import event_variants
 
     admit = Admit("r0", 4, 8, grammar=Grammar("terminate", 6))
-    variants = [v.grammar for v in _event_variants(admit) if isinstance(v, Admit)]
+    variants = [v.grammar for v in event_variants(admit) if isinstance(v, Admit)]
     assert variants[:3] == [None, Grammar("accept"), Grammar("terminate", 2)]
 
 
 def test_exhaustive_bounds_take_grammars() -> None:
     from kvcheck.errors import KvcheckUsageError
-    from kvcheck.search.exhaust import Bounds
+    from kvcheck.families.sglang.search import Bounds
 
     assert Bounds(grammars=(None, Grammar("reject", 2))).grammars[1] == Grammar("reject", 2)
     with pytest.raises(KvcheckUsageError, match="grammars"):

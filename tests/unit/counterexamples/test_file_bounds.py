@@ -22,7 +22,7 @@ from kvcheck.families.sglang.scenario import (
     MAX_ROW_VALUE,
     MAX_ROWS,
 )
-from kvcheck.search.exhaust import Bounds
+from kvcheck.families.sglang.search import Bounds
 from tests.unit.counterexamples.test_damaged_files import damaged, saved
 
 

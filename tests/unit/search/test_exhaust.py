@@ -10,7 +10,8 @@ import re
 import attrs
 import pytest
 
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.families.sglang.search import Bounds
+from kvcheck.search.exhaust import exhaust
 from kvcheck.targets.loading import load_target
 
 REFERENCE = load_target("builtin:reference")
@@ -70,12 +71,14 @@ def test_rules_that_cannot_run_with_adaptive_switching_are_left_out_and_said() -
     # sequential configs are enumerated, the report says so, and bounds with nothing else are
     # refused. 0.5.13+ reserve for the largest stride of the bounds.
     from kvcheck.errors import KvcheckUsageError
-    from kvcheck.search.exhaust import Plan, skipped_allocations, start_configs
+    from kvcheck.families.sglang.judging import SglangJudging
+    from kvcheck.families.sglang.search import skipped_allocations
+    from kvcheck.search.exhaust import Plan, start_configs
 
     bounds = Bounds(events=4, requests=1, allocations=("0.5.12", "0.5.13"), strides=(2, 4))
     assert skipped_allocations(bounds, adaptive=True) == (("0.5.12", True),)
     assert skipped_allocations(bounds, adaptive=False) == ()
-    configs = start_configs(Plan(bounds, "preclaim", "ideal", True))
+    configs = start_configs(Plan("sglang", bounds, SglangJudging("preclaim", "ideal", True)))
     assert {(c.allocation, c.overlap) for c in configs} == {
         ("0.5.12", False),
         ("0.5.13", True),
@@ -83,7 +86,8 @@ def test_rules_that_cannot_run_with_adaptive_switching_are_left_out_and_said() -
     }
     assert {c.max_stride for c in configs if c.allocation == "0.5.13"} == {4}
     result = exhaust(REFERENCE, bounds, convention="preclaim")
-    assert result.verdict == "pass" and result.skipped == (("0.5.12", True),)
+    assert result.verdict == "pass"
+    assert [entry for entry, _ in result.not_run] == [{"allocation": "0.5.12", "overlap": True}]
     from kvcheck.cli.exhaust import exhaust_to_json, format_exhaust
 
     assert "not run     allocation 0.5.12 with overlap on" in format_exhaust(result)
@@ -96,15 +100,16 @@ def test_rules_that_cannot_run_with_adaptive_switching_are_left_out_and_said() -
 
 def test_a_finished_delivered_request_is_inert_and_keyed_by_id() -> None:
     from kvcheck.families.sglang.scenario import Admit, Config, Step
-    from kvcheck.search.exhaust import fresh_state, inert_requests, state_key
+    from kvcheck.families.sglang.search import inert_requests
+    from kvcheck.search.exhaust import fresh_state, state_key
 
     def after(config: Config, *events: object) -> tuple[frozenset[str], bytes, bytes]:
         engine, model = fresh_state(REFERENCE, config)
         for event in events:
-            model.apply(event)  # type: ignore[arg-type]
-            engine.apply(event)  # type: ignore[arg-type]
-        full = state_key(engine, model, reduce=False)
-        return inert_requests(engine, model), state_key(engine, model), full
+            model.apply(event)
+            engine.apply(event)
+        inert = inert_requests(engine, model)  # type: ignore[arg-type]
+        return inert, state_key(engine, model, inert), state_key(engine, model)
 
     config = Config(convention="preclaim", overlap=True, stride=2)
     admit = Admit("r0", 3, 1, None)
@@ -124,8 +129,9 @@ def test_a_finished_delivered_request_is_inert_and_keyed_by_id() -> None:
 def test_every_allocation_rule_starts_its_own_search() -> None:
     # Two rules start from the same empty pool; the state key tells them apart, so neither
     # start state merges into the other and every rule is enumerated.
+    from kvcheck.families.sglang.judging import SglangJudging
     from kvcheck.search.exhaust import Plan, Shard
 
     bounds = Bounds(allocations=("off", "0.5.13", "0.5.16"))
-    shard = Shard(REFERENCE, Plan(bounds, "preclaim", "ideal", True))
+    shard = Shard(REFERENCE, Plan("sglang", bounds, SglangJudging("preclaim", "ideal", True)))
     assert len(shard.configs) == len(shard.frontier) == 12

@@ -21,7 +21,8 @@ import torch
 from kvcheck.errors import NondeterministicTargetError
 from kvcheck.families.sglang import engine as engine_module
 from kvcheck.families.sglang.builtins import reference
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.families.sglang.search import Bounds
+from kvcheck.search.exhaust import exhaust
 from kvcheck.targets.loading import load_target
 
 BOUNDS = Bounds(events=5, max_new=(4,), eos=(None,))
@@ -86,11 +87,12 @@ def test_a_copy_that_shares_the_books_is_caught(
 def test_the_original_is_untouched_by_its_copies() -> None:
     # The parent side of the same guarantee: a child's writes never reach the state it was
     # copied from (the search reuses a parent's engine for its last child only).
+    from kvcheck.families.sglang.judging import SglangJudging
     from kvcheck.families.sglang.scenario import Admit, Step
     from kvcheck.search.exhaust import Plan, Shard
 
     target = load_target(TARGET)
-    shard = Shard(target, Plan(BOUNDS, "preclaim", "ideal", False))
+    shard = Shard(target, Plan("sglang", BOUNDS, SglangJudging("preclaim", "ideal", False)))
     node = shard.frontier[0]
     for event in (Admit("r0", 3, 4, None), Step(()), Step(()), Step(())):
         node.model.apply(event)
@@ -116,15 +118,15 @@ def test_dropped_states_leave_no_cycles_behind(
     every dropped engine is a cycle for the collector to find."""
     import gc
 
+    from kvcheck.families.sglang.judging import SglangJudging
     from kvcheck.search import exhaust as exhaust_module
     from kvcheck.search.exhaust import Plan, Shard
     from kvcheck.search.exhaust_parallel import collected_by_hand
 
     if not released:
-        monkeypatch.setattr(exhaust_module, "release", lambda state: None)
-    shard = Shard(
-        load_target("builtin:reference"), Plan(Bounds(events=4), "preclaim", "ideal", True)
-    )
+        monkeypatch.setattr(exhaust_module, "release", lambda state, drop: None)
+    plan = Plan("sglang", Bounds(events=4), SglangJudging("preclaim", "ideal", True))
+    shard = Shard(load_target("builtin:reference"), plan)
     found = []
     with collected_by_hand():
         gc.collect()

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.families.sglang.search import Bounds
+from kvcheck.search.exhaust import exhaust
 from kvcheck.search.exhaust_parallel import peak_memory_mb
 from kvcheck.targets.loading import load_target
 

@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 
 from kvcheck.cli.main import main
+from kvcheck.core.family import registered
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang import FAMILY
+from kvcheck.families.sglang.search import Bounds
 from kvcheck.mutants import get as get_entry
-from kvcheck.search.exhaust import Bounds, better, exhaust, first_found, owner_of
+from kvcheck.search.exhaust import better, exhaust, first_found, owner_of
 from kvcheck.targets.loading import load_target
 
 SMALL = Bounds(events=4, kinds=("admit", "step", "abort"), strides=(2,))
+# SGLang's family under another name, registered only while a test runs (as a test's own family
+# is): spawned workers know it from the parent's registrations alone.
+RENAMED = attrs.evolve(FAMILY, name="sglang-renamed")
 
 
 def test_two_workers_give_one_process_verdict_counts_and_counterexample() -> None:
@@ -33,6 +40,18 @@ def test_two_workers_give_one_process_verdict_counts_and_counterexample() -> Non
     assert one.violation == two.violation
     assert one.minimal_invariants == two.minimal_invariants
     assert two.workers == 2 and one.workers == 1
+
+
+def test_workers_know_a_family_registered_at_run_time() -> None:
+    with registered("sglang-renamed", f"{__name__}:RENAMED"):
+        target = attrs.evolve(load_target("builtin:seed-prefix"), family="sglang-renamed")
+        one = exhaust(target, SMALL, convention="preclaim")
+        two = exhaust(target, SMALL, convention="preclaim", workers=2)
+    assert one.family == two.family == "sglang-renamed"
+    assert (one.verdict, one.states, one.scenarios) == (two.verdict, two.states, two.scenarios)
+    assert one.counterexample == two.counterexample
+    if one.counterexample is not None:
+        assert one.counterexample.family == "sglang-renamed"
 
 
 @pytest.mark.parametrize("workers", [0, -1])

@@ -10,7 +10,8 @@ from kvcheck.core.run import RunResult, run_scenario
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.scenario import Admit, Retract, Step, SwitchStride
-from kvcheck.search.shrink import SMALLEST_STRIDE, shrink
+from kvcheck.families.sglang.search import SMALLEST_STRIDE
+from kvcheck.search.shrink import shrink
 from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target
 from tests.helpers import STRIDE_SWITCH_BEFORE_DELIVERY, scenario

@@ -15,8 +15,9 @@ from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.release import OUT_OF_SCOPE_BRANCHES
 from kvcheck.families.sglang.scenario import Admit, Step
+from kvcheck.families.sglang.search import Bounds
 from kvcheck.search.check import check
-from kvcheck.search.exhaust import Bounds, exhaust
+from kvcheck.search.exhaust import exhaust
 from kvcheck.search.target_coverage import (
     CoverageMeter,
     TargetCoverage,
