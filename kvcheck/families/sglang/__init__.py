@@ -2,6 +2,9 @@
 
 from kvcheck.core.family import Family
 from kvcheck.families.sglang.judge import SglangJudge
+from kvcheck.families.sglang.mutants import SglangMutants
 from kvcheck.families.sglang.scenario import SglangScenarios
 
-FAMILY = Family(name="sglang", scenarios=SglangScenarios(), judge=SglangJudge())
+FAMILY = Family(
+    name="sglang", scenarios=SglangScenarios(), judge=SglangJudge(), mutants=SglangMutants()
+)
