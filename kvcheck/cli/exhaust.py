@@ -42,10 +42,10 @@ from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run, replay_command
 from kvcheck.errors import FileWriteError, KvcheckUsageError
-from kvcheck.families.sglang.mutants.registry import SPEC_PREFIX
 from kvcheck.families.sglang.scenario import ALGORITHMS, EVENT_KINDS, Convention, GlobalCounterMode
 from kvcheck.families.sglang.target import allocation_rules
 from kvcheck.mutants import get as get_entry
+from kvcheck.mutants import is_entry_spec
 from kvcheck.reporting.render import print_timeline
 from kvcheck.reporting.text import failure_to_json, format_failure
 from kvcheck.reporting.timeline import build_timeline
@@ -415,13 +415,9 @@ def _load_exhaust_target(
     spec: str, allow_unavailable: bool, deadline: float | None
 ) -> tuple[Target, dict[str, Any]]:
     """The target, and the judging options a corpus entry is annotated with (mutant:NAME)."""
-    if spec.strip().startswith(SPEC_PREFIX):
+    if is_entry_spec(spec):
         entry = get_entry(spec.strip())
-        defaults = {
-            "convention": entry.convention,
-            "global_counters": entry.global_counters,
-            "adaptive": entry.adaptive,
-        }
+        defaults = entry.options.to_dict()
         return attrs.evolve(entry.target(), deadline=deadline), defaults
     return load_target(spec, allow_unavailable=allow_unavailable, deadline=deadline), {}
 
