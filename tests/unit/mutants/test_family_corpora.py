@@ -77,3 +77,54 @@ def test_jobs_give_the_rows_of_a_run_in_process() -> None:
         "expect",
     ]
     assert mutant.killed
+
+
+def _shrunk_above_minimum(**changes: Any) -> Row:
+    admit = {"kind": "admit", "rid": "r0"}
+    fields: dict[str, Any] = {
+        "name": "m",
+        "kind": "mutant",
+        "columns": {},
+        "expect": "runs-aligned",
+        "origin": "new",
+        "summary": "",
+        "killed": True,
+        "passed": None,
+        "examples": 1,
+        "examples_to_failure": 1,
+        "seconds_to_failure": 0.1,
+        "seconds": 0.1,
+        "invariant": "runs-aligned",
+        "shrunk_length": 4,
+        "shrunk_events": (admit, {"kind": "step"}),
+        "shrunk_config": {"overlap": False},
+        "exhaustive_length": 2,
+        "exhaustive_invariants": ("runs-aligned",),
+        "exhaustive_events": (admit,),
+        "exhaustive_config": {"overlap": False},
+    }
+    return Row(**{**fields, **changes})
+
+
+def test_why_a_shrink_stopped_short_is_read_off_the_scenarios_by_the_family() -> None:
+    assert _shrunk_above_minimum().shrink_reason == (
+        "a local minimum of the shrinker: no single deletion or simplification still fails"
+    )
+    assert "the search first hit committed-live" in (
+        _shrunk_above_minimum(invariant="committed-live").shrink_reason
+    )
+    assert "runs with overlap on" in (
+        _shrunk_above_minimum(exhaustive_config={"overlap": True}).shrink_reason
+    )
+    two = ({"kind": "admit", "rid": "r0"}, {"kind": "admit", "rid": "r1"})
+    assert "the shortest form uses 1 request(s), the shrunk one 2" in (
+        _shrunk_above_minimum(shrunk_events=two).shrink_reason
+    )
+    with registered(toy_corpus.NAME, toy_corpus.PATH):  # a family that cannot tell
+        row = _shrunk_above_minimum(family=toy_corpus.NAME, shrunk_events=two)
+        assert row.shrink_reason.endswith("no single deletion or simplification still fails")
+        shorter = _shrunk_above_minimum(family=toy_corpus.NAME, shrunk_length=1)
+        assert "outside the exhaustive bounds (2 requests, up to 2 events" in shorter.shrink_reason
+    shorter = _shrunk_above_minimum(shrunk_length=1)
+    assert "(2 requests, up to 8 events" in shorter.shrink_reason
+    assert "max_new {1,2,4}" in shorter.shrink_reason
