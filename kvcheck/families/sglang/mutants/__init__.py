@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import attrs
 
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.allocation_rules import allocation_features
+from kvcheck.families.sglang.mutants.registry import SPEC_PREFIX, Entry, python_name
 from kvcheck.families.sglang.scenario import Grammar
 from kvcheck.families.sglang.target import allocation_rules
-
-if TYPE_CHECKING:
-    from kvcheck.families.sglang.mutants.registry import Entry
-
-SPEC_PREFIX: Final = "mutant:"
 
 
 @functools.cache
@@ -41,8 +37,6 @@ def _by_name() -> dict[str, Entry]:
 
 @functools.cache
 def _by_python_name() -> dict[str, Entry]:
-    from kvcheck.families.sglang.mutants.registry import python_name
-
     return {python_name(e.name): e for e in entries()}
 
 

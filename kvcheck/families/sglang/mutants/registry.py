@@ -12,7 +12,6 @@ import attrs
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.invariants import INVARIANTS
 from kvcheck.families.sglang.judging import SglangJudging
-from kvcheck.families.sglang.mutants import SPEC_PREFIX as SPEC_PREFIX  # re-exported
 from kvcheck.families.sglang.mutants.generations import Generation, resolver_call
 from kvcheck.families.sglang.probe import probe_target
 from kvcheck.families.sglang.scenario import (
@@ -27,6 +26,7 @@ Kind = Literal["mutant", "rewrite"]
 CorpusFunction = Callable[[Generation, Any, Any, Any], Any]
 Resolver = Callable[[Any, Any, Any], Any]
 
+SPEC_PREFIX = "mutant:"
 # Entries are importable as `kvcheck.mutants:<python name>`, the form saved in counterexample
 # files, so `kvcheck replay` and `kvcheck check` load them like any other importable target.
 IMPORT_MODULE = "kvcheck.mutants"
