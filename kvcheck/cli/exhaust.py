@@ -37,8 +37,8 @@ from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run, replay_command
 from kvcheck.errors import FileWriteError
-from kvcheck.mutants import SPEC_PREFIX
 from kvcheck.mutants import get as get_entry
+from kvcheck.mutants import is_entry_spec
 from kvcheck.reporting.render import print_timeline
 from kvcheck.reporting.text import failure_to_json, format_failure
 from kvcheck.reporting.timeline import build_timeline
@@ -231,7 +231,7 @@ def _load_exhaust_target(
 ) -> tuple[Target, Any]:
     """The target, and the corpus entry it is (mutant:NAME), whose annotated judging options
     the family takes as defaults; None for any other spec."""
-    if spec.strip().startswith(SPEC_PREFIX):
+    if is_entry_spec(spec):
         entry = get_entry(spec.strip())
         return attrs.evolve(entry.target(), deadline=deadline), entry
     return load_target(spec, allow_unavailable=allow_unavailable, deadline=deadline), None

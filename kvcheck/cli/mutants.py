@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     Text rows are printed as entries finish. Returns exit 0 when every mutant is killed and every
     rewrite passes, else 1.
     """
-    entries = corpus.ENTRIES
+    entries = corpus.entries()
     if args.only:
         entries = tuple(corpus.get(name) for name in dict.fromkeys(args.only))
     if args.list:
@@ -114,28 +114,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list_corpus(entries: Any, *, as_json: bool) -> int:
-    rows = [
-        {
-            "name": e.name,
-            "kind": e.kind,
-            "generation": e.generation.versions,
-            "convention": e.convention,
-            "global_counters": e.global_counters,
-            "adaptive": e.adaptive,
-            "expect": e.expect,
-            "origin": e.origin,
-            "spec": e.spec,
-            "summary": e.summary,
-        }
-        for e in entries
-    ]
     if as_json:
+        rows = [
+            {"name": e.name, "kind": e.kind, **corpus.corpus_of(e.family).list_columns(e)}
+            for e in entries
+        ]
         print(json.dumps({"entries": rows}, indent=2))
         return EXIT_OK
-    for row in rows:
-        expect = row["expect"] or "must pass"
-        print(
-            f"{row['kind']:<8} {row['name']:<32} SGLang {row['generation']:<14} "
-            f"{row['convention']:<9} {expect:<26} {row['summary']}"
-        )
+    for entry in entries:
+        print(corpus.corpus_of(entry.family).list_line(entry))
     return EXIT_OK

@@ -636,6 +636,120 @@ class Reporter(Protocol):
 # --- mutants: the kill matrix's corpus (kvcheck.mutants) ---
 
 
+class MutantEntry(Protocol):
+    """One resolver of a family's corpus: a plausible bug (a `mutant`, which kvcheck must
+    catch) or a correct rewrite (a `rewrite`, which it must pass)."""
+
+    @property
+    def name(self) -> str:
+        """Its name (`kvcheck mutants --only NAME`), unique in its family's corpus."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """`mutant` or `rewrite`."""
+        ...
+
+    @property
+    def family(self) -> str:
+        """The name of the family whose corpus holds it."""
+        ...
+
+    @property
+    def expect(self) -> str | None:
+        """A mutant's annotated invariant, the one expected to catch it (None: a rewrite)."""
+        ...
+
+    @property
+    def origin(self) -> str:
+        """Where its bug class comes from ("semantics §4.2", "new", "correct rewrite")."""
+        ...
+
+    @property
+    def summary(self) -> str:
+        """What it does, in one line."""
+        ...
+
+    @property
+    def shrink_note(self) -> str:
+        """Why its shrunk counterexample may be longer than the shortest one ("" for none)."""
+        ...
+
+    @property
+    def spec(self) -> str:
+        """Its importable target spec, `kvcheck.mutants:<python name>`."""
+        ...
+
+    @property
+    def short_spec(self) -> str:
+        """Its spec prefix and name (`mutant:NAME`)."""
+        ...
+
+    @property
+    def options(self) -> JudgingOptions:
+        """The options it is judged under (the scheduler it is meant to run in)."""
+        ...
+
+    def target(self) -> Target:
+        """It as a target, probed like any loaded one."""
+        ...
+
+
+class Mutants(Protocol):
+    """A family's mutant corpus, which the generic kill matrix (`kvcheck.mutants.matrix`) runs:
+    its entries, looked up by name, and what the matrix reports that is the family's."""
+
+    @property
+    def spec_prefix(self) -> str:
+        """The prefix of an entry's short spec (SGLang's: `mutant:`)."""
+        ...
+
+    @property
+    def entries(self) -> Sequence[MutantEntry]:
+        """The corpus, mutants and rewrites, in definition order."""
+        ...
+
+    def get(self, name: str) -> MutantEntry | None:
+        """The entry called `name` (no prefix); None when the corpus has none."""
+        ...
+
+    def resolver(self, python_name: str) -> Any | None:
+        """The resolver at `kvcheck.mutants:<python_name>`; None when no entry is named so."""
+        ...
+
+    def row_columns(self, entry: Any) -> dict[str, Any]:
+        """Its own columns of an entry's kill-matrix row (`--json`), after name and kind."""
+        ...
+
+    def list_columns(self, entry: Any) -> dict[str, Any]:
+        """Its own columns of an entry in `kvcheck mutants --list --json`, after name and kind."""
+        ...
+
+    def list_line(self, entry: Any) -> str:
+        """The entry as a line of `kvcheck mutants --list`."""
+        ...
+
+    def minimum_bounds(self, defaults: Any) -> Any:
+        """The exhaustive bounds each mutant's shortest counterexample is looked for within,
+        given the exhaustive search's defaults."""
+        ...
+
+    def bounds_for(self, target: Target, bounds: Any) -> Any:
+        """`bounds` widened to what `target`'s scenarios may draw."""
+        ...
+
+    def shrink_gap(
+        self,
+        shrunk_config: Mapping[str, Any],
+        shrunk_events: Sequence[Mapping[str, Any]],
+        shortest_config: Mapping[str, Any],
+        shortest_events: Sequence[Mapping[str, Any]],
+    ) -> str | None:
+        """Why shrinking stopped above the minimum, read off the two scenarios as JSON; None
+        when nothing in them tells."""
+        ...
+
+
 @attrs.frozen
 class Family:
     """One engine family, as the generic layers see it: its name and its parts."""
@@ -648,7 +762,7 @@ class Family:
     targets: TargetLoader
     distribution: Distribution | None = None
     report: Reporter = attrs.field(kw_only=True)
-    mutants: Any = None
+    mutants: Mutants | None = None
 
 
 def family(name: str) -> Family:

@@ -1,55 +1,101 @@
-"""The mutant corpus: plausible buggy resolvers kvcheck must catch, and correct rewrites it must
-pass (`kvcheck mutants` runs the kill matrix, `kvcheck.mutants.matrix`).
+"""The mutant corpora: plausible buggy resolvers kvcheck must catch, and correct rewrites it must
+pass, each family's own (`Family.mutants`, reached through the registry); `kvcheck mutants` runs
+the kill matrix over them (`kvcheck.mutants.matrix`).
 
-Entries are addressed as `mutant:NAME` by `kvcheck mutants --only` and `kvcheck exhaust`, and
-each entry's resolver is importable as `kvcheck.mutants:<name with - and . as _>` (for example
+Entries are addressed as `mutant:NAME` (their family's spec prefix) by `kvcheck mutants --only`
+and `kvcheck exhaust`, and each entry's resolver is importable as
+`kvcheck.mutants:<name with - and . as _>` (for example
 `kvcheck check kvcheck.mutants:worker_stride`), which is the spec saved in counterexample files.
+
+`ENTRIES`, `MUTANTS`, `REWRITES`, `BY_NAME` and `SPEC_PREFIX` are read through the registry when
+asked for (module `__getattr__`), so importing this package loads no family.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+import difflib
+from collections.abc import Iterator
+from typing import Any
 
+from kvcheck.core.family import DEFAULT_FAMILY, MutantEntry, Mutants, family, family_names
 from kvcheck.errors import TargetLoadError
-from kvcheck.families.sglang.mutants.corpus import corpus
-from kvcheck.families.sglang.mutants.generations import GENERATIONS, Generation
-from kvcheck.families.sglang.mutants.registry import SPEC_PREFIX, Entry, python_name
 
-ENTRIES: Final[tuple[Entry, ...]] = tuple(corpus.entries)
-MUTANTS: Final[tuple[Entry, ...]] = tuple(e for e in ENTRIES if e.kind == "mutant")
-REWRITES: Final[tuple[Entry, ...]] = tuple(e for e in ENTRIES if e.kind == "rewrite")
-BY_NAME: Final[dict[str, Entry]] = {e.name: e for e in ENTRIES}
-_BY_PYTHON_NAME: Final[dict[str, Entry]] = {python_name(e.name): e for e in ENTRIES}
+# The package's own modules: `from kvcheck.mutants import matrix` asks `__getattr__` first, which
+# must not load every family to learn that no entry is called so.
+_SUBMODULES = frozenset({"matrix", "report"})
+
+
+def corpora() -> Iterator[Mutants]:
+    """Every registered family's corpus, in registration order (a family without one is
+    skipped)."""
+    for name in family_names():
+        mutants = family(name).mutants
+        if mutants is not None:
+            yield mutants
+
+
+def corpus_of(name: str) -> Mutants:
+    """The corpus of the family called `name`; `TargetLoadError` when it has none."""
+    mutants = family(name).mutants
+    if mutants is None:
+        raise TargetLoadError(f"the {name} family has no mutant corpus")
+    return mutants
+
+
+def entries() -> tuple[MutantEntry, ...]:
+    """Every corpus entry, family by family, each corpus in its definition order."""
+    return tuple(entry for mutants in corpora() for entry in mutants.entries)
+
+
+def is_entry_spec(spec: str) -> bool:
+    """Whether `spec` names a corpus entry by its family's prefix (`mutant:NAME`)."""
+    return any(spec.strip().startswith(mutants.spec_prefix) for mutants in corpora())
+
+
+def get(name: str) -> MutantEntry:
+    """The entry called `name` (with or without its family's prefix, `mutant:`)."""
+    for mutants in corpora():
+        entry = mutants.get(name.removeprefix(mutants.spec_prefix))
+        if entry is not None:
+            return entry
+    bare = name
+    for mutants in corpora():
+        bare = bare.removeprefix(mutants.spec_prefix)
+    close = difflib.get_close_matches(bare, [e.name for e in entries()], n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise TargetLoadError(f"no corpus entry {name!r}{hint} (kvcheck mutants lists them)")
 
 
 def __getattr__(name: str) -> Any:
-    """`kvcheck.mutants.<python name>` is that entry's resolver."""
-    entry = _BY_PYTHON_NAME.get(name)
-    if entry is None:
-        raise AttributeError(f"module 'kvcheck.mutants' has no attribute {name!r}")
-    return entry.resolver
-
-
-def get(name: str) -> Entry:
-    """The entry called `name` (with or without the `mutant:` prefix)."""
-    entry = BY_NAME.get(name.removeprefix(SPEC_PREFIX))
-    if entry is None:
-        import difflib
-
-        close = difflib.get_close_matches(name.removeprefix(SPEC_PREFIX), list(BY_NAME), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise TargetLoadError(f"no corpus entry {name!r}{hint} (kvcheck mutants lists them)")
-    return entry
+    """The corpus read through the registry (module docstring), and
+    `kvcheck.mutants.<python name>`, that entry's resolver."""
+    if name == "ENTRIES":
+        return entries()
+    if name == "MUTANTS":
+        return tuple(e for e in entries() if e.kind == "mutant")
+    if name == "REWRITES":
+        return tuple(e for e in entries() if e.kind == "rewrite")
+    if name == "BY_NAME":
+        return {e.name: e for e in entries()}
+    if name == "SPEC_PREFIX":
+        return corpus_of(DEFAULT_FAMILY).spec_prefix
+    if not name.startswith("_") and name not in _SUBMODULES:
+        for mutants in corpora():
+            resolver = mutants.resolver(name)
+            if resolver is not None:
+                return resolver
+    raise AttributeError(f"module 'kvcheck.mutants' has no attribute {name!r}")
 
 
 __all__ = [
     "BY_NAME",
     "ENTRIES",
-    "GENERATIONS",
     "MUTANTS",
     "REWRITES",
     "SPEC_PREFIX",
-    "Entry",
-    "Generation",
+    "corpora",
+    "corpus_of",
+    "entries",
     "get",
+    "is_entry_spec",
 ]

@@ -3,55 +3,76 @@ exhaustive search for its shortest counterexample.
 
 Per mutant: killed or not, scenarios and wall time to the first failure, the shrunk
 counterexample's length and the invariant it breaks (and whether that is the annotated one), the
-shortest counterexample within `MINIMUM_BOUNDS` (`kvcheck.search.exhaust`) and the shrink ratio
-(shrunk length / exhaustive minimum; 1.0 is optimal). Per rewrite: pass, or a false positive.
+shortest counterexample within its family's minimum bounds (`minimum_bounds`; the default
+family's are `MINIMUM_BOUNDS`) and the shrink ratio (shrunk length / exhaustive minimum; 1.0 is
+optimal). Per rewrite: pass, or a false positive.
+
+Generic over families: an entry's corpus (`Family.mutants`) gives what is its family's (the
+row's columns, the bounds, why a shrink stopped short), its scenarios' codec gives their JSON.
+`jobs > 1` runs the entries on the shared worker pool (`kvcheck.search.workers`), one entry a job.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import dataclasses
 import math
-import multiprocessing
-import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.family import (
+    DEFAULT_FAMILY,
+    JudgingOptions,
+    MutantEntry,
+    family,
+    register,
+    registered_paths,
+)
+from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.jsonable import jsonable
+from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
-from kvcheck.families.sglang.allocation_rules import allocation_features
-from kvcheck.families.sglang.scenario import Grammar, config_to_dict, event_to_dict
-from kvcheck.families.sglang.search import Bounds
-from kvcheck.families.sglang.target import allocation_rules
-from kvcheck.mutants import BY_NAME, ENTRIES, Entry
+from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
+from kvcheck.mutants import corpus_of
+from kvcheck.mutants import entries as all_entries
 from kvcheck.search.exhaust import exhaust
-from kvcheck.search.workers import become_worker
-from kvcheck.targets.loading import load_target
+from kvcheck.search.workers import Crashed, Refused, WorkerMessage, WorkerPool, take_jobs
 
-# Where each mutant's shortest counterexample is looked for: the default exhaustive bounds plus a
-# length cap of 2 so over-shoot by length is reachable in one decode row.
-MINIMUM_BOUNDS: Final = Bounds(events=8, max_new=(1, 2, 4))
 DEFAULT_SEED: Final = 0
+# How long the parent waits for a worker's message before it looks for dead workers (seconds).
+_POLL: Final = 0.2
+
+
+def minimum_bounds(family_name: str = DEFAULT_FAMILY) -> Any:
+    """Where the family's mutants' shortest counterexamples are looked for (its corpus's
+    `minimum_bounds` of the exhaustive search's defaults)."""
+    return corpus_of(family_name).minimum_bounds(family(family_name).moves.bounds({}))
+
+
+def __getattr__(name: str) -> Any:
+    """`MINIMUM_BOUNDS`: the default family's `minimum_bounds`, read when asked for."""
+    if name == "MINIMUM_BOUNDS":
+        return minimum_bounds()
+    raise AttributeError(f"module 'kvcheck.mutants.matrix' has no attribute {name!r}")
 
 
 @attrs.frozen
 class Row:
     """One corpus entry's line of the kill matrix.
 
-    The entry and the options it is judged under; the search's outcome (killed or passed,
-    scenarios and seconds to the first failure, the shrunk counterexample); and, for a mutant, the
-    shortest counterexample exhaustive search finds within `MINIMUM_BOUNDS`.
+    The entry, with its family's columns (SGLang's: the generation and the options it is judged
+    under); the search's outcome (killed or passed, scenarios and seconds to the first failure,
+    the shrunk counterexample); and, for a mutant, the shortest counterexample exhaustive search
+    finds within its family's `minimum_bounds`.
     """
 
     name: str
     kind: str
-    generation: str
-    convention: str
-    global_counters: str
-    adaptive: bool
+    # The family's own columns, which `--json` shows after the kind (`Mutants.row_columns`).
+    columns: Mapping[str, Any]
     expect: str | None
     origin: str
     summary: str
@@ -73,6 +94,7 @@ class Row:
     exhaustive_events: tuple[dict[str, Any], ...] = ()
     exhaustive_config: dict[str, Any] | None = None
     shrink_note: str = ""
+    family: str = DEFAULT_FAMILY
 
     @property
     def invariant_matches(self) -> bool | None:
@@ -97,7 +119,7 @@ class Row:
         if ratio < 1.0:
             return (
                 "the search found a counterexample outside the exhaustive bounds "
-                f"({MINIMUM_BOUNDS.describe()})"
+                f"({minimum_bounds(self.family).describe()})"
             )
         if self.shrink_note:
             return self.shrink_note
@@ -116,8 +138,12 @@ class Row:
         return bool(self.passed) if self.kind == "rewrite" else bool(self.killed)
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as a `kvcheck mutants --json` object, with status, ratio and reason added."""
-        data: dict[str, Any] = jsonable(attrs.asdict(self))
+        """The row as a `kvcheck mutants --json` object, the family's columns after the kind,
+        with status, ratio and reason added."""
+        fields = attrs.asdict(self)
+        columns, _ = fields.pop("columns"), fields.pop("family")
+        name, kind = fields.pop("name"), fields.pop("kind")
+        data: dict[str, Any] = jsonable({"name": name, "kind": kind, **columns, **fields})
         data["status"] = self.status
         data["invariant_matches"] = self.invariant_matches
         data["shrink_ratio"] = None if self.shrink_ratio is None else round(self.shrink_ratio, 3)
@@ -200,66 +226,67 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 def shrink_gap_reason(row: Row) -> str:
     """A reason, read off the two scenarios, why shrinking stopped above the minimum."""
-    shrunk, shortest = row.shrunk_config or {}, row.exhaustive_config or {}
     if row.invariant not in row.exhaustive_invariants:
         return (
             f"the search first hit {row.invariant}, and the shrinker keeps the invariant it "
             f"found; the shortest counterexamples break {', '.join(row.exhaustive_invariants)}"
         )
-    if shrunk.get("overlap") != shortest.get("overlap"):
-        on = "on" if shortest.get("overlap") else "off"
-        return (
-            f"a local minimum of the shrinker: the shortest form runs with overlap {on} and "
-            "needs other admission parameters, a change no single shrink step makes"
-        )
-
-    def requests(events: Sequence[dict[str, Any]]) -> int:
-        return len({e["rid"] for e in events if e["kind"] == "admit"})
-
-    if requests(row.shrunk_events) != requests(row.exhaustive_events):
-        return (
-            f"a local minimum of the shrinker: the shortest form uses "
-            f"{requests(row.exhaustive_events)} request(s), the shrunk one "
-            f"{requests(row.shrunk_events)}"
-        )
-    return "a local minimum of the shrinker: no single deletion or simplification still fails"
+    gap = corpus_of(row.family).shrink_gap(
+        row.shrunk_config or {},
+        row.shrunk_events,
+        row.exhaustive_config or {},
+        row.exhaustive_events,
+    )
+    return (
+        gap or "a local minimum of the shrinker: no single deletion or simplification still fails"
+    )
 
 
-def search_entry(entry: Entry, *, max_examples: int, seed: int | None) -> Any:
+def judged_by(options: JudgingOptions) -> dict[str, Any]:
+    """An entry's options as the keywords `search` and `exhaust` take (those set: None is
+    their default)."""
+    return {key: value for key, value in options.to_dict().items() if value is not None}
+
+
+def search_entry(entry: MutantEntry, *, max_examples: int, seed: int | None) -> Any:
     """`kvcheck check`'s search on one entry under its annotated options (no database)."""
     from kvcheck.search.check import search  # Hypothesis: not when the CLI merely starts
 
     return search(
         entry.target(),
-        convention=entry.convention,
-        global_counters=entry.global_counters,
-        adaptive=entry.adaptive,
+        **judged_by(entry.options),
         max_examples=max_examples,
         seed=seed,
         database=None,
     )
 
 
+def _config_json(scenario: Scenario) -> dict[str, Any]:
+    return family(scenario.family).scenarios.config_to_dict(scenario.config)
+
+
+def _events_json(scenario: Scenario) -> tuple[dict[str, Any], ...]:
+    to_dict = family(scenario.family).scenarios.event_to_dict
+    return tuple(to_dict(e) for e in scenario.events)
+
+
 def run_entry(
-    entry: Entry,
+    entry: MutantEntry,
     *,
     max_examples: int,
     seed: int | None = DEFAULT_SEED,
     exhaustive: bool = True,
-    bounds: Bounds = MINIMUM_BOUNDS,
+    bounds: Any = None,
 ) -> Row:
     """Search one entry under its annotated options; for a killed mutant also find the
-    exhaustive minimum."""
+    exhaustive minimum (within `bounds`, by default its family's `minimum_bounds`)."""
     outcome = search_entry(entry, max_examples=max_examples, seed=seed)
     failure = outcome.failure
     violation = failure.violation if failure is not None else None
     row = Row(
         name=entry.name,
         kind=entry.kind,
-        generation=entry.generation.name,
-        convention=entry.convention,
-        global_counters=entry.global_counters,
-        adaptive=entry.adaptive,
+        columns=corpus_of(entry.family).row_columns(entry),
         expect=entry.expect,
         origin=entry.origin,
         summary=entry.summary,
@@ -271,11 +298,10 @@ def run_entry(
         seconds=outcome.seconds,
         invariant=violation.invariant if violation is not None else None,
         shrunk_length=len(failure.scenario.events) if failure is not None else None,
-        shrunk_events=tuple(event_to_dict(e) for e in failure.scenario.events)
-        if failure is not None
-        else (),
-        shrunk_config=config_to_dict(failure.scenario.config) if failure is not None else None,
+        shrunk_events=_events_json(failure.scenario) if failure is not None else (),
+        shrunk_config=_config_json(failure.scenario) if failure is not None else None,
         shrink_note=entry.shrink_note,
+        family=entry.family,
     )
     if entry.kind == "mutant" and exhaustive:
         minimum = exhaustive_minimum(entry, bounds)
@@ -283,10 +309,10 @@ def run_entry(
             row,
             exhaustive_length=minimum.depth if minimum.failure is not None else None,
             exhaustive_invariants=tuple(sorted(minimum.minimal_invariants)),
-            exhaustive_events=tuple(event_to_dict(e) for e in minimum.counterexample.events)
+            exhaustive_events=_events_json(minimum.counterexample)
             if minimum.counterexample is not None
             else (),
-            exhaustive_config=config_to_dict(minimum.counterexample.config)
+            exhaustive_config=_config_json(minimum.counterexample)
             if minimum.counterexample is not None
             else None,
             exhaustive_seconds=minimum.seconds,
@@ -294,86 +320,127 @@ def run_entry(
     return row
 
 
-def bounds_for(target: Target, bounds: Bounds = MINIMUM_BOUNDS) -> Bounds:
-    """`bounds` widened to what the target's scenarios may draw: its algorithms whose results
-    the model treats differently (EAGLE's family and n-gram are one; DFLASH and UNO are not),
-    and block/cap lengths of 1 on every row when it reads them (a stale row then carries some),
-    and, when it consults the grammar, grammars that terminate or refuse at output position 2
-    (the first decode token); allocation on when it touches `kv_allocated_len`."""
-    distinct = tuple(a for a in target.shape.algorithms if a in ("eagle", "dflash", "uno"))
-    lengths = (1,) if target.shape.block_cap else ()
-    grammars = (
-        (None, Grammar("terminate", 2), Grammar("reject", 2)) if target.shape.grammar else (None,)
-    )
-    # A target that touches kv_allocated_len is enumerated with the scheduler's allocation on,
-    # under the rules of its generations (`allocation_rules`): of those, the ones reserving for
-    # the adaptive maximum (0.5.13, keeping Al after release, and 0.5.16, rounding to a page and
-    # zeroing Al at release), else the older ones it has.
-    touches_al = any("kv_allocated_len" in s for s in target.shape.spellings)
-    allocations = bounds.allocations
-    if touches_al:
-        allowed = [r for r in allocation_rules(target) if allocation_features(r).allocates]
-        allocations = tuple(
-            r for r in allowed if allocation_features(r).reserve_from == "adaptive-max"
-        ) or tuple(allowed)
-    if target.allocation is not None:  # a broken allocation path: the rules it shows under
-        allocations = allocation_rules(target)
-    return attrs.evolve(
-        bounds,
-        algorithms=distinct,
-        block_cap_lengths=lengths,
-        grammars=grammars,
-        allocations=allocations,
-    )
+def bounds_for(target: Target, bounds: Any = None) -> Any:
+    """`bounds` (by default its family's `minimum_bounds`) widened to what the target's
+    scenarios may draw (its family's `bounds_for`)."""
+    mutants = corpus_of(target.family)
+    if bounds is None:
+        bounds = minimum_bounds(target.family)
+    return mutants.bounds_for(target, bounds)
 
 
-def exhaustive_minimum(entry: Entry, bounds: Bounds = MINIMUM_BOUNDS) -> Any:
+def exhaustive_minimum(entry: MutantEntry, bounds: Any = None) -> Any:
     """The exhaustive search for `entry` under its annotated options (an `ExhaustResult`),
-    within `bounds` widened to what its target supports (`bounds_for`)."""
+    within `bounds` (by default its family's `minimum_bounds`) widened to what its target
+    supports (`bounds_for`)."""
     target = entry.target()
-    return exhaust(
-        target,
-        bounds_for(target, bounds),
-        convention=entry.convention,
-        global_counters=entry.global_counters,
-        adaptive=entry.adaptive,
-    )
+    if bounds is None:
+        bounds = minimum_bounds(entry.family)
+    return exhaust(target, bounds_for(target, bounds), **judged_by(entry.options))
 
 
-def warm_up() -> None:
-    """Import torch, probe and search once, so that the first entry's time to kill in a
-    process is not spent importing and building strategies."""
-    from kvcheck.search.check import search  # Hypothesis: not when the CLI merely starts
-
-    search(load_target("builtin:reference"), convention="preclaim", max_examples=5, seed=0)
-
-
-def _worker_init() -> None:
-    """A `--jobs` worker: Ctrl-C is the parent's to handle (it ends the workers), and a worker
-    whose parent died (killed, say) exits instead of running on. The pool may start workers from
-    its own thread, so no kernel death signal (`kvcheck.search.workers`)."""
-    become_worker(os.getppid(), kernel=False)
-    warm_up()
+def warm_up(family_name: str = DEFAULT_FAMILY) -> None:
+    """Import torch, probe and search once (five scenarios of the family's first correct
+    rewrite: nothing to shrink), so that the first entry's time to kill in a process is not
+    spent importing and building strategies."""
+    corpus = corpus_of(family_name).entries
+    first = next((e for e in corpus if e.kind == "rewrite"), corpus[0] if corpus else None)
+    if first is not None:
+        search_entry(first, max_examples=5, seed=0)
 
 
-def _stop_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
-    """End a pool's workers now, running entries included (Ctrl-C in the parent)."""
-    # The executor has no public way to end running work; its process table is the only handle.
-    processes = list(getattr(pool, "_processes", {}).values())
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        process.join(timeout=1)
-    # With its workers gone the executor notices a broken pool at once and releases its queues.
-    pool.shutdown(wait=True, cancel_futures=True)
+@dataclasses.dataclass(frozen=True)
+class _Finished(WorkerMessage):
+    """A `--jobs` worker's row of one entry."""
+
+    row: Row
 
 
-def _run_named(name: str, max_examples: int, seed: int | None, exhaustive: bool) -> Row:
-    return run_entry(BY_NAME[name], max_examples=max_examples, seed=seed, exhaustive=exhaustive)
+def _work(
+    index: int,
+    messages: Any,
+    stop: Any,
+    jobs: Any,
+    families: dict[str, str],
+    warm: str,
+    max_examples: int,
+    seed: int | None,
+    exhaustive: bool,
+) -> None:  # pragma: no cover - runs in a worker process (tests/unit/cli/test_mutants_command.py)
+    """A `--jobs` worker: the parent's family registrations, a warm-up, then one row per entry
+    it takes (family name, entry name) until the jobs end or the pool stops."""
+    for name, path in families.items():
+        register(name, path)
+    warm_up(warm)
+    for family_name, name in take_jobs(jobs, stop):
+        entry = corpus_of(family_name).get(name)
+        if entry is None:
+            raise KvcheckInternalError(f"no corpus entry {name!r} in the {family_name} family")
+        row = run_entry(entry, max_examples=max_examples, seed=seed, exhaustive=exhaustive)
+        messages.put(_Finished(index, row))
+
+
+def _run_on_workers(
+    entries: Sequence[MutantEntry],
+    jobs: int,
+    progress: Callable[[Row], None] | None,
+    *,
+    max_examples: int,
+    seed: int | None,
+    exhaustive: bool,
+) -> dict[tuple[str, str], Row]:
+    """Every entry's row, run on `jobs` workers of the shared pool (fewer for fewer entries);
+    Ctrl-C, or any error, ends them."""
+    pool = WorkerPool("mutants", min(jobs, len(entries)))
+    queue = pool.job_queue((e.family, e.name) for e in entries)
+    setup = (queue, registered_paths(), entries[0].family, max_examples, seed, exhaustive)
+    rows: dict[tuple[str, str], Row] = {}
+
+    def handle(message: WorkerMessage) -> None:
+        if isinstance(message, _Finished):
+            rows[(message.row.family, message.row.name)] = message.row
+            if progress is not None:
+                progress(message.row)
+        elif isinstance(message, Refused):
+            raise KvcheckUsageError(message.error)
+        elif isinstance(message, Crashed):
+            raise KvcheckInternalError(
+                f"mutants worker {message.worker} crashed (kvcheck's own fault): {message.error}"
+            )
+
+    def watch() -> None:
+        """A worker that died before its jobs were done (killed, out of memory) is an error;
+        so is every worker gone with rows still missing."""
+        for i, process in enumerate(pool.processes):
+            if process.exitcode not in (None, 0):
+                while (said := pool.receive(0.1)) is not None:  # before it ended (a crash report)
+                    handle(said)
+                raise KvcheckInternalError(
+                    f"mutants worker {i} ended unexpectedly ({pool.ended_how(i)}): kvcheck's own "
+                    "fault; try fewer --jobs"
+                )
+        if all(p.exitcode is not None for p in pool.processes) and len(rows) < len(entries):
+            while (said := pool.receive(0.1)) is not None:
+                handle(said)
+            if len(rows) < len(entries):
+                raise KvcheckInternalError("the mutants workers ended with entries left to run")
+
+    try:
+        pool.start(_work, lambda _: setup)
+        while len(rows) < len(entries):
+            raise_if_dropped()
+            message = pool.receive(_POLL)
+            if message is None:
+                watch()
+            else:
+                handle(message)
+    finally:
+        pool.close()
+    return rows
 
 
 def run_matrix(
-    entries: Sequence[Entry] = ENTRIES,
+    entries: Sequence[MutantEntry] | None = None,
     *,
     max_examples: int,
     seed: int | None = DEFAULT_SEED,
@@ -381,35 +448,29 @@ def run_matrix(
     jobs: int = 1,
     progress: Callable[[Row], None] | None = None,
 ) -> Matrix:
-    """Run every entry; `jobs > 1` spreads them over worker processes (spawned, not forked:
-    torch and fork do not mix). Rows come back in corpus order."""
-    warm_up()
+    """Run every entry (by default every family's corpus); `jobs > 1` spreads them over worker
+    processes of the shared pool (spawned, not forked: torch and fork do not mix). Rows come
+    back in corpus order."""
+    chosen = tuple(all_entries() if entries is None else entries)
+    parallel = jobs > 1 and bool(chosen)
+    if chosen and not parallel:
+        warm_up(chosen[0].family)  # each worker warms up for itself
     started = time.perf_counter()
-    rows: dict[str, Row] = {}
-    if jobs <= 1:
-        for entry in entries:
+    rows: dict[tuple[str, str], Row] = {}
+    if parallel:
+        rows = _run_on_workers(
+            chosen,
+            jobs,
+            progress,
+            max_examples=max_examples,
+            seed=seed,
+            exhaustive=exhaustive,
+        )
+    else:
+        for entry in chosen:
             row = run_entry(entry, max_examples=max_examples, seed=seed, exhaustive=exhaustive)
-            rows[entry.name] = row
+            rows[(entry.family, entry.name)] = row
             if progress is not None:
                 progress(row)
-    else:
-        context = multiprocessing.get_context("spawn")
-        pool = concurrent.futures.ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=_worker_init
-        )
-        try:
-            futures = [
-                pool.submit(_run_named, entry.name, max_examples, seed, exhaustive)
-                for entry in entries
-            ]
-            for future in concurrent.futures.as_completed(futures):
-                row = future.result()
-                rows[row.name] = row
-                if progress is not None:
-                    progress(row)
-        except BaseException:
-            _stop_workers(pool)
-            raise
-        pool.shutdown()
-    ordered = tuple(rows[entry.name] for entry in entries)
+    ordered = tuple(rows[(entry.family, entry.name)] for entry in chosen)
     return Matrix(ordered, max_examples, seed, exhaustive, time.perf_counter() - started)

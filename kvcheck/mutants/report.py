@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcheck.mutants.matrix import MINIMUM_BOUNDS, Matrix, Row
+from kvcheck.core.family import DEFAULT_FAMILY
+from kvcheck.mutants.matrix import Matrix, Row, minimum_bounds
 from kvcheck.wording import plural
 
 
@@ -99,13 +100,20 @@ def format_matrix(matrix: Matrix) -> str:
     )
 
 
+def _family_of(matrix: Matrix) -> str:
+    """The family whose minimum bounds the report names: its rows' (the default for none)."""
+    return matrix.rows[0].family if matrix.rows else DEFAULT_FAMILY
+
+
 def matrix_to_json(matrix: Matrix) -> dict[str, Any]:
     """The `kvcheck mutants --json` report (fields listed in CHANGELOG.md)."""
     return {
         "summary": matrix.summary.to_dict(),
         "max_examples": matrix.max_examples,
         "seed": matrix.seed,
-        "exhaustive_bounds": MINIMUM_BOUNDS.to_dict() if matrix.exhaustive else None,
+        "exhaustive_bounds": minimum_bounds(_family_of(matrix)).to_dict()
+        if matrix.exhaustive
+        else None,
         "seconds": round(matrix.seconds, 3),
         "rows": [row.to_dict() for row in matrix.rows],
     }

@@ -1,7 +1,7 @@
-"""One pool of worker processes, for `fuzz`'s campaign and `exhaust --workers`, and what every
-kvcheck worker process does first. `mutants --jobs` keeps its `concurrent.futures` pool (a task
-queue with one result per mutant, which this pool of long-lived workers streaming messages is
-not) and shares `become_worker` only.
+"""One pool of worker processes, for `fuzz`'s campaign, `exhaust --workers` and `mutants --jobs`,
+and what every kvcheck worker process does first. Workers either run one long task each,
+streaming messages (the campaign, the exhaustive search), or take jobs one at a time from a
+queue the pool fills (`job_queue`, `take_jobs`: the kill matrix, one corpus entry a job).
 
 `WorkerPool` spawns the workers (multiprocessing's `spawn` context: torch and fork do not mix),
 owns the queues and the stop flag they share, tells how a dead worker ended, and at the end
@@ -44,7 +44,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from kvcheck.errors import KvcheckUsageError
@@ -57,6 +57,7 @@ __all__ = [
     "WorkerPool",
     "become_worker",
     "forget_dead_resource_tracker",
+    "take_jobs",
 ]
 
 _PR_SET_PDEATHSIG: Final = 1
@@ -152,6 +153,16 @@ class Refused(WorkerMessage):
 # --- the pool -----------------------------------------------------------------------------------
 
 
+def take_jobs(jobs: Any, stop: Any) -> Iterator[Any]:
+    """In a worker: the jobs of a `WorkerPool.job_queue`, one at a time, until its end marker or
+    the pool's stop flag."""
+    while not stop.is_set():
+        job = jobs.get()
+        if job is None:
+            return
+        yield job
+
+
 # A worker's body: `main(index, messages, stop, *args)`, a module-level function (spawned workers
 # find it by name).
 WorkerMain = Callable[..., None]
@@ -188,6 +199,17 @@ class WorkerPool:
         """A new queue shared with the workers (made before `start`, to be passed in `args_for`)."""
         channel = self._context.Queue()
         self._queues.append(channel)
+        return channel
+
+    def job_queue(self, jobs: Iterable[Any]) -> Any:
+        """A new queue holding `jobs` (picklable, none of them None), then one end marker per
+        worker, for workers taking them one at a time (`take_jobs`); made before `start`, to
+        be passed in `args_for`."""
+        channel = self.queue()
+        for job in jobs:
+            channel.put(job)
+        for _ in range(self.count):
+            channel.put(None)
         return channel
 
     def start(self, main: WorkerMain, args_for: Callable[[int], Sequence[Any]]) -> None:

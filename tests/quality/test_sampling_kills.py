@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kvcheck.core.run import run_scenario
-from kvcheck.mutants import ENTRIES, Entry
+from kvcheck.families.sglang.mutants.registry import Entry
+from kvcheck.mutants import ENTRIES
 from kvcheck.search.check import SearchOutcome
 from kvcheck.search.sampling import sample_search
 

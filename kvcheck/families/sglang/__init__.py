@@ -4,6 +4,7 @@ from kvcheck.core.family import Family
 from kvcheck.families.sglang.distribution import SglangDistribution
 from kvcheck.families.sglang.judge import SglangJudge
 from kvcheck.families.sglang.loading import SglangTargets
+from kvcheck.families.sglang.mutants import SglangMutants
 from kvcheck.families.sglang.reporting import SglangReporter
 from kvcheck.families.sglang.scenario import SglangScenarios
 from kvcheck.families.sglang.search import SglangMoves
@@ -16,4 +17,5 @@ FAMILY = Family(
     distribution=SglangDistribution(),
     report=SglangReporter(),
     moves=SglangMoves(),
+    mutants=SglangMutants(),
 )

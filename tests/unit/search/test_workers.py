@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.search.workers import Crashed, Refused, WorkerMessage, WorkerPool
+from kvcheck.search.workers import Crashed, Refused, WorkerMessage, WorkerPool, take_jobs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +21,11 @@ class Echo(WorkerMessage):
 def echo(index: int, messages: Any, stop: Any, word: str, reply: Any) -> None:
     messages.put(Echo(index, f"{word} {index}"))
     reply.put(os.getpid())
+
+
+def echo_jobs(index: int, messages: Any, stop: Any, jobs: Any) -> None:
+    for job in take_jobs(jobs, stop):
+        messages.put(Echo(index, job))
 
 
 def refuse(index: int, messages: Any, stop: Any) -> None:
@@ -63,6 +68,20 @@ def test_workers_send_named_messages_on_the_shared_queue() -> None:
     finally:
         pool.close()
     assert all(p.exitcode is not None for p in pool.processes)
+
+
+def test_workers_take_each_job_of_a_job_queue_once() -> None:
+    pool = WorkerPool("test", 2)
+    jobs = pool.job_queue(f"job {i}" for i in range(5))
+    try:
+        pool.start(echo_jobs, lambda _: (jobs,))
+        received = receive_all(pool, 5)
+        for process in pool.processes:  # each ends at its end marker
+            process.join(timeout=60)
+        assert [p.exitcode for p in pool.processes] == [0, 0]
+    finally:
+        pool.close()
+    assert sorted(m.said for m in received if isinstance(m, Echo)) == [f"job {i}" for i in range(5)]
 
 
 def test_a_usage_error_is_refused_and_anything_else_crashed() -> None:

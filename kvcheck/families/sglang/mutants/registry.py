@@ -11,6 +11,7 @@ import attrs
 
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.invariants import INVARIANTS
+from kvcheck.families.sglang.judging import SglangJudging
 from kvcheck.families.sglang.mutants.generations import Generation, resolver_call
 from kvcheck.families.sglang.probe import probe_target
 from kvcheck.families.sglang.scenario import (
@@ -29,6 +30,8 @@ SPEC_PREFIX = "mutant:"
 # Entries are importable as `kvcheck.mutants:<python name>`, the form saved in counterexample
 # files, so `kvcheck replay` and `kvcheck check` load them like any other importable target.
 IMPORT_MODULE = "kvcheck.mutants"
+# The family the corpus belongs to (the name of `kvcheck.families.sglang.FAMILY`).
+FAMILY_NAME = "sglang"
 
 
 def python_name(name: str) -> str:
@@ -58,6 +61,16 @@ class Entry:
     resolver: Resolver = attrs.field(eq=False, repr=False)
     # Why Hypothesis's shrunk counterexample may be longer than the exhaustive minimum.
     shrink_note: str = ""
+
+    @property
+    def family(self) -> str:
+        """The family whose corpus holds it."""
+        return FAMILY_NAME
+
+    @property
+    def options(self) -> SglangJudging:
+        """The options it is judged under (overlap: both drawn)."""
+        return SglangJudging(self.convention, self.global_counters, self.adaptive)
 
     @property
     def short_spec(self) -> str:
