@@ -146,3 +146,41 @@ def test_every_module_is_on_the_architecture_map() -> None:
     }
     unlisted = sorted(m for m in modules if f"`{m}`" not in text and f"`{m}," not in text)
     assert not unlisted, f"modules missing from docs/architecture.md's module map: {unlisted}"
+
+
+# Each line the contracts of the family seam must refuse: the module, the import appended to it,
+# and the contract that must then break.
+_SEAM_BREAKS = {
+    "kvcheck/search/shrink.py": (
+        "import kvcheck.families.sglang.engine",
+        "Generic layers reach a family only through the registry",
+    ),
+    "kvcheck/core/run.py": (
+        "from kvcheck.families.sglang import model",
+        "Generic layers reach a family only through the registry",
+    ),
+    "kvcheck/__init__.py": (
+        "import kvcheck.families.sglang.scenario",
+        "The public names (kvcheck/__init__.py) reach a family only through the registry",
+    ),
+    "kvcheck/families/sglang/model.py": (
+        "import kvcheck.search.check",
+        "A family builds on the generic core only",
+    ),
+}
+
+
+@_needs_import_linter
+@pytest.mark.parametrize("module", sorted(_SEAM_BREAKS))
+def test_the_contracts_keep_families_behind_the_registry(module: str, tmp_path: Path) -> None:
+    shutil.copytree(
+        ROOT / "kvcheck", tmp_path / "kvcheck", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    line, contract = _SEAM_BREAKS[module]
+    with (tmp_path / module).open("a") as source:
+        source.write(f"\n{line}  # noqa: E402\n")
+    done = _lint_imports(tmp_path)
+    report = done.stdout + done.stderr
+    assert done.returncode == 1, report
+    assert re.search(f"^{re.escape(contract)}.* BROKEN", report, re.MULTILINE), report
