@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from kvcheck.core.family import Family, family
+from kvcheck.core.family import family
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.judging import SglangJudging
 from kvcheck.targets.loading import load_target
@@ -83,4 +83,4 @@ class ToyMutants:
 
 
 _SGLANG = family("sglang")
-FAMILY = Family(name=NAME, scenarios=_SGLANG.scenarios, judge=_SGLANG.judge, mutants=ToyMutants())
+FAMILY = attrs.evolve(_SGLANG, name=NAME, mutants=ToyMutants())

@@ -61,7 +61,9 @@ class ToyTargets:
         return spec.partition("::")[0] if "::" in spec else None
 
 
-FAMILY = Family(name="toyt", scenarios=None, judge=None, targets=ToyTargets(), report=None)  # type: ignore[arg-type]
+FAMILY = Family(
+    name="toyt", scenarios=None, judge=None, targets=ToyTargets(), moves=None, report=None
+)  # type: ignore[arg-type]
 
 
 @pytest.fixture
