@@ -61,8 +61,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         dest="kvcheck_targets",
         metavar="TARGET",
-        help="add property-test items for TARGET (builtin:NAME, package.module:Qualname or "
-        "path/to/file.py::Qualname), one per convention x overlap x adaptive value; repeatable",
+        help="add property-test items for TARGET (any target spec `kvcheck check` takes): one "
+        "running check's search by default, one per overlap value for a given convention; "
+        "repeatable",
     )
     group.addoption(
         "--kvcheck-profile",

@@ -342,7 +342,7 @@ def format_verdict(verdict: Verdict) -> str:
 
 
 def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
-    """The `--json` report of a verdict (fields listed in CHANGELOG.md)."""
+    """The `--json` report of a verdict (fields listed in docs/contracts.md)."""
     data: dict[str, Any] = {
         "verdict": verdict.verdict,
         "target": verdict.target,

@@ -309,7 +309,7 @@ def format_exhaust(
 
 
 def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
-    """The `kvcheck exhaust --json` report (fields listed in CHANGELOG.md)."""
+    """The `kvcheck exhaust --json` report (fields listed in docs/contracts.md)."""
     data: dict[str, Any] = {
         "verdict": result.verdict,
         "target": result.target,

@@ -304,7 +304,7 @@ def _report_failure(found: Found, target: Target, args: argparse.Namespace) -> d
 def campaign_json(
     state: CampaignState, duration: float | None, reports: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """The `--json` summary of a campaign (fields listed in CHANGELOG.md)."""
+    """The `--json` summary of a campaign (fields listed in docs/contracts.md)."""
     plan = state.plan
     first = min((f["examples_to_failure"] for f in reports), default=None)
     return {

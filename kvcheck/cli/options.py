@@ -1,7 +1,7 @@
 """What every `kvcheck` command shares: exit codes, the parser class, argument types and the
 judging options (`check`, `fuzz` and `exhaust` take the same ones: the family's flags).
 
-Exit codes are part of the contract (CHANGELOG.md): 0 no violation found, 1 violation found, 2
+Exit codes are part of the contract (docs/contracts.md): 0 no violation found, 1 violation found, 2
 usage or load error. User errors are one clear line on stderr, never a traceback.
 """
 

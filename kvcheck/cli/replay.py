@@ -140,7 +140,7 @@ def _print_replay(replayed: Replay) -> None:
 
 
 def replay_to_json(replayed: Replay) -> dict[str, Any]:
-    """The `--json` report of a replay (fields listed in CHANGELOG.md)."""
+    """The `--json` report of a replay (fields listed in docs/contracts.md)."""
     counterexample, violation = replayed.counterexample, replayed.violation
     data: dict[str, Any] = {
         "verdict": "pass" if violation is None else "fail",

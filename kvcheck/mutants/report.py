@@ -106,7 +106,7 @@ def _family_of(matrix: Matrix) -> str:
 
 
 def matrix_to_json(matrix: Matrix) -> dict[str, Any]:
-    """The `kvcheck mutants --json` report (fields listed in CHANGELOG.md)."""
+    """The `kvcheck mutants --json` report (fields listed in docs/contracts.md)."""
     return {
         "summary": matrix.summary.to_dict(),
         "max_examples": matrix.max_examples,

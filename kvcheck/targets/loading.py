@@ -3,8 +3,8 @@ families (`kvcheck.core.family.TargetLoader`).
 
 Each family claims its spec forms (SGLang's: `builtin:NAME`, `sglang==VERSION`, an SGLang
 checkout directory, `mutant:NAME`, `package.module:Qualname.attr` and
-`path/to/file.py::Qualname.attr`; their grammar is a contract: CHANGELOG.md) and loads and probes
-its targets; the default family loads every spec no other family claims
+`path/to/file.py::Qualname.attr`; their grammar is a contract: docs/contracts.md) and loads and
+probes its targets; the default family loads every spec no other family claims
 (`kvcheck.core.family.family_for_spec`). The loaded `Target` names its family.
 
 Every failure is a `TargetLoadError` with one line: the front doors turn it into exit code 2.

@@ -2,7 +2,7 @@
 
 A checker compares the reference model's expectation with what the engine observed on the fakes
 and yields a `Finding` for each difference; `check_event` turns findings into `Violation`s under
-the invariant's id. The ids are part of the public contract (CHANGELOG.md); `INVARIANTS` lists
+the invariant's id. The ids are part of the public contract (docs/contracts.md); `INVARIANTS` lists
 them in the order they are checked, so the first violation reported at an event is the most basic
 one that broke. Every request is checked after every event, not only the rows of the delivered
 batch: a resolver that corrupts a request outside the batch is caught too.

@@ -1,7 +1,7 @@
 """How SGLang's targets are found (`kvcheck.core.family.TargetLoader`): the spec forms, each
 loaded and probed (`kvcheck.families.sglang.probe`).
 
-The forms (their grammar is a contract: CHANGELOG.md):
+The forms (their grammar is a contract: docs/contracts.md):
 - `builtin:NAME`: one of kvcheck's own resolvers (`kvcheck.families.sglang.builtins`);
 - `sglang==VERSION`: that SGLang release's resolver, fetched from the package index into
   kvcheck's cache (`kvcheck.families.sglang.release`);
