@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.family import DEFAULT_FAMILY, distribution_of
+from kvcheck.core.family import distribution_of, family, family_names, register_from_environment
 from kvcheck.counterexamples.fileformat import SUFFIX, load
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.wording import plural
@@ -73,9 +73,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Hypothesis settings profile for the property items: dev, ci, thorough (kvcheck's) "
         "or any registered one (default: the active profile)",
     )
-    # The default family's judging options (SGLang's --kvcheck-convention, --kvcheck-adaptive
-    # and --kvcheck-global-counters).
-    distribution_of(DEFAULT_FAMILY).front.add_plugin_options(group)
+    # Every registered family's judging options (SGLang's --kvcheck-convention,
+    # --kvcheck-adaptive and --kvcheck-global-counters); a target's items read its family's.
+    try:
+        register_from_environment()
+    except KvcheckUsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    shared = _SharedOptions(group)
+    for name in family_names():
+        distribution = family(name).distribution
+        if distribution is not None:
+            distribution.front.add_plugin_options(shared)
     group.addoption(
         "--kvcheck-allow-unavailable-imports",
         dest="kvcheck_allow_unavailable_imports",
@@ -152,6 +160,20 @@ def _relative(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+class _SharedOptions:
+    """The plugin's option group as each family adds its options to it: an option an earlier
+    family added (same names) is shared, not added twice (pytest refuses that)."""
+
+    def __init__(self, group: pytest.OptionGroup) -> None:
+        self._group = group
+
+    def addoption(self, *names: str, **attributes: Any) -> None:
+        """Add the option unless an earlier family added it under these names."""
+        added = {name for option in self._group.options for name in option.names()}
+        if not set(names) <= added:
+            self._group.addoption(*names, **attributes)
 
 
 # --- replay items -------------------------------------------------------------------------------
@@ -279,21 +301,25 @@ class _SearchOptions:
     def __init__(
         self,
         *,
-        items: list[tuple[str, dict[str, Any]]],
+        option: Callable[[str], Any],
         allow_unavailable_imports: bool,
         max_examples: int,
         database: ExampleDatabase | None,
         seed: int | None,
         save_dir: Path,
     ) -> None:
-        # Each property item of a target: the axes its name carries and the judging options it
-        # asks for (`FrontDoor.plugin_items`).
-        self.items = items
+        # The plugin's options by dest, which the target's family reads its items from.
+        self.option = option
         self.allow_unavailable_imports = allow_unavailable_imports
         self.max_examples = max_examples
         self.database = database
         self.seed = seed
         self.save_dir = save_dir
+
+    def items_for(self, target: Target) -> list[tuple[str, dict[str, Any]]]:
+        """The property items of `target`, as its family splits its search (their axes, and
+        the options each asks for)."""
+        return distribution_of(target.family).front.plugin_items(self.option)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> _SearchOptions:
@@ -327,7 +353,7 @@ class _SearchOptions:
             seed = seed_from_option(config.getoption("hypothesis_seed", None))
         save_dir = config.getoption("kvcheck_save_dir", None)
         return cls(
-            items=distribution_of(DEFAULT_FAMILY).front.plugin_items(config.getoption),
+            option=config.getoption,
             allow_unavailable_imports=config.getoption("kvcheck_allow_unavailable_imports", False),
             max_examples=max_examples,
             database=profile.database,
@@ -378,7 +404,9 @@ def _property_items(
     except KvcheckUsageError as exc:
         raise pytest.UsageError(f"--kvcheck-target {spec}: {_one_line(exc)}") from None
     items: list[pytest.Item] = []
-    for axes, requested in options.items:
+    # Each property item of a target: the axes its name carries and the judging options it asks
+    # of the target's family (`FrontDoor.plugin_items`).
+    for axes, requested in options.items_for(target):
         name = f"kvcheck[{spec.replace('::', ':')}][{axes}]"
         items.append(
             PropertyItem.from_parent(

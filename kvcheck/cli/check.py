@@ -36,6 +36,7 @@ from kvcheck.cli.options import (
 )
 from kvcheck.cli.progress import Progress, announce
 from kvcheck.core.deadline import describe
+from kvcheck.core.family import DEFAULT_FAMILY, distribution_of, family
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR, Counterexample, save
 from kvcheck.counterexamples.replay import replay_command
 from kvcheck.errors import FileWriteError, KvcheckUsageError
@@ -45,7 +46,7 @@ from kvcheck.reporting.render import print_timeline
 from kvcheck.reporting.text import failure_to_json, format_failure
 from kvcheck.reporting.timeline import build_timeline
 from kvcheck.search import DEFAULT_MAX_EXAMPLES
-from kvcheck.targets.loading import DEFAULT_TARGETS, load_target
+from kvcheck.targets.loading import load_target
 from kvcheck.wording import plural
 
 if TYPE_CHECKING:
@@ -138,8 +139,7 @@ def run(args: argparse.Namespace) -> int:
     """
     header = (
         f"kvcheck: checking {args.target} (up to {plural(args.max_examples, 'scenario')} per "
-        "convention"
-        f", deadline {describe(args.deadline)}"
+        f"search, deadline {describe(args.deadline)}"
         + (f", time limit {args.time_limit:g} s" if args.time_limit else "")
         + "; Ctrl-C stops and reports)"
     )
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     with Progress() as progress:
         verdict = check(
             target,
-            **requested_options(args),
+            **requested_options(args, target),
             max_examples=args.max_examples,
             seed=args.seed,
             database=database,
@@ -192,7 +192,7 @@ def run_default_job() -> int:
     print("kvcheck: checking the built-in seed resolvers (kvcheck check TARGET for your own)\n")
     verdicts: list[Verdict] = []
     save_options = argparse.Namespace(save_dir=str(DEFAULT_DIR), no_save=False, html=None)
-    for spec in DEFAULT_TARGETS:
+    for spec in family(DEFAULT_FAMILY).targets.default_specs:
         verdict = check(spec, seed=0)
         verdicts.append(verdict)
         print(format_verdict(verdict))
@@ -304,16 +304,13 @@ def print_failure(verdict: Verdict, saved: Saved | None) -> None:
 
 
 def format_verdict(verdict: Verdict) -> str:
-    """The text report of a verdict: target, convention, options, API shape, PASS or FAIL."""
+    """The text report of a verdict: target, how it was judged (its family's lines: SGLang's
+    convention and options), what its probe showed, PASS or FAIL."""
+    front = distribution_of(verdict.family).front
     lines = [
         f"target      {verdict.target}  ({verdict.description})",
-        f"convention  {verdict.convention}  ({verdict.convention_reason})",
-        f"options     global counters {verdict.global_counters}, "
-        f"adaptive {'on' if verdict.adaptive else 'off'}"
-        + (f" ({verdict.adaptive_reason})" if verdict.adaptive_reason.startswith("auto") else ""),
+        *front.verdict_lines(verdict.options, verdict.reason, verdict.api_shape),
     ]
-    if verdict.api_shape is not None:
-        lines.append(f"api shape   {verdict.api_shape.summary()}")
     violation, scenario = verdict.violation, verdict.counterexample
     if violation is None or scenario is None:
         if verdict.stopped == "interrupted":

@@ -18,6 +18,7 @@ from kvcheck.cli.options import (
     EXIT_VIOLATION,
     add_coverage_options,
     add_deadline_option,
+    add_family_flags,
     add_json_option,
     add_judging_options,
     add_save_options,
@@ -26,13 +27,14 @@ from kvcheck.cli.options import (
     coverage_text,
     error_json,
     positive_int,
+    refuse_flags_for_others,
     require_coverage,
     seconds,
     warn,
 )
 from kvcheck.cli.progress import Progress, announce
 from kvcheck.core.deadline import describe
-from kvcheck.core.family import DEFAULT_FAMILY, JudgingOptions, family
+from kvcheck.core.family import JudgingOptions, family, family_for_spec
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import from_run, replay_command
@@ -64,11 +66,10 @@ def add_parser(commands: Any) -> None:
         ),
     )
     exhaust.add_argument("target", help="the resolver to check (forms above)")
-    # The bounds are the family's: its flags (a target's family is not known before it loads).
-    family(DEFAULT_FAMILY).moves.add_bounds_options(exhaust.add_argument_group("bounds"))
-    judge = exhaust.add_argument_group("judging")
+    # The bounds are each family's own flags (a target's family is not known before parsing).
+    add_family_flags(exhaust, "bounds", lambda owner, group: owner.moves.add_bounds_options(group))
     add_judging_options(
-        judge,
+        exhaust,
         global_counters_default=None,
         adaptive_help="stride switching (default: on when switch_stride events have two strides)",
     )
@@ -135,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     target's line coverage is below `--min-coverage`, else 0, also for an incomplete search;
     `--events 0` without `--steps` is a `KvcheckUsageError`.
     """
-    bounds = family(DEFAULT_FAMILY).moves.bounds_from_args(args, None)
+    bounds = family_for_spec(args.target.strip()).moves.bounds_from_args(args, None)
     header = (
         f"kvcheck: exhausting {args.target} ({bounds.describe()}; deadline "
         f"{describe(args.deadline)}; Ctrl-C stops and reports)"
@@ -146,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         args.target, args.allow_unavailable_imports, args.deadline or args.time_limit
     )
     target = attrs.evolve(target, deadline=args.deadline)
+    refuse_flags_for_others(args, target)
     moves = family(target.family).moves
     bounds = moves.bounds_from_args(args, target)
     require_coverage(args, target)

@@ -174,7 +174,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     # A campaign judges by the family's first choice only (SGLang's detected convention under
     # --convention auto): its workers search round after round under one set of options.
-    judging = family(target.family).judge.judging(requested_options(args), target)
+    judging = family(target.family).judge.judging(requested_options(args, target), target)
     duration = args.duration
     if duration is None and args.max_examples is None:
         duration = DEFAULT_DURATION

@@ -26,7 +26,7 @@ from kvcheck.cli.options import (
     wants_json,
 )
 from kvcheck.core import interrupts, isolation
-from kvcheck.core.family import family, family_names
+from kvcheck.core.family import family, family_names, register_from_environment
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 from kvcheck.version import VERSION
 
@@ -143,12 +143,14 @@ def main(argv: Sequence[str] | None = None, *, supervised: bool = False) -> int:
     # Every Ctrl-C stops the command, also one that lands where Python drops exceptions.
     interrupts.install()
     try:
+        # Before the parser is built: each registered family adds its own flags to it.
+        register_from_environment()
         args = build_parser().parse_args(words)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except SystemExit as exc:  # --help or --version, already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    except KvcheckUsageError as exc:  # a malformed command line (Parser.error)
+    except KvcheckUsageError as exc:  # a malformed command line (Parser.error) or variable
         return _error(str(exc), as_json=wants_json(words))
     if supervised:
         as_json = bool(getattr(args, "json", False))

@@ -12,16 +12,16 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from kvcheck.arguments import non_negative_int as non_negative_int
 from kvcheck.arguments import positive_int as positive_int
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.family import DEFAULT_FAMILY, distribution_of
+from kvcheck.core.family import Family, distribution_of, family, family_names
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR
-from kvcheck.counterexamples.replay import REPLAY_CONVENTIONS
+from kvcheck.counterexamples.replay import AUTO, FILE, replay_choices
 from kvcheck.errors import KvcheckUsageError
 
 if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvcheck.search
@@ -160,12 +160,83 @@ def percent(text: str) -> float:
 # --- shared options -------------------------------------------------------------------------
 
 
-def add_judging_options(parser: argparse._ActionsContainer, **wording: Any) -> None:
-    """The judging flags of the default family (SGLang's `--convention`, `--global-counters`,
-    `--adaptive`: `FrontDoor.add_options`, in the command's `wording`) and
-    `--allow-unavailable-imports`. A command turns them into the options it asks for with
-    `requested_options`."""
-    distribution_of(DEFAULT_FAMILY).front.add_options(parser, **wording)
+class _FamilyFlags(argparse._ArgumentGroup):
+    """One family's flags on a command's parser, in a group of their own (`add_family_flags`).
+
+    A flag an earlier family added is shared rather than added twice: it parses as that family
+    declared it, and both read its value (two families may each have an `--events`)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, title: str) -> None:
+        super().__init__(parser, title=title)
+        self.flags: list[argparse.Action] = []
+
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        """Add the flag, or share the one an earlier family added under these names."""
+        shared = self._option_string_actions.get(names[0]) if names else None
+        if shared is None:
+            action = super().add_argument(*names, **kwargs)
+        elif all(name in shared.option_strings for name in names):
+            action = shared
+        else:  # a family's mistake, found when the parser is built (every command, every test)
+            raise ValueError(f"flags {names} partly overlap {shared.option_strings}")
+        self.flags.append(action)
+        return action
+
+
+# Where a command's parser keeps which family added which flags: by family, (dest, flag, default).
+_FAMILY_FLAGS: Final = "family_flags"
+FamilyFlags = dict[str, list[tuple[str, str, Any]]]
+
+
+def add_family_flags(
+    parser: argparse.ArgumentParser, title: str, add: Callable[[Family, Any], None]
+) -> None:
+    """Call `add(family, group)` for every registered family, each with a group of its own
+    titled `title` and the family's name, and record which flags each added, so that a flag
+    given for a target of another family is refused (`refuse_other_families_flags`). The
+    families are the ones registered when the parser is built (the front door registers
+    `KVCHECK_FAMILIES` first)."""
+    owned: FamilyFlags = parser.get_default(_FAMILY_FLAGS) or {}
+    for name in family_names():
+        group = _FamilyFlags(parser, f"{title} ({name} targets)")
+        add(family(name), group)
+        if not group.flags:
+            continue
+        parser._action_groups.append(group)
+        owned.setdefault(name, []).extend(
+            (action.dest, action.option_strings[0], action.default) for action in group.flags
+        )
+    parser.set_defaults(**{_FAMILY_FLAGS: owned})
+
+
+def refuse_other_families_flags(args: argparse.Namespace, family_name: str, subject: str) -> None:
+    """`KvcheckUsageError` for a flag set away from its default that only families other than
+    `family_name` read (`--convention` for a target whose family judges without one); `subject`
+    says what is of that family ("builtin:reference is a sglang target")."""
+    owned: FamilyFlags = getattr(args, _FAMILY_FLAGS, None) or {}
+    own = {dest for dest, _, _ in owned.get(family_name, ())}
+    for name, flags in owned.items():
+        for dest, flag, default in flags:
+            if name != family_name and dest not in own and getattr(args, dest) != default:
+                raise KvcheckUsageError(f"{flag} is an option for {name} targets; {subject}")
+
+
+def refuse_flags_for_others(args: argparse.Namespace, target: Target) -> None:
+    """`refuse_other_families_flags` for the family of a loaded `target`."""
+    refuse_other_families_flags(args, target.family, f"{target.spec} is a {target.family} target")
+
+
+def add_judging_options(parser: argparse.ArgumentParser, **wording: Any) -> None:
+    """Every registered family's judging flags (`FrontDoor.add_options`, in the command's
+    `wording`; SGLang's `--convention`, `--global-counters`, `--adaptive`) and
+    `--allow-unavailable-imports`. A command turns them into the options it asks of the
+    target's family with `requested_options`."""
+
+    def add(owner: Family, group: Any) -> None:
+        if owner.distribution is not None:
+            owner.distribution.front.add_options(group, **wording)
+
+    add_family_flags(parser, "judging", add)
     parser.add_argument(
         "--allow-unavailable-imports",
         action="store_true",
@@ -177,22 +248,31 @@ def add_judging_options(parser: argparse._ActionsContainer, **wording: Any) -> N
     )
 
 
-def requested_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The judging options the flags of `add_judging_options` ask for (by the names
-    `kvcheck.check()` takes them)."""
-    return distribution_of(DEFAULT_FAMILY).front.requested(args)
+def requested_options(args: argparse.Namespace, target: Target) -> dict[str, Any]:
+    """The judging options the flags of `add_judging_options` ask of `target`'s family (by the
+    names `kvcheck.check()` takes them); a flag of another family only is a usage error."""
+    refuse_flags_for_others(args, target)
+    return distribution_of(target.family).front.requested(args)
 
 
-def add_replay_convention_option(parser: argparse._ActionsContainer) -> None:
-    """`--convention` of `replay` and `regress` (docs/replay.md): whose convention judges."""
-    parser.add_argument(
-        "--convention",
-        choices=REPLAY_CONVENTIONS,
-        default="auto",
-        help="committed-length convention to judge by: auto (default: the file's for its saved "
-        "target, the target's own for another --target, said on stderr when they differ), file "
-        "(always the file's), preclaim or honest",
-    )
+def add_replay_options(parser: argparse.ArgumentParser) -> None:
+    """A `--NAME` flag per judging option a replay may choose (`Judge.replay_choices`; SGLang's
+    `--convention`, docs/replay.md), for `replay` and `regress`."""
+
+    def add(owner: Family, group: Any) -> None:
+        for name, values in replay_choices(owner.name).items():
+            group.add_argument(
+                f"--{name.replace('_', '-')}",
+                dest=name,
+                choices=values,
+                default=AUTO,
+                help=f"the {name.replace('_', ' ')} to judge by: {AUTO} (default: the file's "
+                "for its saved target; for another --target, as its family decides, said on "
+                f"stderr when they differ), {FILE} (always the file's), or "
+                + " or ".join(v for v in values if v not in (AUTO, FILE)),
+            )
+
+    add_family_flags(parser, "judging a replay", add)
 
 
 def add_deadline_option(parser: argparse._ActionsContainer) -> None:

@@ -12,7 +12,7 @@ from kvcheck.cli.options import (
     EXIT_OK,
     add_deadline_option,
     add_force_option,
-    add_replay_convention_option,
+    add_replay_options,
     input_files,
     note,
 )
@@ -47,7 +47,7 @@ def add_parser(commands: Any) -> None:
     regress_parser.add_argument(
         "--target", default=None, help="the target the test replays (default: the saved one)"
     )
-    add_replay_convention_option(regress_parser)
+    add_replay_options(regress_parser)
     add_force_option(regress_parser)
     add_deadline_option(regress_parser)
     regress_parser.set_defaults(run=run)

@@ -15,9 +15,10 @@ from kvcheck.cli.options import (
     add_deadline_option,
     add_force_option,
     add_json_option,
-    add_replay_convention_option,
+    add_replay_options,
     input_files,
     note,
+    refuse_other_families_flags,
     warn,
 )
 from kvcheck.cli.progress import Progress
@@ -50,7 +51,7 @@ def add_parser(commands: Any) -> None:
         default=None,
         help="replay against this target instead of the saved one (default: the saved one)",
     )
-    add_replay_convention_option(replay_parser)
+    add_replay_options(replay_parser)
     add_json_option(replay_parser)
     add_deadline_option(replay_parser)
     replay_parser.add_argument(
@@ -169,7 +170,9 @@ def replay_to_json(replayed: Replay) -> dict[str, Any]:
 
 def replay_requests(args: argparse.Namespace, family_name: str) -> dict[str, str]:
     """What the command line asks of a replay's judging, per option a replay of `family_name`
-    may choose (`--convention` for SGLang's): the options it was not given are left out."""
+    may choose (`--convention` for SGLang's): the options it was not given are left out. A
+    flag only other families' replays read is a usage error."""
+    refuse_other_families_flags(args, family_name, f"{args.file} holds a {family_name} scenario")
     return {
         name: getattr(args, name)
         for name in replay_choices(family_name)

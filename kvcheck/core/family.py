@@ -20,6 +20,7 @@ pass through the generic layers as `Any`: only the family looks inside them.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, Self, TypeAlias
@@ -230,6 +231,12 @@ class TargetLoader(Protocol):
         ...
 
     @property
+    def correct_builtin(self) -> str:
+        """The spec of a correct built-in target, which every search must pass (the conformance
+        suite runs it: tests/unit/families/test_conformance.py)."""
+        ...
+
+    @property
     def stand_ins(self) -> Mapping[tuple[str, str], object]:
         """Stand-ins for names a resolver's file imports from the engine's own package, by
         (module, name): what such a file gets in their place, the engine being absent here."""
@@ -354,6 +361,12 @@ class FrontDoor(Protocol):
 
     def describe(self, options: Any, reason: str) -> str:
         """How a verdict was judged, in one clause (a failing plugin item's headline)."""
+        ...
+
+    def verdict_lines(self, options: Any, reason: str, shape: Any) -> list[str]:
+        """How a verdict was judged (`options`, and why: `reason`) and what the target's probe
+        showed (`shape`, `Target.shape`), as lines of `kvcheck check`'s text report after the
+        target's (each a label padded to 12 characters, then the text)."""
         ...
 
     def spellings_table(self) -> str | None:
@@ -542,6 +555,13 @@ class Moves(Protocol):
 
     def describe_options(self, options: Any, reasons: Mapping[str, str]) -> list[str]:
         """The exhaust report's lines on the options, with `reasons` (`search_judging`)."""
+        ...
+
+    @property
+    def conformance_bounds(self) -> SearchBounds:
+        """Small bounds, cleared in a second or so by the correct built-in, within which the
+        conformance suite compares the exhaustive search with the search and finds each
+        `Mutants.conformance_mutant`'s invariant."""
         ...
 
 
@@ -738,6 +758,12 @@ class Mutants(Protocol):
         """`bounds` widened to what `target`'s scenarios may draw."""
         ...
 
+    def conformance_mutant(self, invariant: str) -> MutantEntry | None:
+        """A mutant of the corpus whose shortest counterexamples within the moves'
+        `conformance_bounds` (widened by `bounds_for`) break `invariant`, the cheapest known;
+        None when no mutant of the corpus breaks it (the conformance suite lists why)."""
+        ...
+
     def shrink_gap(
         self,
         shrunk_config: Mapping[str, Any],
@@ -803,8 +829,38 @@ def register(name: str, path: str) -> None:
 
 
 def registered_paths() -> dict[str, str]:
-    """Every registration, for a worker process to repeat (`register`)."""
+    """Every registration, for a worker process to repeat (`repeat_registrations`)."""
     return dict(FAMILIES)
+
+
+def repeat_registrations(paths: Mapping[str, str]) -> None:
+    """In a worker process, before it loads a family: the environment's registrations, then
+    the parent's (`registered_paths`), so a family registered at run time is known there."""
+    register_from_environment()
+    for name, path in paths.items():
+        register(name, path)
+
+
+# Families registered from outside for every command and worker of a run (a test's family, a
+# family kept outside kvcheck): "name=module:attribute" entries, separated by commas.
+FAMILIES_VARIABLE: Final = "KVCHECK_FAMILIES"
+
+
+def register_from_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Register the families `KVCHECK_FAMILIES` names (`FAMILIES_VARIABLE`). The front doors
+    (the command line, the pytest plugin) and worker processes call this before they load a
+    family. A malformed entry is a `KvcheckUsageError` naming it; a path that does not import
+    fails when the family is first used, as any registration's."""
+    text = (os.environ if environ is None else environ).get(FAMILIES_VARIABLE, "")
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, path = (part.strip() for part in entry.partition("="))
+        module, colon, attribute = path.partition(":")
+        if not (equals and colon and name and module and attribute):
+            raise KvcheckUsageError(
+                f"{FAMILIES_VARIABLE}: {entry!r} is not name=module:attribute (entries are "
+                "separated by commas)"
+            )
+        register(name, path)
 
 
 @contextmanager

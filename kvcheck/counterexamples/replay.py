@@ -43,14 +43,6 @@ def replay_choices(family_name: str = DEFAULT_FAMILY) -> dict[str, tuple[str, ..
     return {name: (AUTO, FILE, *values) for name, values in choices.items()}
 
 
-def __getattr__(name: str) -> Any:
-    """`REPLAY_CONVENTIONS`: the default family's choices of `--convention`, for the command
-    line that still names them so."""
-    if name == "REPLAY_CONVENTIONS":
-        return replay_choices()["convention"]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def from_run(
     result: RunResult,
     target: str,

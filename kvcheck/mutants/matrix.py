@@ -28,8 +28,8 @@ from kvcheck.core.family import (
     JudgingOptions,
     MutantEntry,
     family,
-    register,
     registered_paths,
+    repeat_registrations,
 )
 from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.jsonable import jsonable
@@ -369,8 +369,7 @@ def _work(
 ) -> None:  # pragma: no cover - runs in a worker process (tests/unit/cli/test_mutants_command.py)
     """A `--jobs` worker: the parent's family registrations, a warm-up, then one row per entry
     it takes (family name, entry name) until the jobs end or the pool stops."""
-    for name, path in families.items():
-        register(name, path)
+    repeat_registrations(families)
     warm_up(warm)
     for family_name, name in take_jobs(jobs, stop):
         entry = corpus_of(family_name).get(name)

@@ -34,7 +34,7 @@ from hypothesis.database import ExampleDatabase
 
 from kvcheck.core.calls import import_tensor_library
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.family import JudgingOptions, register, registered_paths
+from kvcheck.core.family import JudgingOptions, registered_paths, repeat_registrations
 from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.run import RunResult
 from kvcheck.core.scenario import to_json_line
@@ -383,8 +383,7 @@ class _Done(WorkerMessage):
 def _work(
     index: int, messages: Any, stop: Any, plan: CampaignPlan
 ) -> None:  # pragma: no cover - runs in a worker process (tests/quality/test_fuzz*.py)
-    for name, path in plan.families:
-        register(name, path)
+    repeat_registrations(dict(plan.families))
     target = load_target(
         plan.target, allow_unavailable=plan.allow_unavailable_imports, deadline=plan.deadline
     )

@@ -27,7 +27,7 @@ from hypothesis.errors import Flaky
 from hypothesis.reporting import with_reporter
 
 from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
-from kvcheck.core.family import Judging, JudgingOptions, distribution_of, family
+from kvcheck.core.family import DEFAULT_FAMILY, Judging, JudgingOptions, distribution_of, family
 from kvcheck.core.invariant import Violation
 from kvcheck.core.isolation import isolated, resumed_scenario
 from kvcheck.core.run import RunResult, run_scenario
@@ -95,6 +95,8 @@ class Verdict:
     # The target's own code that the searches ran; None for a target not read from source or
     # when not measured.
     coverage: TargetCoverage | None = None
+    # The engine family of the target (`kvcheck.core.family`), whose front door describes it.
+    family: str = DEFAULT_FAMILY
 
     @property
     def options(self) -> JudgingOptions:
@@ -565,6 +567,7 @@ def _verdict(
         outcome=outcome,
         other_outcomes=others,
         api_shape=target.shape,
+        family=target.family,
     )
 
 

@@ -53,7 +53,7 @@ import attrs
 
 from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import time_limit as _time_limit
-from kvcheck.core.family import Moves, family, register, registered_paths
+from kvcheck.core.family import Moves, family, registered_paths, repeat_registrations
 from kvcheck.core.interrupts import raise_if_dropped
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
@@ -464,8 +464,7 @@ def _work(
     index: int, messages: Any, stop: Any, setup: _Setup, control: Any, inboxes: list[Any]
 ) -> None:  # pragma: no cover - runs in a worker process (tests/unit/search/test_exhaust_parallel)
     workers = setup.workers
-    for name, path in setup.families.items():
-        register(name, path)
+    repeat_registrations(setup.families)
     moves = family(setup.plan.family).moves
     if setup.target_bytes is not None:
         target: Target = pickle.loads(setup.target_bytes)

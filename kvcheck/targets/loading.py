@@ -22,17 +22,9 @@ from typing import Any
 import attrs
 
 from kvcheck.core.deadline import DEFAULT_DEADLINE
-from kvcheck.core.family import DEFAULT_FAMILY, family, family_for_spec
+from kvcheck.core.family import family_for_spec
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
-
-
-def __getattr__(name: str) -> Any:
-    """`DEFAULT_TARGETS`: the default family's targets for a search given none, looked up (and
-    the family imported) only when asked for."""
-    if name == "DEFAULT_TARGETS":
-        return family(DEFAULT_FAMILY).targets.default_specs
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_target(

@@ -18,6 +18,7 @@ from kvcheck.families.sglang.scenario import (
     GLOBAL_COUNTER_MODES,
 )
 from kvcheck.families.sglang.spellings import spellings_table
+from kvcheck.families.sglang.target import ApiShape
 
 CONVENTION_CHOICES: Final = ("auto", "preclaim", "honest")
 
@@ -143,6 +144,21 @@ def describe(options: SglangJudging, reason: str) -> str:
     return f"{reason}; {overlap}adaptive {'on' if options.adaptive else 'off'}"
 
 
+def verdict_lines(options: SglangJudging, reason: str, shape: ApiShape | None) -> list[str]:
+    """`kvcheck check`'s lines on the convention (and why), the other options, and the API
+    shape the probe showed (None: not probed)."""
+    auto = options.adaptive_reason.startswith("auto")
+    lines = [
+        f"convention  {options.convention}  ({reason})",
+        f"options     global counters {options.global_counters}, "
+        f"adaptive {'on' if options.adaptive else 'off'}"
+        + (f" ({options.adaptive_reason})" if auto else ""),
+    ]
+    if shape is not None:
+        lines.append(f"api shape   {shape.summary()}")
+    return lines
+
+
 # --- tables and releases --------------------------------------------------------------------
 
 
@@ -185,5 +201,6 @@ class SglangFrontDoor:
     add_plugin_options = staticmethod(add_plugin_options)
     plugin_items = staticmethod(plugin_items)
     describe = staticmethod(describe)
+    verdict_lines = staticmethod(verdict_lines)
     spellings_table = staticmethod(spellings_table)
     releases: Final = SglangReleases()

@@ -38,6 +38,8 @@ from kvcheck.targets.source import load_from_source
 BUILTIN_PREFIX: Final = "builtin:"
 MUTANT_PREFIX: Final = "mutant:"
 DEFAULT_TARGETS: Final = ("builtin:seed-prefix", "builtin:seed-fixed")
+# The correct built-in: the pre-claim resolver every search and exhaustive search must pass.
+CORRECT_BUILTIN: Final = "builtin:reference"
 RESOLVER_PARAMETERS: Final = ("self", "result", "batch")
 
 
@@ -208,6 +210,7 @@ class SglangTargets:
     """SGLang's target specs, their loading and the SGLang names a resolver's file may import."""
 
     default_specs: Final = DEFAULT_TARGETS
+    correct_builtin: Final = CORRECT_BUILTIN
     stand_ins: Final = STAND_INS
     resolver_parameters: Final = RESOLVER_PARAMETERS
     claims = staticmethod(claims)

@@ -398,6 +398,12 @@ def _grammar_name(grammar: Grammar | None) -> str:
     return grammar.kind if grammar.at is None else f"{grammar.kind}@{grammar.at}"
 
 
+# The conformance suite's bounds (`Moves.conformance_bounds`): one request, up to 6 events, and
+# the kill matrix's length cap of 2, within which the correct built-in clears in about a second
+# and each invariant's conformance mutant (`SglangMutants.conformance_mutant`) is caught.
+CONFORMANCE_BOUNDS: Final = Bounds(requests=1, events=6, max_new=(1, 2, 4))
+
+
 def bounds(values: Mapping[str, Any]) -> Bounds:
     """`Bounds(**values)`."""
     return Bounds(**values)
@@ -1007,3 +1013,4 @@ class SglangMoves:
     search_judging = staticmethod(search_judging)
     options_to_dict = staticmethod(options_to_dict)
     describe_options = staticmethod(describe_options)
+    conformance_bounds: Final = CONFORMANCE_BOUNDS

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import attrs
 import pytest
 
 from kvcheck.core.family import Family, family, family_for_spec, registered
@@ -20,6 +21,7 @@ from kvcheck.errors import KvcheckUsageError, TargetLoadError
 from kvcheck.targets.loading import absolute_spec, load_target, spec_path
 from kvcheck.targets.source import load_from_source
 from tests.helpers import COMMITTED_COUNTEREXAMPLES, run_cli
+from tests.unit.families import toy
 
 SAVED = str(COMMITTED_COUNTEREXAMPLES / "builtin-reference-runs-aligned-e732f13eccad.kvcheck.json")
 
@@ -36,6 +38,7 @@ class ToyTargets:
     """Claims `toyt:NAME` (a resolver of this module) and `*.toy::Qualname` source files."""
 
     default_specs = ("toyt:correct",)
+    correct_builtin = "toyt:correct"
     stand_ins = MappingProxyType({("toy_engine.values", "Tally"): Tally})
     resolver_parameters = ("state", "n")
 
@@ -61,9 +64,9 @@ class ToyTargets:
         return spec.partition("::")[0] if "::" in spec else None
 
 
-FAMILY = Family(
-    name="toyt", scenarios=None, judge=None, targets=ToyTargets(), moves=None, report=None
-)  # type: ignore[arg-type]
+# The toy family (tests/unit/families/toy.py) with these targets: every front door asks every
+# registered family for its flags, so a family is whole.
+FAMILY = attrs.evolve(toy.FAMILY, name="toyt", targets=ToyTargets())
 
 
 @pytest.fixture
