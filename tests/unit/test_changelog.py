@@ -138,17 +138,30 @@ def test_the_contracts_page_names_every_public_name(module: Any) -> None:
     assert [name for name in module.__all__ if f"`{name}`" not in text] == []
 
 
+class _RecordedOption:
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+
+    def names(self) -> list[str]:
+        return list(self._names)
+
+
 class _OptionRecorder:
-    """Stands in for pytest's parser and option group: records the option names added."""
+    """Stands in for pytest's parser and option group: records the option names added (and
+    offers them as `options`, which the plugin reads to share an option between families)."""
 
     def __init__(self) -> None:
-        self.names: list[str] = []
+        self.options: list[_RecordedOption] = []
+
+    @property
+    def names(self) -> list[str]:
+        return [name for option in self.options for name in option.names()]
 
     def getgroup(self, *args: Any, **kwargs: Any) -> _OptionRecorder:
         return self
 
     def addoption(self, *names: str, **kwargs: Any) -> None:
-        self.names.extend(names)
+        self.options.append(_RecordedOption(names))
 
 
 def test_the_contracts_page_names_every_plugin_option() -> None:
