@@ -14,8 +14,8 @@ append with the stop check (EOS, then length) trimming `C` at a stop, and every 
 resolving a placeholder; preemption sets `ST = IF`, `PH = 0`, `C = 0`; a reset preempts every
 running request with its stale output dropped.
 
-One deliberate difference from both releases: a running request that is not scheduled in a
-step loses its `-1` draft placeholders (the fix of vllm#37159's class), so the V1 runner never
+One deliberate difference from both releases: under the V1 runner, a running request that is
+not scheduled in a step loses its `-1` draft placeholders (the fix of vllm#37159's class), so the V1 runner never
 reads them (docs/vllm.md "Placeholder drafts").
 """
 
@@ -293,6 +293,8 @@ class ReferenceScheduler:
         self._clear_unscheduled_placeholders(scheduled_ids)
 
     def _clear_unscheduled_placeholders(self, scheduled_ids: set[str]) -> None:
+        if self.settings.use_v2_model_runner:
+            return  # the V2 runner keeps drafts per request across the pipeline's cadence
         for req in self.running:
             if req.rid not in scheduled_ids and PLACEHOLDER_TOKEN in req.spec:
                 req.spec = []

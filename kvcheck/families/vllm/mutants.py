@@ -7,10 +7,12 @@ Each mutant changes one method of the reference, so what it breaks is that one b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 import attrs
+
+from kvcheck.core.target import Target
 
 from kvcheck.families.vllm.builtins import DropOnPreemptScheduler, ReferenceScheduler, Req
 from kvcheck.families.vllm.target import (
@@ -228,7 +230,7 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "no-stale-gate",
         "mutant",
         NoStaleGate,
-        "vllm-exactly-once",
+        "vllm-identity",
         "vllm#48245 (row 3)",
         "a preempted request resumes before its stale output is delivered",
     ),
@@ -315,3 +317,104 @@ CORPUS: Final[tuple[Entry, ...]] = (
     ),
 )
 MUTANTS: Final[Mapping[str, Entry]] = {entry.name: entry for entry in CORPUS}
+
+
+MUTANT_PREFIX: Final = "vllm-mutant:"
+
+
+@attrs.frozen
+class VllmMutantEntry:
+    """A corpus entry as the kill matrix sees it (`kvcheck.core.family.MutantEntry`)."""
+
+    entry: Entry
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def kind(self) -> str:
+        return self.entry.kind
+
+    @property
+    def family(self) -> str:
+        return "vllm"
+
+    @property
+    def expect(self) -> str | None:
+        return self.entry.expect
+
+    @property
+    def origin(self) -> str:
+        return self.entry.origin
+
+    @property
+    def summary(self) -> str:
+        return self.entry.summary
+
+    @property
+    def shrink_note(self) -> str:
+        return self.entry.shrink_note
+
+    @property
+    def spec(self) -> str:
+        return MUTANT_PREFIX + self.entry.name
+
+    @property
+    def short_spec(self) -> str:
+        return MUTANT_PREFIX + self.entry.name
+
+    @property
+    def options(self) -> Any:
+        from kvcheck.families.vllm.judge import VllmJudging
+
+        return VllmJudging(self.entry.placeholder_drafts)
+
+    def target(self) -> Target:
+        from kvcheck.families.vllm.loading import builtin_target
+
+        return builtin_target(self.spec, self.entry.scheduler, self.entry.summary)
+
+
+class VllmMutants:
+    """vLLM's corpus for the kill matrix (`kvcheck.core.family.Mutants`)."""
+
+    spec_prefix: Final = MUTANT_PREFIX
+    entries: Final = tuple(VllmMutantEntry(entry) for entry in CORPUS)
+
+    def get(self, name: str) -> VllmMutantEntry | None:
+        return next((e for e in self.entries if e.name == name), None)
+
+    @staticmethod
+    def resolver(python_name: str) -> Any | None:
+        return None  # vLLM's entries are reached as vllm-mutant:NAME only
+
+    @staticmethod
+    def row_columns(entry: Any) -> dict[str, Any]:
+        return {"expect": entry.expect, "origin": entry.origin}
+
+    @staticmethod
+    def list_columns(entry: Any) -> dict[str, Any]:
+        return {"expect": entry.expect, "origin": entry.origin, "summary": entry.summary}
+
+    @staticmethod
+    def list_line(entry: Any) -> str:
+        expect = f" -> {entry.expect}" if entry.expect else ""
+        return f"{entry.short_spec} [{entry.kind}]{expect}: {entry.summary} ({entry.origin})"
+
+    @staticmethod
+    def minimum_bounds(defaults: Any) -> Any:
+        return defaults
+
+    @staticmethod
+    def bounds_for(target: Target, bounds: Any) -> Any:
+        return bounds
+
+    @staticmethod
+    def shrink_gap(
+        shrunk_config: Mapping[str, Any],
+        shrunk_events: Sequence[Mapping[str, Any]],
+        shortest_config: Mapping[str, Any],
+        shortest_events: Sequence[Mapping[str, Any]],
+    ) -> str | None:
+        return None
