@@ -62,7 +62,7 @@ class VllmModel:
             self.reached.add(f"finish by {reason}")
             if event.prompt_len > self.config.max_num_scheduled_tokens:
                 self.reached.add("chunked prefill")
-        elif isinstance(event, Abort):
+        elif isinstance(event, Abort) and event.rid in self.outputs:
             self.aborted = self.aborted | {event.rid}
             self.reached.add("abort")
         elif isinstance(event, Reset):
