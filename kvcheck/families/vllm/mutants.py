@@ -69,6 +69,15 @@ class NoStaleMarking(ReferenceScheduler):
         req.placeholders = placeholders
 
 
+class PreemptAssumesIdle(ReferenceScheduler):
+    """vllm#47900's assumption (row 2) made an assertion: preemption asserts nothing of the
+    request is in flight, which overlap scheduling makes false."""
+
+    def _preempt(self, req: Req, drop_stale: bool) -> None:
+        assert req.in_flight == 0, f"{req.rid} preempted with {req.in_flight} tokens in flight"
+        super()._preempt(req, drop_stale)
+
+
 class NoStaleGate(ReferenceScheduler):
     """vllm#48245 (row 3), the gate alone: stale output is marked at preemption, but the
     waiting loop resumes the request before it is delivered; the resumed recompute samples a
@@ -225,6 +234,14 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-reservation",
         "vllm#48245 (rows 2-3)",
         "preemption keeps PH and marks nothing stale; no stale gate",
+    ),
+    Entry(
+        "preempt-assumes-idle",
+        "mutant",
+        PreemptAssumesIdle,
+        "vllm-no-exception",
+        "vllm#47900 (row 2)",
+        "preemption asserts that nothing is in flight",
     ),
     Entry(
         "no-stale-gate",

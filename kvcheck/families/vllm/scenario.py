@@ -49,7 +49,7 @@ class VllmConfig:
     """One scenario's engine: the scheduler's settings, the runner and the pipeline, and one
     judging option (`placeholder_drafts`, docs/vllm.md "Placeholder drafts")."""
 
-    num_blocks: int = 16  # the null block included, as vLLM counts them
+    num_blocks: int = 17  # the null block included, as vLLM counts them
     block_size: int = 4
     max_num_scheduled_tokens: int = 64
     max_num_seqs: int = 8
