@@ -417,6 +417,18 @@ class ReferenceScheduler:
             drop_stale_output=req.drop_stale if req.discard is None else None,
         )
 
+    def state_key(self) -> tuple[object, ...]:
+        """Everything its future depends on (the exhaustive search merges equal states)."""
+        return (
+            tuple(attrs.astuple(req) for req in self.requests.values()),
+            tuple(req.rid for req in self.waiting),
+            tuple(req.rid for req in self.running),
+            tuple(self.pool.free),
+            tuple(sorted(self.pool.ref.items())),
+            tuple(self.finished_since),
+            self.current_step,
+        )
+
     def pool_view(self) -> PoolView:
         """See `SchedulerUnderTest.pool_view`."""
         owners: dict[str, tuple[int, ...]] = {}

@@ -237,6 +237,9 @@ class VllmEngine:
         self.finished: dict[str, str] = {}
         self.raised: str | None = None
         self.max_tokens_total = 0
+        # `schedule()` calls so far: the scheduler's step clock, which the V2 runner's cadence
+        # reads and the views do not show, so equal views at different steps are not one state.
+        self.schedules = 0
         self.scheduler: SchedulerUnderTest | None = None
         made, error = CALLS.run(self.factory, settings_of(config))
         if error is not None:
@@ -274,6 +277,7 @@ class VllmEngine:
             known = [rid for rid in self._call("request_ids")]
             before = self._placeholders(known)
             launch: Launch = self._call("schedule")
+            self.schedules += 1
             after = self._placeholders([item.request_id for item in launch.scheduled])
             frame = self.runner.launch(
                 launch, {rid: (before.get(rid), ph) for rid, ph in after.items()}
@@ -397,22 +401,38 @@ class VllmEngine:
         return twin
 
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
-        """What the future of the run depends on."""
-        observed = self.observe()
+        """What the future of the run depends on, as plain values: the scheduler's own
+        `state_key()` where it has one (kvcheck's built-ins), else what its views show; kvcheck's
+        ledger (queue, runner, outputs); the step clock; and the config (the exhaustive search
+        merges states across its start configs)."""
+        own = getattr(self.scheduler, "state_key", None)
+        if callable(own):
+            scheduler: object = own()
+        else:
+            observed = self.observe()
+            pool = observed.pool
+            scheduler = (
+                tuple((rid, attrs.astuple(view)) for rid, view in sorted(observed.views.items())),
+                None
+                if pool is None
+                else (
+                    pool.free_blocks,
+                    tuple(sorted(pool.ref_counts.items())),
+                    tuple(sorted(pool.blocks_of.items())),
+                    pool.deferred,
+                ),
+            )
+        runner = self.runner
         return (
-            tuple(sorted(observed.views.items())),
-            observed.pool
-            and (
-                observed.pool.free_blocks,
-                tuple(sorted(observed.pool.ref_counts.items())),
-                tuple(sorted(observed.pool.blocks_of.items())),
-            ),
-            tuple(self.queue),
-            tuple(sorted(self.runner.incarnation.items())),
-            tuple(sorted(self.runner.known_tokens.items())),
-            tuple(sorted(self.runner.true_length.items())),
-            self.runner.last_executed,
+            scheduler,
+            tuple(attrs.astuple(frame) for frame in self.queue),
+            tuple(sorted(runner.incarnation.items())),
+            tuple(sorted(runner.known_tokens.items())),
+            tuple(sorted(runner.true_length.items())),
+            tuple(sorted(runner.last_executed)),
             tuple(sorted(self.emitted.items())),
             tuple(sorted(self.finished.items())),
             self.raised,
+            self.schedules,
+            attrs.astuple(self.config),
         )

@@ -125,11 +125,11 @@ def renamed(scenario: Scenario) -> Scenario:
 class VllmBounds:
     """What `kvcheck exhaust` enumerates for vLLM."""
 
-    events: int | None = 10
+    events: int | None = 9
     requests: int = 2
     depths: tuple[int, ...] = (2, 3)
     preemption: bool = True
-    num_spec_tokens: int = 2
+    num_spec_tokens: int = 3
 
     def describe(self) -> str:
         """The bounds in one line."""
@@ -165,7 +165,7 @@ def start_configs(bounds: VllmBounds, options: VllmJudging) -> list[VllmConfig]:
         runner, pp_size = _DEPTH_ENGINES[depth]
         configs.append(
             VllmConfig(
-                num_blocks=(4 if bounds.preemption else 4 * bounds.requests) + 1,
+                num_blocks=(5 if bounds.preemption else 4 * bounds.requests) + 1,
                 block_size=4,
                 max_num_scheduled_tokens=16,
                 max_num_seqs=4,
@@ -186,12 +186,12 @@ def expand(
     steps: int,
     child: Callable[[Any], Any],
 ) -> Sequence[VllmEvent]:
-    """From a state: add the next request (prompt 6, 6 outputs), a step rejecting or accepting
+    """From a state: add the next request (prompt 4, up to 12 outputs), a step rejecting or accepting
     every draft, an abort of each live request, a reset, or a drain."""
     events: list[VllmEvent] = []
     added = len(model.outputs)
     if added < bounds.requests:
-        events.append(Add(f"r{added}", 6, 6))
+        events.append(Add(f"r{added}", 4, 12))
     events.append(Step(0))
     if config.num_spec_tokens:
         events.append(Step(config.num_spec_tokens))

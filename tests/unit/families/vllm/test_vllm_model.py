@@ -204,3 +204,14 @@ def test_configs_that_make_no_scenario_are_refused() -> None:
     with pytest.raises(ValueError, match="cannot hold one"):
         scenario(VllmConfig(num_blocks=3, block_size=4, max_model_len=64), Drain(0))
     assert MUTANTS["no-stale-gate"].expect == "vllm-identity"
+
+
+def test_exhaust_finds_the_duplicate_at_depth_3_and_nothing_at_depth_2() -> None:
+    from kvcheck.families.vllm.search import VllmBounds
+    from kvcheck.search.exhaust import exhaust
+
+    mutant = load_target("vllm-mutant:no-stale-gate")
+    found = exhaust(mutant, bounds=VllmBounds(events=9, depths=(3,)))
+    assert found.failure is not None and found.failure.violation is not None
+    assert found.failure.violation.invariant == "vllm-exactly-once"
+    assert exhaust(mutant, bounds=VllmBounds(events=9, depths=(2,))).failure is None
