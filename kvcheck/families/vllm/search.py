@@ -186,8 +186,8 @@ def expand(
     steps: int,
     child: Callable[[Any], Any],
 ) -> Sequence[VllmEvent]:
-    """From a state: add the next request (prompt 4, up to 12 outputs), a step rejecting or accepting
-    every draft, an abort of each live request, a reset, or a drain."""
+    """From a state: add the next request (prompt 4, up to 12 outputs), a step rejecting or
+    accepting every draft, an abort of each live request, a reset, or a drain."""
     events: list[VllmEvent] = []
     added = len(model.outputs)
     if added < bounds.requests:
