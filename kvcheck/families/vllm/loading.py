@@ -59,7 +59,7 @@ def load(spec: str, *, allow_unavailable: bool, deadline: float | None) -> Targe
             raise TargetLoadError(f"no vLLM mutant {spec!r}; known: {', '.join(MUTANTS)}")
         return builtin_target(spec, entry.scheduler, entry.summary)
     real = real_targets()
-    if real is not None and real.claims(spec):
+    if real is not None and hasattr(real, "claims") and real.claims(spec):
         loaded: Target = real.load(spec, allow_unavailable=allow_unavailable, deadline=deadline)
         return loaded
     raise TargetLoadError(f"not a vLLM target: {spec!r}")
