@@ -14,7 +14,7 @@ from typing import Final
 from kvcheck.core.invariant import Finding, Invariant, Violation
 from kvcheck.families.vllm.engine import Observation
 from kvcheck.families.vllm.model import Expectation
-from kvcheck.families.vllm.scenario import SAMPLED_PER_STEP
+from kvcheck.families.vllm.scenario import EOS_TOKEN, SAMPLED_PER_STEP, TOKEN_BASE
 
 _EXPLAIN: Final = "kvcheck.families.vllm.explain:"
 
@@ -157,6 +157,19 @@ def _first_difference(got: tuple[int, ...], want: tuple[int, ...]) -> int:
     return min(len(got), len(want))
 
 
+def _what_differs(got: tuple[int, ...], want: tuple[int, ...], at: int) -> str:
+    """Tokens encode their position, so a token below the one due repeats a position and one
+    above it skips some."""
+    if at >= len(want):
+        return "tokens after the end of its output"
+    if EOS_TOKEN in (got[at], want[at]):
+        return f"token {got[at]} where {want[at]} is due"
+    if got[at] < want[at]:
+        return f"position {got[at] - TOKEN_BASE} delivered again (a duplicate)"
+    first, last = want[at] - TOKEN_BASE, got[at] - TOKEN_BASE - 1
+    return f"positions {first} to {last} never delivered (lost)"
+
+
 def check_exactly_once(expected: Expectation, observed: Observation) -> Iterator[Finding]:
     """An output that is not a prefix of the true sequence, or a wrong finish."""
     for rid, got in observed.emitted.items():
@@ -168,7 +181,7 @@ def check_exactly_once(expected: Expectation, observed: Observation) -> Iterator
                 list(want[: len(got)]),
                 list(got),
                 f"{rid}'s delivered output differs from its true sequence at output index {at}: "
-                f"{'a duplicated or skipped position' if at < len(got) else 'too many tokens'}",
+                f"{_what_differs(got, want, at)}",
             )
             continue
         reason = observed.finished.get(rid)
