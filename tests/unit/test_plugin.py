@@ -183,8 +183,8 @@ def test_failing_replay_item_shows_timeline_file_and_command(pytester: pytest.Py
         ('{"schema_version": 1, "events": [', "not valid JSON (corrupt or truncated?)"),
         ('{"schema_version": 5, "config": {}, "events": []}', "reads version(s) 1, 2, 3, 4"),
         (
-            '{"schema_version": 4, "family": "vllm", "config": {}, "events": []}',
-            "unknown engine family 'vllm'; this kvcheck knows: sglang",
+            '{"schema_version": 4, "family": "mamba", "config": {}, "events": []}',
+            "unknown engine family 'mamba'; this kvcheck knows: sglang, vllm",
         ),
         (None, "its target 'builtin:retired' does not load: unknown builtin 'retired'"),
     ],

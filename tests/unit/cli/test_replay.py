@@ -108,8 +108,8 @@ def test_replay_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         ('{"schema_version": 1, "config": {', "not valid JSON (corrupt or truncated?)"),
         ('{"schema_version": 99, "config": {}, "events": []}', "reads version(s) 1, 2, 3, 4"),
         (
-            '{"schema_version": 4, "family": "vllm", "config": {}, "events": []}',
-            "unknown engine family 'vllm'; this kvcheck knows: sglang",
+            '{"schema_version": 4, "family": "mamba", "config": {}, "events": []}',
+            "unknown engine family 'mamba'; this kvcheck knows: sglang, vllm",
         ),
         (None, "no such counterexample file"),
     ],

@@ -115,7 +115,7 @@ def valid_text() -> str:
             "reads version(s) 1, 2, 3, 4",
         ),
         (lambda t: t.replace('"schema_version": 4,', ""), "unsupported schema_version None"),
-        (lambda t: t.replace('"family": "sglang"', '"family": "vllm"'), "unknown engine family"),
+        (lambda t: t.replace('"family": "sglang"', '"family": "mamba"'), "unknown engine family"),
         (lambda t: t.replace("kvcheck-counterexample", "something-else"), "format is"),
         (lambda t: t.replace('"event_index": 4', '"event_index": "4"'), "event_index"),
         (lambda t: t.replace('"kind": "step"', '"kind": "teleport"', 1), "unknown event kind"),

@@ -7,8 +7,13 @@ from __future__ import annotations
 from collections import Counter
 
 from kvcheck.families.sglang.invariants import INVARIANTS
-from kvcheck.mutants import ENTRIES, MUTANTS, REWRITES, get
+from kvcheck.mutants import corpus_of, get
 from kvcheck.targets.loading import load_target
+
+# SGLang's corpus (the vLLM family's is tested in tests/unit/families/vllm/).
+ENTRIES = corpus_of("sglang").entries
+MUTANTS = tuple(e for e in ENTRIES if e.kind == "mutant")
+REWRITES = tuple(e for e in ENTRIES if e.kind == "rewrite")
 
 CORE_INVARIANTS = {
     "target-raised",
