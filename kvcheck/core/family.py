@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 
 # One line per family: its name (a scenario file's "family") and the dotted path of its
 # `Family` object, imported on first use.
-FAMILIES: dict[str, str] = {"sglang": "kvcheck.families.sglang:FAMILY"}
+FAMILIES: dict[str, str] = {
+    "sglang": "kvcheck.families.sglang:FAMILY",
+    "vllm": "kvcheck.families.vllm:FAMILY",
+}
 # The family of documents older than schema version 4 (which predate the field), and of the
 # `Scenario(config, events)` calls that name none.
 DEFAULT_FAMILY: Final = "sglang"

@@ -104,6 +104,7 @@ def test_files_and_scenarios_are_written_as_version_4(tmp_path: Path) -> None:
     assert list(data)[:3] == ["format", "schema_version", "family"]
     assert (data["schema_version"], data["family"]) == (4, "sglang") and tuple(FAMILIES) == (
         "sglang",
+        "vllm",
     )
     scenario = load(path).scenario
     assert json.loads(to_json(scenario))["family"] == "sglang"
@@ -119,13 +120,13 @@ def _without_family(data: dict[str, Any]) -> None:
     [
         (_without_family, "a schema_version 4 document must name its engine 'family' (known: "),
         (lambda d: d.update(family=None), "'family' must be a string naming an engine family"),
-        (lambda d: d.update(family=4), "(known: sglang), got int"),
-        (lambda d: d.update(family=["sglang"]), "(known: sglang), got list"),
-        (lambda d: d.update(family="vllm"), "unknown engine family 'vllm'; this kvcheck knows: "),
+        (lambda d: d.update(family=4), "(known: sglang, vllm), got int"),
+        (lambda d: d.update(family=["sglang"]), "(known: sglang, vllm), got list"),
+        (lambda d: d.update(family="mamba"), "unknown engine family 'mamba'; this kvcheck knows: "),
         (lambda d: d.update(family="SGLang"), "unknown engine family 'SGLang'"),
         (lambda d: d.update(family="x" * 100_000), f"more than the bound {MAX_ID_CHARS}"),
         # Versions 1-3 predate the field: one there must say SGLang too.
-        (lambda d: d.update(schema_version=3, family="vllm"), "unknown engine family 'vllm'"),
+        (lambda d: d.update(schema_version=3, family="mamba"), "unknown engine family 'mamba'"),
         (lambda d: d.update(schema_version=5), "reads version(s) 1, 2, 3, 4, as integers"),
     ],
 )

@@ -1,0 +1,295 @@
+"""How vLLM's scenarios are drawn (`kvcheck.core.family.Distribution`), written once against
+`kvcheck.core.draws.Draws`, and what the front doors add (`FrontDoor`).
+
+A scenario: a small engine (the runner and pipeline, hence the batch queue's depth 2, 3 or 4;
+k; a block pool small enough that requests preempt each other; a step budget small enough
+that they wait and chunk), then events (requests added, engine steps with accepted drafts,
+aborts, resets) and a final drain that runs the engine idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from kvcheck.core.draws import Draws
+from kvcheck.core.scenario import Scenario
+from kvcheck.core.target import Target
+from kvcheck.families.vllm.judge import VllmJudging
+from kvcheck.families.vllm.scenario import (
+    NAME,
+    Abort,
+    Add,
+    Drain,
+    Reset,
+    Step,
+    VllmConfig,
+    VllmEvent,
+)
+
+
+@attrs.frozen
+class VllmSpace:
+    """What a search draws: its judging options and the scenario's size."""
+
+    options: VllmJudging = VllmJudging()
+    max_events: int = 40
+
+
+def space_for(target: Target, options: VllmJudging) -> VllmSpace:
+    """The space a search of `target` under `options` draws from."""
+    return VllmSpace(options)
+
+
+def space_of(**settings: Any) -> VllmSpace:
+    """The space its keyword settings name (`placeholder_drafts`, `max_events`)."""
+    return VllmSpace(
+        VllmJudging(bool(settings.get("placeholder_drafts", False))),
+        int(settings.get("max_events", 40)),
+    )
+
+
+def draw_config(draws: Draws, options: VllmJudging) -> VllmConfig:
+    """A small engine: every depth, pressure on blocks and on the step budget."""
+    runner = draws.choice(("v1", "v2"))
+    pp_size = 1 if runner == "v1" else draws.integer(1, 3)
+    k = draws.integer(0, 3)
+    block_size = draws.choice((4, 2, 8))
+    max_model_len = draws.integer(8, 40)
+    blocks = -(-max_model_len // block_size) + 1 + draws.integer(0, 12)
+    return VllmConfig(
+        num_blocks=blocks,
+        block_size=block_size,
+        max_num_scheduled_tokens=draws.integer(k + 1, 32),
+        max_num_seqs=draws.integer(1, 4),
+        max_model_len=max_model_len,
+        num_spec_tokens=k,
+        runner=runner,
+        pp_size=pp_size,
+        long_prefill_token_threshold=draws.choice((0, 0, 4, 8)),
+        placeholder_drafts=options.placeholder_drafts,
+    )
+
+
+def _event_element(max_model_len: int, k: int) -> Callable[[Draws], tuple[Any, ...]]:
+    def element(draws: Draws) -> tuple[Any, ...]:
+        kind = draws.choice(("step", "add", "step", "abort", "step", "add", "reset", "step"))
+        if kind == "add":
+            eos = draws.integer(0, 6) if draws.boolean() else None
+            return ("add", draws.integer(1, max_model_len - 1), draws.integer(1, 12), eos)
+        if kind == "step":
+            return ("step", draws.integer(0, k))
+        if kind == "abort":
+            return ("abort", draws.integer(0, 3))
+        return ("reset",)
+
+    return element
+
+
+def draw_scenario(draws: Draws, space: VllmSpace) -> Scenario:
+    """One scenario of `space`."""
+    config = draw_config(draws, space.options)
+    k = config.num_spec_tokens
+    first = ("add", draws.integer(1, config.max_model_len - 1), draws.integer(1, 12), None)
+    raw = [first] + draws.many(
+        ("vllm-event", config.max_model_len, k),
+        _event_element(config.max_model_len, k),
+        0,
+        space.max_events,
+    )
+    events: list[VllmEvent] = []
+    added = 0
+    for item in raw:
+        if item[0] == "add":
+            events.append(Add(f"r{added}", item[1], item[2], item[3]))
+            added += 1
+        elif item[0] == "step":
+            events.append(Step(item[1]))
+        elif item[0] == "abort":
+            events.append(Abort(f"r{item[1] % added}"))
+        else:
+            events.append(Reset())
+    events.append(Drain(draws.integer(0, k)))
+    return Scenario(config, tuple(events), family=NAME)
+
+
+def _steps(count: int, accept: int = 0) -> tuple[Step, ...]:
+    return (Step(accept),) * count
+
+
+def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
+    """The survey's minimal sequences, tried before any draw: resume before the stale frame
+    returns at depth 3 (vllm#48245), a reset with drafts in flight (vllm#46066, #49620), a
+    chunked prompt beside a decode (vllm#57562's recipe) and a request left out of a step
+    (vllm#37159's class)."""
+    drafts = drawn.options.placeholder_drafts
+    pressure = VllmConfig(
+        num_blocks=6,
+        block_size=4,
+        max_num_scheduled_tokens=16,
+        max_num_seqs=4,
+        max_model_len=16,
+        num_spec_tokens=3,
+        runner="v2",
+        pp_size=2,
+        placeholder_drafts=drafts,
+    )
+    reset = VllmConfig(
+        num_blocks=32,
+        block_size=4,
+        max_num_scheduled_tokens=32,
+        max_num_seqs=4,
+        max_model_len=32,
+        num_spec_tokens=3,
+        placeholder_drafts=drafts,
+    )
+    chunked = VllmConfig(
+        num_blocks=32,
+        block_size=4,
+        max_num_scheduled_tokens=6,
+        max_num_seqs=4,
+        max_model_len=32,
+        num_spec_tokens=0,
+        placeholder_drafts=drafts,
+    )
+    gap = VllmConfig(
+        num_blocks=20,
+        block_size=4,
+        max_num_scheduled_tokens=3,
+        max_num_seqs=4,
+        max_model_len=32,
+        num_spec_tokens=2,
+        placeholder_drafts=drafts,
+    )
+    return (
+        Scenario(
+            pressure,
+            (Add("r0", 4, 12), Add("r1", 4, 12), *_steps(5), Abort("r0"), Step(0), Drain(0)),
+            family=NAME,
+        ),
+        Scenario(
+            reset, (Add("r0", 4, 10), *_steps(3, 0), Reset(), *_steps(6, 1), Drain(1)), family=NAME
+        ),
+        Scenario(chunked, (Add("r0", 2, 6), Add("r1", 14, 4), Drain(0)), family=NAME),
+        Scenario(gap, (Add("r0", 2, 4), Add("r1", 1, 8), Drain(0)), family=NAME),
+    )
+
+
+def fits(drawn: VllmSpace, scenario: Scenario) -> bool:
+    """Whether a saved scenario belongs to `drawn`."""
+    return (
+        scenario.family == NAME
+        and isinstance(scenario.config, VllmConfig)
+        and scenario.config.placeholder_drafts == drawn.options.placeholder_drafts
+    )
+
+
+def pinned(drawn: VllmSpace, scenario: Scenario) -> Scenario:
+    """A saved scenario as `drawn` would have drawn it."""
+    config = attrs.evolve(scenario.config, placeholder_drafts=drawn.options.placeholder_drafts)
+    return Scenario(config, scenario.events, family=NAME)
+
+
+def labels(scenario: Scenario, reached: Iterable[str]) -> set[str]:
+    """Coverage labels: what the model reached, and the engine's shape."""
+    config: VllmConfig = scenario.config
+    return {
+        *reached,
+        f"depth {config.depth}",
+        f"runner {config.runner}",
+        "drafts" if config.num_spec_tokens else "no drafts",
+    }
+
+
+def label(options: VllmJudging) -> str:
+    """The options in a word."""
+    return "placeholder-drafts" if options.placeholder_drafts else "default"
+
+
+# --- front doors ---------------------------------------------------------------------------
+
+
+def add_options(parser: argparse._ActionsContainer, **wording: Any) -> None:
+    """`--placeholder-drafts`: judge the V1 runner's reading of `-1` drafts."""
+    parser.add_argument(
+        "--placeholder-drafts",
+        action="store_true",
+        default=False,
+        help="vLLM: judge `-1` draft placeholders scheduled after a gap (V1 runner)",
+    )
+
+
+def requested(args: argparse.Namespace) -> dict[str, Any]:
+    """The options the flags ask for."""
+    return {"placeholder_drafts": bool(getattr(args, "placeholder_drafts", False))}
+
+
+def add_plugin_options(group: Any) -> None:
+    """`--kvcheck-placeholder-drafts`."""
+    group.addoption(
+        "--kvcheck-placeholder-drafts",
+        dest="kvcheck_placeholder_drafts",
+        action="store_true",
+        default=False,
+        help="vLLM: judge `-1` draft placeholders scheduled after a gap (V1 runner)",
+    )
+
+
+def plugin_items(option: Callable[[str], Any]) -> list[tuple[str, dict[str, Any]]]:
+    """One item: the options the plugin's flags ask for."""
+    drafts = bool(option("kvcheck_placeholder_drafts"))
+    return [("placeholder-drafts" if drafts else "default", {"placeholder_drafts": drafts})]
+
+
+def describe(options: VllmJudging, reason: str) -> str:
+    """How a verdict was judged."""
+    return reason
+
+
+class VllmFrontDoor:
+    """vLLM's flags and pytest options (no spellings table; its releases come with the
+    release-target code, `kvcheck.families.vllm.real`)."""
+
+    add_options = staticmethod(add_options)
+    requested = staticmethod(requested)
+    add_plugin_options = staticmethod(add_plugin_options)
+    plugin_items = staticmethod(plugin_items)
+    describe = staticmethod(describe)
+
+    @staticmethod
+    def spellings_table() -> str | None:
+        return None
+
+    @property
+    def releases(self) -> Any:
+        try:
+            from kvcheck.families.vllm import real
+        except ModuleNotFoundError:
+            return None
+        return getattr(real, "RELEASES", None)
+
+
+def _scenarios_part(**settings: Any) -> Callable[[Draws], Scenario]:
+    drawn = space_of(**settings)
+    return lambda draws: draw_scenario(draws, drawn)
+
+
+class VllmDistribution:
+    """vLLM's `Distribution`."""
+
+    parts: Final[Mapping[str, Callable[..., Callable[[Draws], Any]]]] = {
+        "vllm_scenarios": _scenarios_part
+    }
+    out_of_scope: Final[Mapping[str, str]] = {}
+    front: Final = VllmFrontDoor()
+    space = staticmethod(space_for)
+    space_of = staticmethod(space_of)
+    draw_scenario = staticmethod(draw_scenario)
+    witnesses = staticmethod(witnesses)
+    fits = staticmethod(fits)
+    pinned = staticmethod(pinned)
+    labels = staticmethod(labels)
+    label = staticmethod(label)

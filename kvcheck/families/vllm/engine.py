@@ -1,0 +1,409 @@
+"""kvcheck's side of a vLLM run: the engine core's loop around the scheduler under test, and
+the fake model runner. Both are kvcheck's code; the scheduler is the only target, called through
+`kvcheck.core.calls`.
+
+The loop is vLLM's `EngineCore.step_with_batch_queue` (engine/core.py:708- @0.33.0, :617-
+@0.26.0): while the scheduler has requests it schedules and enqueues a frame (an empty one too);
+it returns without a delivery while the queue has room and something was executed or is left to
+schedule, and otherwise delivers the oldest frame. Aborts and resets come between two steps.
+
+The fake runner decides AT LAUNCH, from its own view of the request, whether a frame samples:
+vLLM's runner discards a request's sample when `optimistic_seq_len < num_tokens`
+(gpu_model_runner.py:2056-2065 @0.33.0), its own token count assuming every draft of the frames
+before was accepted. It learns a request (a new incarnation of it) when a launch sends the
+request's whole token list: new, or resumed after a preemption. At delivery a sampling frame
+returns `1 + a` tokens, `a` the scenario's accepted drafts clamped to the frame's k, continuing
+the true sequence of the incarnation that launched it; a token is a pure function of its
+position (`kvcheck.families.vllm.scenario.token_at`), so a position sampled twice or skipped
+shows in what the scheduler delivers.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from kvcheck.core.calls import TargetCalls
+from kvcheck.core.target import Target
+from kvcheck.families.vllm.scenario import (
+    EOS_TOKEN,
+    SAMPLED_PER_STEP,
+    Abort,
+    Add,
+    Drain,
+    Reset,
+    Step,
+    VllmConfig,
+    VllmEvent,
+    token_at,
+)
+from kvcheck.families.vllm.target import (
+    PLACEHOLDER_TOKEN,
+    Delivered,
+    FrameOutput,
+    Launch,
+    NewRequest,
+    PoolView,
+    RequestView,
+    SchedulerSettings,
+    SchedulerUnderTest,
+)
+
+_FAMILY_DIR: Final = __file__.rsplit("/", 1)[0] + "/"
+# The targets kvcheck ships in this family's package: a fault raised there is the target's.
+CALLS: Final = TargetCalls(
+    shipped_targets=(_FAMILY_DIR + "builtins.py", _FAMILY_DIR + "mutants.py", _FAMILY_DIR + "real/")
+)
+
+
+def settings_of(config: VllmConfig) -> SchedulerSettings:
+    """What the scheduler is built with for `config`."""
+    return SchedulerSettings(
+        num_blocks=config.num_blocks,
+        block_size=config.block_size,
+        max_num_scheduled_tokens=config.max_num_scheduled_tokens,
+        max_num_seqs=config.max_num_seqs,
+        max_model_len=config.max_model_len,
+        num_spec_tokens=config.num_spec_tokens,
+        async_scheduling=True,
+        pp_size=config.pp_size,
+        use_v2_model_runner=config.runner == "v2",
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+    )
+
+
+@attrs.frozen
+class FrameEntry:
+    """One request's share of a launched frame, as the runner saw it at launch."""
+
+    rid: str
+    incarnation: int
+    scheduled: int  # n
+    drafts: int  # k
+    samples: bool  # the runner's launch-time decision
+    # The engine's reading of the scheduler just around this launch: PH before and after.
+    placeholders_before: int | None
+    placeholders_after: int | None
+    # The drafts were `-1` placeholders and the request was not in the previous executed frame
+    # (the V1 runner then feeds them to the model as token ids).
+    placeholder_gap: bool
+    # What is wrong with the launch itself (unknown request, bad length, ...), "" if nothing.
+    fault: str = ""
+
+
+@attrs.frozen
+class Frame:
+    """A launched frame in the batch queue."""
+
+    launch: Launch
+    entries: tuple[FrameEntry, ...]
+
+    @property
+    def step(self) -> int:
+        return self.launch.step
+
+
+@attrs.frozen
+class DeliveryFact:
+    """One delivered frame: what the runner returned and what the scheduler emitted."""
+
+    step: int
+    sampled: Mapping[str, tuple[int, ...]]
+    delivered: Delivered | None  # None: the scheduler raised
+
+
+@attrs.frozen
+class Observation:
+    """What the engine saw after one event (the family's observation)."""
+
+    launches: tuple[Frame, ...]
+    deliveries: tuple[DeliveryFact, ...]
+    views: Mapping[str, RequestView]
+    pool: PoolView | None
+    # kvcheck's ledger: frames in flight per request (step, n, incarnation, samples), the
+    # runner's current incarnation, everything emitted so far, the finish reasons so far.
+    in_flight: Mapping[str, tuple[tuple[int, int, int, bool], ...]]
+    incarnation: Mapping[str, int]
+    emitted: Mapping[str, tuple[int, ...]]
+    finished: Mapping[str, str]
+    request_ids: tuple[str, ...]
+    frames_in_flight: int
+    # A drain this event: whether the engine went idle, and in how many steps.
+    drained: bool | None = None
+    drain_steps: int = 0
+    raised: str | None = None  # the scheduler raised (its exception as text)
+
+
+class Runner:
+    """The fake model runner: per request, its incarnation, its optimistic token count (the
+    launch-time view) and, per incarnation, the true sequence's length (advanced in delivery
+    order, which is launch order)."""
+
+    def __init__(self, eos_positions: Mapping[str, int | None], prompts: Mapping[str, int]) -> None:
+        self.eos_positions = eos_positions
+        self.prompts = prompts
+        self.incarnation: dict[str, int] = {}
+        self.known_tokens: dict[str, int] = {}
+        self.true_length: dict[tuple[str, int], int] = {}
+        self.last_executed: frozenset[str] = frozenset()
+
+    def true_tokens(self, rid: str, length: int) -> tuple[int, ...]:
+        eos = self.eos_positions.get(rid)
+        return tuple(token_at(position, eos) for position in range(length))
+
+    def launch(
+        self, launch: Launch, placeholders: Mapping[str, tuple[int | None, int | None]]
+    ) -> Frame:
+        entries = []
+        for item in launch.scheduled:
+            rid, n = item.request_id, item.num_scheduled_tokens
+            fault = ""
+            if item.all_token_ids is not None:
+                seeded = len(item.all_token_ids)
+                if tuple(item.all_token_ids) != self.true_tokens(rid, seeded):
+                    fault = (
+                        f"sent {rid}'s tokens as {list(item.all_token_ids)}, not its true sequence"
+                    )
+                self.incarnation[rid] = self.incarnation.get(rid, 0) + 1
+                self.known_tokens[rid] = seeded
+                self.true_length[rid, self.incarnation[rid]] = seeded
+            elif rid not in self.incarnation:
+                fault = f"scheduled {rid} without ever sending the runner its tokens"
+                self.incarnation[rid] = 1
+                self.known_tokens[rid] = self.prompts.get(rid, 0)
+                self.true_length[rid, 1] = self.known_tokens[rid]
+            if n < 1:
+                fault = fault or f"scheduled {n} tokens for {rid}"
+            drafts = len(item.spec_token_ids)
+            samples = item.num_computed_tokens + n >= self.known_tokens[rid]
+            if samples:
+                self.known_tokens[rid] += SAMPLED_PER_STEP + drafts
+            gap = PLACEHOLDER_TOKEN in item.spec_token_ids and rid not in self.last_executed
+            before, after = placeholders.get(rid, (None, None))
+            entries.append(
+                FrameEntry(
+                    rid, self.incarnation[rid], n, drafts, samples, before, after, gap, fault
+                )
+            )
+        if launch.scheduled:
+            self.last_executed = frozenset(item.request_id for item in launch.scheduled)
+        return Frame(launch, tuple(entries))
+
+    def deliver(self, frame: Frame, accept: int) -> FrameOutput:
+        sampled: dict[str, tuple[int, ...]] = {}
+        for entry in frame.entries:
+            if not entry.samples:
+                sampled[entry.rid] = ()
+                continue
+            accepted = min(accept, entry.drafts)
+            key = (entry.rid, entry.incarnation)
+            start = self.true_length[key]
+            eos = self.eos_positions.get(entry.rid)
+            sampled[entry.rid] = tuple(
+                token_at(position, eos)
+                for position in range(start, start + SAMPLED_PER_STEP + accepted)
+            )
+            self.true_length[key] = start + SAMPLED_PER_STEP + accepted
+            if self.incarnation.get(entry.rid) == entry.incarnation:
+                # The runner's optimistic count learns the drafts this frame rejected.
+                self.known_tokens[entry.rid] -= entry.drafts - accepted
+        return FrameOutput(frame.step, sampled)
+
+
+class TargetRaised(Exception):
+    """The scheduler under test raised; the engine stops driving it."""
+
+
+class VllmEngine:
+    """The engine core's loop and the fake runner around one scheduler under test."""
+
+    def __init__(self, config: VllmConfig, target: Target) -> None:
+        self.config = config
+        self.factory = target.resolver
+        self.unmodelled: list[str] = []
+        self.prompts: dict[str, int] = {}
+        self.eos_positions: dict[str, int | None] = {}
+        self.runner = Runner(self.eos_positions, self.prompts)
+        self.queue: deque[Frame] = deque()
+        self.emitted: dict[str, tuple[int, ...]] = {}
+        self.finished: dict[str, str] = {}
+        self.raised: str | None = None
+        self.max_tokens_total = 0
+        self.scheduler: SchedulerUnderTest | None = None
+        made, error = CALLS.run(self.factory, settings_of(config))
+        if error is not None:
+            self.raised = error
+        else:
+            self.scheduler = made
+        # This event's facts.
+        self._launches: list[Frame] = []
+        self._deliveries: list[DeliveryFact] = []
+
+    @property
+    def own_scheduler(self) -> bool:
+        return False
+
+    def _call(self, method: str, *args: Any) -> Any:
+        if self.scheduler is None:
+            raise TargetRaised(self.raised or "no scheduler")
+        result, error = CALLS.run(getattr(self.scheduler, method), *args)
+        if error is not None:
+            self.raised = f"{method}: {error}"
+            raise TargetRaised(self.raised)
+        return result
+
+    def _placeholders(self, rids: list[str]) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        for rid in rids:
+            view = self._call("request_view", rid)
+            out[rid] = None if view is None else view.num_output_placeholders
+        return out
+
+    def step(self, accept: int) -> bool:
+        """One `step_with_batch_queue`; False when the engine is idle (nothing was done)."""
+        if self._call("has_requests"):
+            known = [rid for rid in self._call("request_ids")]
+            before = self._placeholders(known)
+            launch: Launch = self._call("schedule")
+            after = self._placeholders([item.request_id for item in launch.scheduled])
+            frame = self.runner.launch(
+                launch, {rid: (before.get(rid), ph) for rid, ph in after.items()}
+            )
+            self.queue.appendleft(frame)
+            self._launches.append(frame)
+            executed = bool(launch.scheduled)
+            if len(self.queue) < self.config.depth and (executed or self._call("has_requests")):
+                return True
+        elif not self.queue:
+            return False
+        oldest = self.queue.pop()
+        output = self.runner.deliver(oldest, accept)
+        try:
+            delivered: Delivered = self._call("update_from_output", oldest.launch, output)
+        except TargetRaised:
+            self._deliveries.append(DeliveryFact(oldest.step, output.sampled, None))
+            raise
+        self._deliveries.append(DeliveryFact(oldest.step, output.sampled, delivered))
+        for rid, tokens in delivered.new_token_ids.items():
+            self.emitted[rid] = self.emitted.get(rid, ()) + tuple(tokens)
+        for rid, reason in delivered.finished.items():
+            self.finished.setdefault(rid, reason)
+        return True
+
+    def apply(self, event: VllmEvent) -> Observation:
+        self._launches, self._deliveries = [], []
+        drained: bool | None = None
+        steps = 0
+        if self.raised is None:
+            try:
+                if isinstance(event, Add):
+                    self.prompts[event.rid] = event.prompt_len
+                    self.max_tokens_total += event.max_tokens
+                    self.eos_positions[event.rid] = (
+                        None if event.eos_at is None else event.prompt_len + event.eos_at
+                    )
+                    self._call(
+                        "add_request",
+                        NewRequest(
+                            event.rid,
+                            self.runner.true_tokens(event.rid, event.prompt_len),
+                            event.max_tokens,
+                            eos_token_id=EOS_TOKEN,
+                        ),
+                    )
+                elif isinstance(event, Step):
+                    self.step(event.accept)
+                elif isinstance(event, Abort):
+                    self._call("finish_requests", [event.rid], "aborted")
+                elif isinstance(event, Reset):
+                    self._call("reset_prefix_cache", True)
+                elif isinstance(event, Drain):
+                    drained = False
+                    limit = self.drain_limit()
+                    while steps < limit:
+                        if not self.step(event.accept):
+                            drained = True
+                            break
+                        steps += 1
+            except TargetRaised:
+                pass
+        return self.observe(drained, steps)
+
+    def drain_limit(self) -> int:
+        """The most steps a drain takes: every request's prompt and outputs one token a step,
+        D times over, with a margin; a scheduler still busy then never gets idle."""
+        work = sum(self.prompts.values()) + self.max_tokens_total
+        return 32 + 2 * self.config.depth * (work + 8)
+
+    def observe(self, drained: bool | None = None, steps: int = 0) -> Observation:
+        views: dict[str, RequestView] = {}
+        pool: PoolView | None = None
+        request_ids: tuple[str, ...] = ()
+        if self.raised is None:
+            try:
+                request_ids = tuple(self._call("request_ids"))
+                for rid in request_ids:
+                    view = self._call("request_view", rid)
+                    if view is not None:
+                        views[rid] = view
+                pool = self._call("pool_view")
+            except TargetRaised:
+                pass
+        in_flight: dict[str, list[tuple[int, int, int, bool]]] = {}
+        for frame in reversed(self.queue):  # oldest first
+            for entry in frame.entries:
+                in_flight.setdefault(entry.rid, []).append(
+                    (frame.step, entry.scheduled, entry.incarnation, entry.samples)
+                )
+        return Observation(
+            launches=tuple(self._launches),
+            deliveries=tuple(self._deliveries),
+            views=views,
+            pool=pool,
+            in_flight={rid: tuple(frames) for rid, frames in in_flight.items()},
+            incarnation=dict(self.runner.incarnation),
+            emitted=dict(self.emitted),
+            finished=dict(self.finished),
+            request_ids=request_ids,
+            frames_in_flight=len(self.queue),
+            drained=drained,
+            drain_steps=steps,
+            raised=self.raised,
+        )
+
+    def clone(self) -> VllmEngine:
+        twin = copy.copy(self)
+        twin.scheduler = copy.deepcopy(self.scheduler)
+        twin.runner = copy.deepcopy(self.runner)
+        twin.prompts = twin.runner.prompts
+        twin.eos_positions = twin.runner.eos_positions
+        twin.queue = deque(self.queue)
+        twin.emitted = dict(self.emitted)
+        twin.finished = dict(self.finished)
+        twin.unmodelled = []
+        twin._launches, twin._deliveries = [], []
+        return twin
+
+    def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
+        observed = self.observe()
+        return (
+            tuple(sorted(observed.views.items())),
+            observed.pool
+            and (
+                observed.pool.free_blocks,
+                tuple(sorted(observed.pool.ref_counts.items())),
+                tuple(sorted(observed.pool.blocks_of.items())),
+            ),
+            tuple(self.queue),
+            tuple(sorted(self.runner.incarnation.items())),
+            tuple(sorted(self.runner.known_tokens.items())),
+            tuple(sorted(self.runner.true_length.items())),
+            self.runner.last_executed,
+            tuple(sorted(self.emitted.items())),
+            tuple(sorted(self.finished.items())),
+            self.raised,
+        )

@@ -1,0 +1,346 @@
+"""vLLM's invariants, most basic first (docs/vllm.md "Invariants" gives each one's scope).
+
+Every checker takes the model's `Expectation` and the engine's `Observation` after one event.
+What a checker trusts: the model (from the events alone) and kvcheck's own ledger of the frames
+it launched and delivered and of the runner's decisions; what it judges: the scheduler's
+counters (`RequestView`), its pool (`PoolView`), what it scheduled and what it emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final
+
+from kvcheck.core.invariant import Finding, Invariant, Violation
+from kvcheck.families.vllm.engine import Observation
+from kvcheck.families.vllm.model import Expectation
+from kvcheck.families.vllm.scenario import SAMPLED_PER_STEP
+
+_EXPLAIN: Final = "kvcheck.families.vllm.explain:"
+
+
+def check_raised(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    if observed.raised is not None:
+        yield Finding(
+            None, "no exception", observed.raised, f"the scheduler raised {observed.raised}"
+        )
+
+
+def check_launch(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    config = expected.config
+    for frame in observed.launches:
+        total = sum(entry.scheduled for entry in frame.entries)
+        if total > config.max_num_scheduled_tokens:
+            yield Finding(
+                None,
+                config.max_num_scheduled_tokens,
+                total,
+                f"step {frame.step} scheduled {total} tokens, over the budget of "
+                f"{config.max_num_scheduled_tokens}",
+            )
+        for entry, item in zip(frame.entries, frame.launch.scheduled, strict=True):
+            if entry.fault:
+                yield Finding(entry.rid, "a well-formed launch", entry.fault, entry.fault)
+            if entry.drafts > config.num_spec_tokens:
+                yield Finding(
+                    entry.rid,
+                    config.num_spec_tokens,
+                    entry.drafts,
+                    f"step {frame.step} scheduled {entry.drafts} drafts for {entry.rid}, more than "
+                    f"k = {config.num_spec_tokens}",
+                )
+            room = config.max_model_len - item.num_computed_tokens - SAMPLED_PER_STEP
+            if entry.scheduled > room:
+                yield Finding(
+                    entry.rid,
+                    room,
+                    entry.scheduled,
+                    f"step {frame.step} scheduled {entry.scheduled} tokens for {entry.rid} with C = "
+                    f"{item.num_computed_tokens}: over max_model_len - C - s = {room}",
+                )
+
+
+def check_counters(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    for rid, view in observed.views.items():
+        counters = {
+            "num_computed_tokens": view.num_computed_tokens,
+            "num_output_placeholders": view.num_output_placeholders,
+            "num_in_flight_tokens": view.num_in_flight_tokens,
+            "num_stale_output_tokens": view.num_stale_output_tokens,
+            "async_tokens_to_discard": view.async_tokens_to_discard,
+        }
+        for name, value in counters.items():
+            if value is not None and value < 0:
+                yield Finding(rid, ">= 0", value, f"{rid}'s {name} is {value}")
+
+
+def check_in_flight(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    for rid, view in observed.views.items():
+        if view.num_in_flight_tokens is None:
+            continue
+        scheduled = sum(n for _, n, _, _ in observed.in_flight.get(rid, ()))
+        if view.num_in_flight_tokens != scheduled:
+            yield Finding(
+                rid,
+                scheduled,
+                view.num_in_flight_tokens,
+                f"{rid}'s num_in_flight_tokens is {view.num_in_flight_tokens}, but its frames in "
+                f"flight hold {scheduled} scheduled tokens",
+            )
+        stale = view.num_stale_output_tokens
+        if stale is not None and stale > view.num_in_flight_tokens:
+            yield Finding(
+                rid,
+                f"<= {view.num_in_flight_tokens}",
+                stale,
+                f"{rid}'s num_stale_output_tokens {stale} exceeds its in-flight tokens "
+                f"{view.num_in_flight_tokens}",
+            )
+
+
+def check_reservation(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    for frame in observed.launches:
+        for entry in frame.entries:
+            if entry.placeholders_before is None or entry.placeholders_after is None:
+                continue
+            reserved = entry.placeholders_after - entry.placeholders_before
+            wanted = SAMPLED_PER_STEP + entry.drafts if entry.samples else 0
+            if reserved != wanted:
+                runner = (
+                    f"the runner samples it ({SAMPLED_PER_STEP} + {entry.drafts} drafts)"
+                    if entry.samples
+                    else "the runner discards its sample (a prefill chunk)"
+                )
+                yield Finding(
+                    entry.rid,
+                    wanted,
+                    reserved,
+                    f"step {frame.step} reserved {reserved} placeholders for {entry.rid} but "
+                    f"{runner}: every returned token needs one, and only those",
+                )
+
+
+def check_identity(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    for rid, view in observed.views.items():
+        if view.status != "running" or view.num_output_placeholders <= 0:
+            continue
+        if view.num_stale_output_tokens or view.async_tokens_to_discard:
+            continue
+        if view.is_prefill_chunk:
+            continue
+        frames = observed.in_flight.get(rid, ())
+        current = observed.incarnation.get(rid)
+        if not frames or any(inc != current or not samples for _, _, inc, samples in frames):
+            continue
+        wanted = view.num_tokens + view.num_output_placeholders - SAMPLED_PER_STEP
+        if view.num_computed_tokens != wanted:
+            yield Finding(
+                rid,
+                wanted,
+                view.num_computed_tokens,
+                f"{rid}: C = {view.num_computed_tokens} but T + PH - s = {view.num_tokens} + "
+                f"{view.num_output_placeholders} - {SAMPLED_PER_STEP} = {wanted}",
+            )
+
+
+def _first_difference(got: tuple[int, ...], want: tuple[int, ...]) -> int:
+    for index, (a, b) in enumerate(zip(got, want, strict=False)):
+        if a != b:
+            return index
+    return min(len(got), len(want))
+
+
+def check_exactly_once(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    for rid, got in observed.emitted.items():
+        want = expected.outputs.get(rid, ())
+        if got != want[: len(got)]:
+            at = _first_difference(got, want)
+            yield Finding(
+                rid,
+                list(want[: len(got)]),
+                list(got),
+                f"{rid}'s delivered output differs from its true sequence at output index {at}: "
+                f"{'a duplicated or skipped position' if at < len(got) else 'too many tokens'}",
+            )
+            continue
+        reason = observed.finished.get(rid)
+        if reason is not None and rid not in expected.aborted:
+            if got != want or reason != expected.reasons.get(rid):
+                yield Finding(
+                    rid,
+                    {"tokens": len(want), "reason": expected.reasons.get(rid)},
+                    {"tokens": len(got), "reason": reason},
+                    f"{rid} finished ({reason}) after {len(got)} of its {len(want)} outputs",
+                )
+    for rid, view in observed.views.items():
+        want = expected.outputs.get(rid, ())
+        got = view.output_token_ids
+        if got != want[: len(got)]:
+            yield Finding(
+                rid,
+                list(want[: len(got)]),
+                list(got),
+                f"{rid}'s output_token_ids differ from its true sequence at output index "
+                f"{_first_difference(got, want)}",
+            )
+
+
+def check_pool(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    pool = observed.pool
+    if pool is None:
+        return
+    held = sum(1 for count in pool.ref_counts.values() if count != 0)
+    total = pool.free_blocks + held + 1 + len(pool.deferred)
+    if total != pool.num_blocks:
+        yield Finding(
+            None,
+            pool.num_blocks,
+            total,
+            f"free {pool.free_blocks} + held {held} + null 1 + deferred {len(pool.deferred)} = "
+            f"{total} blocks, of {pool.num_blocks}",
+        )
+    owners: dict[int, int] = {}
+    for blocks in pool.blocks_of.values():
+        for block in blocks:
+            owners[block] = owners.get(block, 0) + 1
+    for block in sorted(set(owners) | set(pool.ref_counts)):
+        count = pool.ref_counts.get(block, 0)
+        if count != owners.get(block, 0):
+            yield Finding(
+                None,
+                owners.get(block, 0),
+                count,
+                f"block {block} has ref count {count} but {owners.get(block, 0)} block tables "
+                f"hold it{' (freed more than once)' if count < 0 else ''}",
+            )
+    for rid in pool.blocks_of:
+        if rid not in observed.request_ids:
+            yield Finding(rid, "no blocks", pool.blocks_of[rid], f"{rid} is gone but owns blocks")
+
+
+def check_placeholder_drafts(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    config = expected.config
+    if not config.placeholder_drafts or config.runner != "v1":
+        return
+    for frame in observed.launches:
+        for entry in frame.entries:
+            if entry.placeholder_gap:
+                yield Finding(
+                    entry.rid,
+                    "real drafts",
+                    "-1 placeholders",
+                    f"step {frame.step} scheduled {entry.rid}'s `-1` draft placeholders although "
+                    "it was not in the previous batch: the V1 runner feeds them to the model",
+                )
+
+
+def check_quiescence(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    if not expected.quiescent:
+        return
+    if not observed.drained:
+        yield Finding(
+            None,
+            "idle",
+            f"busy after {observed.drain_steps} steps",
+            f"the engine was not idle after {observed.drain_steps} steps of a drain "
+            f"({len(observed.request_ids)} requests held, {observed.frames_in_flight} frames in flight)",
+        )
+    if observed.request_ids:
+        yield Finding(
+            None,
+            [],
+            list(observed.request_ids),
+            f"the scheduler still holds {list(observed.request_ids)}",
+        )
+    for rid in expected.outputs:
+        if rid not in expected.aborted and rid not in observed.finished:
+            yield Finding(rid, "finished", "never finished", f"{rid} never finished")
+    pool = observed.pool
+    if pool is not None and (pool.free_blocks != pool.num_blocks - 1 or pool.ref_counts):
+        yield Finding(
+            None,
+            pool.num_blocks - 1,
+            pool.free_blocks,
+            f"{pool.free_blocks} of {pool.num_blocks - 1} blocks free at quiescence",
+        )
+
+
+def _invariant(id: str, meaning: str, check: object, aspects: tuple[str, ...] = ()) -> Invariant:
+    return Invariant(
+        id=id,
+        meaning=meaning,
+        scope="event",
+        check=check,  # type: ignore[arg-type]
+        aspects=aspects,
+        explain=_EXPLAIN + "explain",
+    )
+
+
+INVARIANTS: Final = {
+    invariant.id: invariant
+    for invariant in (
+        _invariant("vllm-no-exception", "the scheduler never raises", check_raised),
+        _invariant(
+            "vllm-launch",
+            "a launch respects the budget, k and `max_model_len - C - s`, and sends the runner "
+            "a request's true tokens before it schedules it",
+            check_launch,
+        ),
+        _invariant(
+            "vllm-counters",
+            "no counter is negative: C, PH, IF, ST and the discard count",
+            check_counters,
+        ),
+        _invariant(
+            "vllm-in-flight",
+            "IF equals the scheduled tokens of the request's frames in flight, and ST <= IF",
+            check_in_flight,
+        ),
+        _invariant(
+            "vllm-reservation",
+            "a launch reserves `s + k` placeholders exactly for a frame the runner samples, and "
+            "none for one it discards",
+            check_reservation,
+        ),
+        _invariant(
+            "vllm-identity",
+            "C == T + PH - s for a running non-chunk request with only fresh sampling frames in "
+            "flight and no stale share",
+            check_identity,
+        ),
+        _invariant(
+            "vllm-exactly-once",
+            "every sampled position is delivered exactly once, in order: the output is a prefix "
+            "of the true sequence, and all of it with the right reason at a finish",
+            check_exactly_once,
+        ),
+        _invariant(
+            "vllm-pool",
+            "every block is free, held or the null block; a block's ref count equals the tables "
+            "holding it (a block freed twice shows as a negative count)",
+            check_pool,
+        ),
+        _invariant(
+            "vllm-placeholder-drafts",
+            "no `-1` draft placeholder is scheduled for a request missing from the previous "
+            "batch (V1 runner; judged when the config asks)",
+            check_placeholder_drafts,
+            aspects=("placeholder-drafts",),
+        ),
+        _invariant(
+            "vllm-quiescence",
+            "after a drain: the engine idle, no request held, every request finished, every "
+            "block free",
+            check_quiescence,
+        ),
+    )
+}
+
+
+def check_event(index: int, expected: Expectation, observed: Observation) -> list[Violation]:
+    """The violations after event `index`, most basic first."""
+    return [
+        Violation(invariant.id, index, f.rid, f.expected, f.observed, f.message)
+        for invariant in INVARIANTS.values()
+        for f in invariant.check(expected, observed)
+    ]

@@ -1,0 +1,100 @@
+"""How vLLM's runs are judged (`kvcheck.core.family.Judge`): the options record, the model, the
+engine around a target, the checks after every event."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from kvcheck.core.family import Judging
+from kvcheck.core.target import Target
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.vllm.engine import VllmEngine
+from kvcheck.families.vllm.invariants import INVARIANTS, check_event
+from kvcheck.families.vllm.model import VllmModel
+from kvcheck.families.vllm.scenario import VllmConfig
+
+
+@attrs.frozen
+class VllmJudging:
+    """vLLM's one judging option: whether the V1 runner's reading of `-1` draft placeholders
+    is judged (`vllm-placeholder-drafts`; docs/vllm.md "Placeholder drafts")."""
+
+    placeholder_drafts: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The option as JSON."""
+        return {"placeholder_drafts": self.placeholder_drafts}
+
+    def key_parts(self) -> tuple[str, ...]:
+        """The option as it enters an example-database key."""
+        return ("vllm", str(self.placeholder_drafts))
+
+
+# The generic front doors still pass the default family's flags with their defaults (SGLang's
+# `--convention auto`, ...): those values ask nothing of vLLM and are ignored; any other value
+# of them is refused.
+_DEFAULT_FAMILY_DEFAULTS: Final[Mapping[str, object]] = {
+    "convention": "auto",
+    "global_counters": "ideal",
+    "adaptive": None,
+    "overlap": None,
+}
+
+
+def judging(requested: Mapping[str, Any], target: Target) -> Judging:
+    """The options `target` is judged under: `placeholder_drafts` as asked (default off)."""
+    asked = dict(requested)
+    for name, default in _DEFAULT_FAMILY_DEFAULTS.items():
+        if name in asked and asked[name] == default:
+            del asked[name]
+    unknown = sorted(set(asked) - {"placeholder_drafts"})
+    if unknown:
+        raise KvcheckUsageError(
+            f"judging option(s) {', '.join(unknown)} are not vLLM's; its only one is "
+            "placeholder_drafts"
+        )
+    if "placeholder_drafts" in asked:
+        drafts = bool(asked["placeholder_drafts"])
+        reason = f"placeholder drafts {'judged' if drafts else 'not judged'} (given)"
+    else:
+        drafts = _entry_judges_drafts(target.spec)
+        reason = "placeholder drafts judged (the corpus entry's)" if drafts else "default options"
+    return Judging(VllmJudging(drafts), reason)
+
+
+def _entry_judges_drafts(spec: str) -> bool:
+    """Whether `spec` is a corpus entry meant to be judged with placeholder drafts."""
+    from kvcheck.families.vllm.mutants import MUTANT_PREFIX, MUTANTS
+
+    entry = (
+        MUTANTS.get(spec.removeprefix(MUTANT_PREFIX)) if spec.startswith(MUTANT_PREFIX) else None
+    )
+    return entry is not None and entry.placeholder_drafts
+
+
+def judging_of(config: VllmConfig) -> VllmJudging:
+    """The options a scenario of `config` is judged by: its config's."""
+    return VllmJudging(config.placeholder_drafts)
+
+
+def rejudged(
+    config: VllmConfig, requested: Mapping[str, str], target: Target, saved_target: bool
+) -> tuple[VllmConfig, str | None]:
+    """A replay judges a stored scenario by its own config: vLLM has no option to re-choose."""
+    return config, None
+
+
+class VllmJudge:
+    """vLLM's model, engine and checks."""
+
+    invariants: Final = INVARIANTS
+    model = staticmethod(VllmModel)
+    engine = staticmethod(VllmEngine)
+    check_event = staticmethod(check_event)
+    judging = staticmethod(judging)
+    judging_of = staticmethod(judging_of)
+    replay_choices: Final[Mapping[str, tuple[str, ...]]] = {}
+    rejudged = staticmethod(rejudged)

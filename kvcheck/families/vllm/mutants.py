@@ -1,0 +1,437 @@
+"""vLLM's mutant corpus: kvcheck's reference scheduler (`builtins.ReferenceScheduler`) with one
+upstream bug put back, each written from the bug's description (docs/vllm.md "Mutants" ties
+each to its thread and row of the survey's bug table), and correct rewrites that must pass.
+
+Each mutant changes one method of the reference, so what it breaks is that one behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from kvcheck.core.target import Target
+
+from kvcheck.families.vllm.builtins import DropOnPreemptScheduler, ReferenceScheduler, Req
+from kvcheck.families.vllm.target import (
+    Delivered,
+    FrameOutput,
+    Launch,
+    SchedulerSettings,
+    SchedulerUnderTest,
+)
+
+
+class StaleRejection(ReferenceScheduler):
+    """vllm#46066 (row 1): the spec-rejection roll-back runs before the stale (discard) check,
+    so a frame launched before a reset takes its old rejections off the resumed request's fresh
+    `C` and `PH`; the `> 0` guards do not range-check."""
+
+    def _roll_back(self, req: Req, rejected: int, stale: bool) -> None:
+        super()._roll_back(req, rejected, stale=False)
+
+    def _dropped(self, req: Req, stale: bool) -> bool:
+        return False  # checked too late: the roll-back already ran (see update_from_output)
+
+    def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        # Roll back first, for every frame with drafts, then drop the stale ones.
+        dropped: set[str] = set()
+        for item in launch.scheduled:
+            req = self.requests.get(item.request_id)
+            if req is None or req.finished:
+                continue
+            stale = req.stale > 0
+            generated = output.sampled.get(req.rid, ())
+            if item.spec_token_ids and generated and stale:
+                accepted = max(len(generated) - 1, 0)
+                super()._roll_back(req, len(item.spec_token_ids) - accepted, stale=False)
+            if stale and req.drop_stale:
+                dropped.add(req.rid)
+        kept_sampled = {
+            rid: (() if rid in dropped else tokens) for rid, tokens in output.sampled.items()
+        }
+        return super().update_from_output(launch, FrameOutput(output.step, kept_sampled))
+
+
+class NoStaleMarking(ReferenceScheduler):
+    """vllm#47900/#48245 (rows 2-3), the 0.26.0 behaviour: preemption resets `C` but leaves
+    `PH` and marks nothing stale, and the waiting loop has no stale gate; a request resumed
+    before its stale frame returns is taken for a prefill chunk (no reservation) while the
+    runner samples, and the stale frame lands on the resumed state."""
+
+    def _preempt(self, req: Req, drop_stale: bool) -> None:
+        placeholders = req.placeholders
+        super()._preempt(req, drop_stale)
+        req.stale = 0
+        req.drop_stale = False
+        req.placeholders = placeholders
+
+
+class PreemptAssumesIdle(ReferenceScheduler):
+    """vllm#47900's assumption (row 2) made an assertion: preemption asserts nothing of the
+    request is in flight, which overlap scheduling makes false."""
+
+    def _preempt(self, req: Req, drop_stale: bool) -> None:
+        assert req.in_flight == 0, f"{req.rid} preempted with {req.in_flight} tokens in flight"
+        super()._preempt(req, drop_stale)
+
+
+class NoStaleGate(ReferenceScheduler):
+    """vllm#48245 (row 3), the gate alone: stale output is marked at preemption, but the
+    waiting loop resumes the request before it is delivered; the resumed recompute samples a
+    position the stale frame delivers too (needs depth >= 3)."""
+
+    def _may_resume(self, req: Req) -> bool:
+        return True
+
+
+class TokenCountedDiscard(ReferenceScheduler):
+    """vllm#49620/#49860 (rows 4 and 6), the 0.26.0 reset path: a reset sets a discard count to
+    the request's placeholders (tokens: `1 + k` per frame) and each delivered frame spends one,
+    so frames launched after the resume are thrown away and their tokens are lost."""
+
+    def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        if reset_running_requests:
+            while self.running:
+                req = self.running.pop()
+                discard = req.placeholders
+                super()._preempt(req, drop_stale=False)
+                req.stale = 0
+                req.discard = discard
+        return len(self.pool.free) == self.pool.num_blocks - 1
+
+    def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        swallowed: set[str] = set()
+        for item in launch.scheduled:
+            req = self.requests.get(item.request_id)
+            if req is not None and not req.finished and req.discard:
+                req.discard -= 1
+                swallowed.add(req.rid)
+        kept = {rid: (() if rid in swallowed else t) for rid, t in output.sampled.items()}
+        # A swallowed frame changes no counter but the in-flight count.
+        for rid in swallowed:
+            item = next(i for i in launch.scheduled if i.request_id == rid)
+            self.requests[rid].in_flight -= item.num_scheduled_tokens
+        rest = Launch(
+            launch.step,
+            tuple(i for i in launch.scheduled if i.request_id not in swallowed),
+            launch.preempted,
+            launch.finished,
+        )
+        return super().update_from_output(rest, FrameOutput(output.step, kept))
+
+
+class FinalChunkUnreserved(ReferenceScheduler):
+    """vllm#57562's candidate class (row 5): the scheduler's chunk flag and the runner's
+    discard mask disagree; here the last chunk of a prompt that needed several steps is still
+    taken for a chunk, so no placeholder is reserved for the token the runner samples."""
+
+    def _is_chunk(self, req: Req) -> bool:
+        chunked_before = req.computed > req.in_flight and req.placeholders == 0 and not req.outputs
+        return super()._is_chunk(req) or (chunked_before and req.computed == req.num_tokens)
+
+
+class PlaceholderSurvivors(ReferenceScheduler):
+    """vllm#37159/#40768/#46899 (row 7), as both releases have it: `-1` draft placeholders of a
+    request left out of a step survive, and are scheduled as drafts when it comes back."""
+
+    def _clear_unscheduled_placeholders(self, scheduled_ids: set[str]) -> None:
+        return None
+
+
+class RejectionOffComputedOnly(ReferenceScheduler):
+    """The roll-back takes rejected drafts off `C` but not off `PH` (the identity's class)."""
+
+    def _roll_back(self, req: Req, rejected: int, stale: bool) -> None:
+        if not stale and req.computed > 0:
+            req.computed -= rejected
+
+
+class NoLengthClamp(ReferenceScheduler):
+    """The running loop forgets the `max_model_len - C - s` clamp (vllm scheduler.py:850-855
+    @0.33.0 keeps it)."""
+
+    def _running_tokens(self, req: Req, budget: int) -> int:
+        num_new = req.num_tokens + len(req.spec) + req.placeholders - req.computed
+        return min(num_new, budget)
+
+
+class StopNotTrimmed(ReferenceScheduler):
+    """A stop inside a multi-token frame keeps the tokens after the stop."""
+
+    def _append(self, req: Req, generated: list[int], stale: bool) -> tuple[list[int], str | None]:
+        kept, reason = super()._append(req, generated, stale)
+        extra = generated[len(kept) :]
+        req.outputs.extend(extra)
+        return kept + extra, reason
+
+
+class InFlightAfterFinishCheck(ReferenceScheduler):
+    """`IF -= n` moved after the finished and dropped checks: a dropped stale frame leaves its
+    tokens counted in flight for ever (0.33.0 decrements first, scheduler.py:2316-2318)."""
+
+    def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        dropped = {
+            item.request_id: item.num_scheduled_tokens
+            for item in launch.scheduled
+            if (req := self.requests.get(item.request_id)) is not None
+            and req.stale > 0
+            and req.drop_stale
+        }
+        delivered = super().update_from_output(launch, output)
+        for rid, n in dropped.items():
+            if rid in self.requests:
+                self.requests[rid].in_flight += n
+        return delivered
+
+
+class FreedTwice(ReferenceScheduler):
+    """Preemption gives the blocks back but the request keeps its table, so they are freed
+    again when it resumes or finishes."""
+
+    def _preempt(self, req: Req, drop_stale: bool) -> None:
+        blocks = list(req.blocks)
+        super()._preempt(req, drop_stale)
+        self.pool.release(blocks)
+
+
+class FinishedKept(ReferenceScheduler):
+    """Finished requests stay in the scheduler's table (vLLM's `test_memory_leak` class)."""
+
+    def _forget(self, req: Req) -> None:
+        return None
+
+
+@attrs.frozen
+class Entry:
+    """One entry of the corpus (`kvcheck.core.family.MutantEntry`)."""
+
+    name: str
+    kind: str  # "mutant" or "rewrite"
+    scheduler: Callable[[SchedulerSettings], SchedulerUnderTest]
+    expect: str | None
+    origin: str
+    summary: str
+    placeholder_drafts: bool = False
+    shrink_note: str = ""
+
+
+CORPUS: Final[tuple[Entry, ...]] = (
+    Entry(
+        "stale-rejection",
+        "mutant",
+        StaleRejection,
+        "vllm-counters",
+        "vllm#46066 (row 1)",
+        "stale frames roll their rejected drafts back off the resumed request",
+    ),
+    Entry(
+        "no-stale-marking",
+        "mutant",
+        NoStaleMarking,
+        "vllm-reservation",
+        "vllm#48245 (rows 2-3)",
+        "preemption keeps PH and marks nothing stale; no stale gate",
+    ),
+    Entry(
+        "preempt-assumes-idle",
+        "mutant",
+        PreemptAssumesIdle,
+        "vllm-no-exception",
+        "vllm#47900 (row 2)",
+        "preemption asserts that nothing is in flight",
+    ),
+    Entry(
+        "no-stale-gate",
+        "mutant",
+        NoStaleGate,
+        "vllm-identity",
+        "vllm#48245 (row 3)",
+        "a preempted request resumes before its stale output is delivered",
+    ),
+    Entry(
+        "token-counted-discard",
+        "mutant",
+        TokenCountedDiscard,
+        "vllm-exactly-once",
+        "vllm#49620/#49860 (rows 4, 6)",
+        "a reset's discard count is in tokens, spent per frame",
+    ),
+    Entry(
+        "final-chunk-unreserved",
+        "mutant",
+        FinalChunkUnreserved,
+        "vllm-reservation",
+        "vllm#57562 class (row 5)",
+        "the last chunk of a chunked prompt reserves no placeholder",
+    ),
+    Entry(
+        "placeholder-survivors",
+        "mutant",
+        PlaceholderSurvivors,
+        "vllm-placeholder-drafts",
+        "vllm#37159/#40768/#46899 (row 7)",
+        "-1 drafts of an unscheduled request survive",
+        placeholder_drafts=True,
+    ),
+    Entry(
+        "rejection-computed-only",
+        "mutant",
+        RejectionOffComputedOnly,
+        "vllm-identity",
+        "new",
+        "rejected drafts come off C but not PH",
+    ),
+    Entry(
+        "no-length-clamp",
+        "mutant",
+        NoLengthClamp,
+        "vllm-launch",
+        "survey §2.2",
+        "schedules past max_model_len - C - s",
+    ),
+    Entry(
+        "stop-not-trimmed",
+        "mutant",
+        StopNotTrimmed,
+        "vllm-exactly-once",
+        "survey §2.5",
+        "tokens after a stop inside a frame are kept",
+    ),
+    Entry(
+        "in-flight-after-drop",
+        "mutant",
+        InFlightAfterFinishCheck,
+        "vllm-in-flight",
+        "survey §3.3",
+        "a dropped stale frame is never taken off IF",
+    ),
+    Entry(
+        "freed-twice",
+        "mutant",
+        FreedTwice,
+        "vllm-pool",
+        "survey §3.3",
+        "preempted blocks are freed again later",
+    ),
+    Entry(
+        "finished-kept",
+        "mutant",
+        FinishedKept,
+        "vllm-quiescence",
+        "survey §3.3",
+        "finished requests stay in the scheduler",
+    ),
+    Entry(
+        "drop-on-preempt",
+        "rewrite",
+        DropOnPreemptScheduler,
+        None,
+        "correct rewrite",
+        "every preemption drops its stale output and may resume at once",
+    ),
+)
+MUTANTS: Final[Mapping[str, Entry]] = {entry.name: entry for entry in CORPUS}
+
+
+MUTANT_PREFIX: Final = "vllm-mutant:"
+
+
+@attrs.frozen
+class VllmMutantEntry:
+    """A corpus entry as the kill matrix sees it (`kvcheck.core.family.MutantEntry`)."""
+
+    entry: Entry
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def kind(self) -> str:
+        return self.entry.kind
+
+    @property
+    def family(self) -> str:
+        return "vllm"
+
+    @property
+    def expect(self) -> str | None:
+        return self.entry.expect
+
+    @property
+    def origin(self) -> str:
+        return self.entry.origin
+
+    @property
+    def summary(self) -> str:
+        return self.entry.summary
+
+    @property
+    def shrink_note(self) -> str:
+        return self.entry.shrink_note
+
+    @property
+    def spec(self) -> str:
+        return MUTANT_PREFIX + self.entry.name
+
+    @property
+    def short_spec(self) -> str:
+        return MUTANT_PREFIX + self.entry.name
+
+    @property
+    def options(self) -> Any:
+        from kvcheck.families.vllm.judge import VllmJudging
+
+        return VllmJudging(self.entry.placeholder_drafts)
+
+    def target(self) -> Target:
+        from kvcheck.families.vllm.loading import builtin_target
+
+        return builtin_target(self.spec, self.entry.scheduler, self.entry.summary)
+
+
+class VllmMutants:
+    """vLLM's corpus for the kill matrix (`kvcheck.core.family.Mutants`)."""
+
+    spec_prefix: Final = MUTANT_PREFIX
+    entries: Final = tuple(VllmMutantEntry(entry) for entry in CORPUS)
+
+    def get(self, name: str) -> VllmMutantEntry | None:
+        return next((e for e in self.entries if e.name == name), None)
+
+    @staticmethod
+    def resolver(python_name: str) -> Any | None:
+        return None  # vLLM's entries are reached as vllm-mutant:NAME only
+
+    @staticmethod
+    def row_columns(entry: Any) -> dict[str, Any]:
+        return {"expect": entry.expect, "origin": entry.origin}
+
+    @staticmethod
+    def list_columns(entry: Any) -> dict[str, Any]:
+        return {"expect": entry.expect, "origin": entry.origin, "summary": entry.summary}
+
+    @staticmethod
+    def list_line(entry: Any) -> str:
+        expect = f" -> {entry.expect}" if entry.expect else ""
+        return f"{entry.short_spec} [{entry.kind}]{expect}: {entry.summary} ({entry.origin})"
+
+    @staticmethod
+    def minimum_bounds(defaults: Any) -> Any:
+        return defaults
+
+    @staticmethod
+    def bounds_for(target: Target, bounds: Any) -> Any:
+        return bounds
+
+    @staticmethod
+    def shrink_gap(
+        shrunk_config: Mapping[str, Any],
+        shrunk_events: Sequence[Mapping[str, Any]],
+        shortest_config: Mapping[str, Any],
+        shortest_events: Sequence[Mapping[str, Any]],
+    ) -> str | None:
+        return None

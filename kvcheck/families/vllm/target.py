@@ -1,0 +1,157 @@
+"""The seam between the vLLM family's engine and a scheduler under test.
+
+Level: vLLM's own `Scheduler` API (`add_request`, `schedule`, `update_from_output`,
+`finish_requests`, `reset_prefix_cache`), with kvcheck's small records in place of vLLM's
+objects. kvcheck's engine (`kvcheck.families.vllm.engine`) plays the engine core's loop (a batch
+queue of depth D, the pipeline cadence) and the model runner: the fake runner decides AT LAUNCH,
+from its own view of the request, whether a frame returns a sampled token, and at delivery it
+returns `1 + a` tokens (`a <= k` accepted drafts, drawn by the scenario) whose values are a pure
+function of (request, position), so that duplicates and gaps show. The scheduler under test
+decides what to schedule and whom to preempt (under KV pressure from a finite block pool), and
+does all the accounting.
+
+Two kinds of target implement `SchedulerUnderTest`: kvcheck's own built-in schedulers and
+mutants (`kvcheck.families.vllm.builtins`, `kvcheck.families.vllm.mutants`), and a release's
+own scheduler code run over strict fakes (`kvcheck.families.vllm.real`). A target's `resolver`
+is a `SchedulerFactory`: it builds a fresh scheduler for each scenario.
+
+Changes to this file after its first commit are listed, dated, in the family's notes
+(docs/vllm.md, "The seam").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final, Protocol
+
+import attrs
+
+# The draft placeholder an async scheduler writes into `spec_token_ids` at launch; the runner
+# replaces it with the drafts it proposed in the previous step.
+PLACEHOLDER_TOKEN: Final = -1
+
+
+@attrs.frozen
+class SchedulerSettings:
+    """What the scheduler is built with (one scenario's config, the parts the scheduler sees)."""
+
+    num_blocks: int  # KV blocks in the pool, the null block included as vLLM counts them
+    block_size: int
+    max_num_scheduled_tokens: int  # the token budget of one step
+    max_num_seqs: int
+    max_model_len: int
+    num_spec_tokens: int  # k scheduled per decode (0: no speculative decoding)
+    async_scheduling: bool  # AsyncScheduler (placeholders) vs Scheduler
+    pp_size: int = 1
+    use_v2_model_runner: bool = False
+    defer_block_free: bool = False
+    long_prefill_token_threshold: int = 0  # 0: none; >0 chunks prompts
+
+
+@attrs.frozen
+class NewRequest:
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    min_tokens: int = 0
+    eos_token_id: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@attrs.frozen
+class ScheduledRequest:
+    """One request in a launched step, as the runner receives it."""
+
+    request_id: str
+    num_scheduled_tokens: int  # n
+    spec_token_ids: tuple[int, ...]  # the drafts scheduled (k = len); -1 = placeholder
+    num_computed_tokens: int  # C as the runner is told (before this step's n)
+    # Set when the runner gets the request's full token list (new or resumed after preemption):
+    all_token_ids: tuple[int, ...] | None
+
+
+@attrs.frozen
+class Launch:
+    """What one `schedule()` produced: the step (a frame once launched) and what it did."""
+
+    step: int
+    scheduled: tuple[ScheduledRequest, ...]
+    preempted: tuple[str, ...]  # request ids preempted during this schedule()
+    finished: tuple[str, ...]  # ids the scheduler reports finished since the last step
+
+
+@attrs.frozen
+class FrameOutput:
+    """What the runner returns for one frame: per request, the sampled tokens (empty for a
+    request whose frame samples nothing, e.g. a prefill chunk)."""
+
+    step: int
+    sampled: Mapping[str, tuple[int, ...]]
+
+
+@attrs.frozen
+class Delivered:
+    """What `update_from_output` emitted: per request the new output tokens, and who finished."""
+
+    new_token_ids: Mapping[str, tuple[int, ...]]
+    finished: Mapping[str, str]  # request id -> finish reason ("length", "stop", "abort", ...)
+
+
+@attrs.frozen
+class RequestView:
+    """The scheduler's accounting of one request, read back after every event."""
+
+    status: str  # "waiting", "running", "preempted", "finished_*"
+    num_computed_tokens: int  # C
+    num_tokens: int  # T (prompt + delivered outputs)
+    num_output_placeholders: int  # PH
+    num_in_flight_tokens: int | None  # IF (None: the release has no such field)
+    num_stale_output_tokens: int | None  # ST (0.27+), None where absent
+    async_tokens_to_discard: int | None  # <=0.26, None where absent
+    spec_token_ids: tuple[int, ...]
+    output_token_ids: tuple[int, ...]
+    # Changed from the draft: the launch-time flag that decides the reservation (0.16+), and
+    # 0.33's drop-instead-of-deliver flag (None where the release has none).
+    is_prefill_chunk: bool | None = None
+    drop_stale_output: bool | None = None
+
+
+@attrs.frozen
+class PoolView:
+    num_blocks: int
+    free_blocks: int
+    # Block id -> ref count, for every block whose count is not 0 (a negative count, from a
+    # double free, shows here; changed from the draft's "ref > 0").
+    ref_counts: Mapping[int, int]
+    blocks_of: Mapping[str, tuple[int, ...]]  # request id -> its block ids
+    deferred: tuple[int, ...]  # blocks waiting on a deferred free
+
+
+class SchedulerUnderTest(Protocol):
+    """A vLLM scheduler as kvcheck drives it: the released code (over fakes) or a built-in."""
+
+    def add_request(self, request: NewRequest) -> None: ...
+
+    def schedule(self) -> Launch: ...
+
+    def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered: ...
+
+    def finish_requests(self, request_ids: Sequence[str], reason: str) -> None: ...
+
+    def reset_prefix_cache(self, reset_running_requests: bool) -> bool: ...
+
+    def request_view(self, request_id: str) -> RequestView | None: ...
+
+    def pool_view(self) -> PoolView: ...
+
+    def request_ids(self) -> tuple[str, ...]: ...
+
+    # Added to the draft: whether `schedule()` has anything to do (vLLM's `has_requests()`,
+    # which the engine core's loop asks before it schedules).
+    def has_requests(self) -> bool: ...
+
+
+class SchedulerFactory(Protocol):
+    """What a vLLM target is: it builds a fresh scheduler for each scenario."""
+
+    def __call__(self, settings: SchedulerSettings) -> SchedulerUnderTest: ...
