@@ -1,0 +1,281 @@
+"""Strict fakes for the objects vLLM's scheduler code works on, where kvcheck does not run the
+release's own class: the sampling parameters, the KV cache manager and its block pool, the
+structured-output manager, the event publisher, the engine's output records.
+
+A fake models only what the accounting path uses. Any other attribute, read or written, raises
+`UnmodelledAccess`: kvcheck's fault (exit 2), never a verdict on the target, and recorded in
+`UNMODELLED` even when the target's code catches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar, Final
+
+from kvcheck.errors import KvcheckInternalError
+
+# Every unmodelled access, in order ("reads SamplingParams.logprobs"); the adapter empties it
+# before each call into the release's code and looks at it after.
+UNMODELLED: Final[list[str]] = []
+
+
+class UnmodelledAccess(KvcheckInternalError, AttributeError):
+    """The release's code touched something of a fake that kvcheck does not model."""
+
+
+class Strict:
+    """A fake whose attributes are `_fields` (set at construction) and its class's own."""
+
+    _owner: ClassVar[str] = "object"
+    _fields: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, **values: Any) -> None:
+        unknown = set(values) - self._fields
+        assert not unknown, f"{self._owner} has no fields {sorted(unknown)}"
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        UNMODELLED.append(f"reads {self._owner}.{name}")
+        raise UnmodelledAccess(
+            f"vLLM's code read {self._owner}.{name}, which kvcheck's fake does not model"
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._fields or name.startswith("_") or hasattr(type(self), name):
+            object.__setattr__(self, name, value)
+            return
+        UNMODELLED.append(f"writes {self._owner}.{name}")
+        raise UnmodelledAccess(
+            f"vLLM's code wrote {self._owner}.{name}, which kvcheck's fake does not model"
+        )
+
+
+class SamplingParams(Strict):
+    # Built with keywords; a field not given is None.
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**{**dict.fromkeys(self._fields), **values})
+
+    """What `Request.__init__` and `check_stop` read of a request's sampling parameters."""
+
+    _owner = "SamplingParams"
+    _fields = frozenset(
+        {
+            "max_tokens",
+            "min_tokens",
+            "eos_token_id",
+            "stop_token_ids",
+            "ignore_eos",
+            "extra_args",
+            "repetition_detection",
+            "logprobs",
+            "prompt_logprobs",
+            "structured_outputs",
+            "all_stop_token_ids",
+            "skip_reading_prefix_cache",
+            "num_logprobs",
+            "output_kind",
+            "n",
+        }
+    )
+
+
+class ReadOnlyList(Sequence[int]):
+    """vLLM's `ConstantList`: a view of a list the request keeps appending to."""
+
+    def __init__(self, items: list[int]) -> None:
+        self._items = items
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._items)
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyList({self._items!r})"
+
+
+class Record(Strict):
+    """An output record of the engine (`EngineCoreOutput`, `SpecDecodingStats`, ...): built with
+    keywords, each of its `_fields`."""
+
+    def __init__(self, *args: Any, **values: Any) -> None:
+        if args:
+            UNMODELLED.append(f"calls {self._owner} with positional arguments")
+            raise UnmodelledAccess(f"vLLM's code built {self._owner} positionally")
+        defaults = {name: None for name in self._fields}
+        defaults.update(values)
+        super().__init__(**defaults)
+
+
+def record_type(owner: str, fields: Sequence[str]) -> type[Record]:
+    """A `Record` class named `owner` with these fields."""
+    return type(owner, (Record,), {"_owner": owner, "_fields": frozenset(fields)})
+
+
+class Blocks(Strict):
+    """vLLM's `KVCacheBlocks` for one KV cache group: the block ids of an allocation."""
+
+    _owner = "KVCacheBlocks"
+    _fields = frozenset({"ids"})
+
+    def get_block_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
+        if allow_none and not self.ids:
+            return None
+        return (list(self.ids),)
+
+    def get_unhashed_block_ids(self) -> list[int]:
+        return list(self.ids)
+
+    def __add__(self, other: Blocks) -> Blocks:
+        return Blocks(ids=(*self.ids, *other.ids))
+
+
+class BlockPool(Strict):
+    """A finite pool of `num_blocks` KV blocks, block 0 the null block vLLM never hands out,
+    with a ref count per block and the blocks each request holds."""
+
+    _owner = "KVCacheManager"
+    _fields = frozenset(
+        {
+            "num_blocks",
+            "block_size",
+            "free_ids",
+            "ref",
+            "owned",
+            "deferred",
+            "empty_kv_cache_blocks",
+        }
+    )
+
+    @classmethod
+    def create(cls, num_blocks: int, block_size: int) -> BlockPool:
+        return cls(
+            num_blocks=num_blocks,
+            block_size=block_size,
+            free_ids=list(range(1, num_blocks)),
+            ref={},
+            owned={},
+            deferred=[],
+            empty_kv_cache_blocks=Blocks(ids=()),
+        )
+
+    # --- what the scheduler calls (KVCacheManager's spellings) ---
+
+    def get_computed_blocks(
+        self, request: Any, max_cache_hit_length: int | None = None
+    ) -> tuple[Blocks, int, int]:
+        # Prefix caching is off: nothing is ever a hit (blocks, tokens, shared prefix).
+        return Blocks(ids=()), 0, 0
+
+    def allocate_slots(
+        self,
+        request: Any,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: Blocks | None = None,
+        num_lookahead_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
+        skip_zeroing_group_ids: tuple[int, ...] = (),
+    ) -> Blocks | None:
+        """Blocks for the request's slots up to `C + new tokens + lookahead` (capped at the
+        request's `max_model_len` is the scheduler's job); None when the pool cannot give
+        them, which makes the scheduler preempt."""
+        held = self.owned.get(request.request_id, [])
+        total = (
+            request.num_computed_tokens
+            + num_new_computed_tokens
+            + num_external_computed_tokens
+            + num_new_tokens
+            + num_lookahead_tokens
+        )
+        needed = -(-total // self.block_size) - len(held)
+        if needed > len(self.free_ids) - reserved_blocks:
+            return None
+        new = [self.free_ids.pop(0) for _ in range(max(needed, 0))]
+        for block in new:
+            self.ref[block] = self.ref.get(block, 0) + 1
+        self.owned[request.request_id] = [*held, *new]
+        return Blocks(ids=tuple(new))
+
+    def free(self, request: Any) -> None:
+        for block in reversed(self.owned.pop(request.request_id, [])):
+            self.ref[block] = self.ref.get(block, 0) - 1
+            if self.ref[block] == 0:
+                del self.ref[block]
+                self.free_ids.insert(0, block)
+
+    def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
+        return None  # prefix caching is off
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return (list(self.owned.get(request_id, [])),)
+
+    def get_blocks(self, request_id: str) -> Blocks:
+        return Blocks(ids=tuple(self.owned.get(request_id, [])))
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        return [0]
+
+    def take_events(self) -> list[Any]:
+        return []
+
+    def take_new_block_ids(self) -> list[int]:
+        return []
+
+    def take_kv_cache_block_copies(self) -> tuple[list[Any], list[Any]]:
+        return [], []  # no copy-on-write: (copies, retained blocks)
+
+    def new_step_starts(self) -> None:
+        return None
+
+    def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> None:
+        return None
+
+    def reset_prefix_cache(self) -> bool:
+        return bool(len(self.free_ids) == self.num_blocks - 1)
+
+    def estimate_cached_tokens(self, request: Any) -> int:
+        return 0  # prefix caching is off
+
+    def make_prefix_cache_stats(self) -> None:
+        return None
+
+    @property
+    def usage(self) -> float:
+        return float(1 - len(self.free_ids) / max(self.num_blocks - 1, 1))
+
+
+class SchedulerBase(Strict):
+    """What `Scheduler` inherits from vLLM's `SchedulerInterface`: the two questions written
+    there in terms of the scheduler's own counts."""
+
+    _owner = "Scheduler"
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.get_num_unfinished_requests() > 0)
+
+    def has_finished_requests(self) -> bool:
+        return bool(self.finished_req_ids)
+
+
+class PrefillStats(Strict):
+    """A request's prefill statistics: recorded by vLLM, never read by the accounting."""
+
+    _owner = "PrefillStats"
+
+    def set(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def finalize(self, *args: Any, **kwargs: Any) -> None:
+        return None
