@@ -15,7 +15,8 @@ resolving a placeholder; preemption sets `ST = IF`, `PH = 0`, `C = 0`; a reset p
 running request with its stale output dropped.
 
 One deliberate difference from both releases: under the V1 runner, a running request that is
-not scheduled in a step loses its `-1` draft placeholders (the fix of vllm#37159's class), so the V1 runner never
+not scheduled in a step loses its `-1` draft placeholders (the fix of vllm#37159's class), so
+the V1 runner never
 reads them (docs/vllm.md "Placeholder drafts").
 """
 
@@ -27,7 +28,8 @@ from typing import Final
 
 import attrs
 
-from kvcheck.families.vllm.scenario import EOS_TOKEN, SAMPLED_PER_STEP
+from kvcheck.core.target import Target
+from kvcheck.families.vllm.scenario import EOS_TOKEN, NAME, SAMPLED_PER_STEP
 from kvcheck.families.vllm.target import (
     PLACEHOLDER_TOKEN,
     Delivered,
@@ -98,11 +100,14 @@ class Req:
     discard: int | None = None
 
     @property
-    def num_tokens(self) -> int:  # T
+    def num_tokens(self) -> int:
+        """T: the prompt and the outputs appended so far."""
         return len(self.prompt) + len(self.outputs)
 
     @property
     def finished(self) -> bool:
+        """T: the prompt and the outputs appended so far."""
+        """Whether it is finished (any reason)."""
         return self.status.startswith("finished")
 
 
@@ -122,6 +127,7 @@ class ReferenceScheduler:
     # --- requests in and out ---------------------------------------------------------------
 
     def add_request(self, request: NewRequest) -> None:
+        """See `SchedulerUnderTest.add_request`."""
         req = Req(
             request.request_id, request.prompt_token_ids, request.max_tokens, request.eos_token_id
         )
@@ -129,12 +135,15 @@ class ReferenceScheduler:
         self.waiting.append(req)
 
     def has_requests(self) -> bool:
+        """See `SchedulerUnderTest.has_requests`."""
         return bool(self.running or self.waiting or self.finished_since)
 
     def request_ids(self) -> tuple[str, ...]:
+        """See `SchedulerUnderTest.request_ids`."""
         return tuple(self.requests)
 
     def finish_requests(self, request_ids: Sequence[str], reason: str) -> None:
+        """See `SchedulerUnderTest.finish_requests`."""
         for rid in request_ids:
             req = self.requests.get(rid)
             if req is None or req.finished:
@@ -199,6 +208,7 @@ class ReferenceScheduler:
         return not (req.stale and not req.drop_stale)
 
     def schedule(self) -> Launch:
+        """See `SchedulerUnderTest.schedule`."""
         self.current_step += 1
         budget = self.settings.max_num_scheduled_tokens
         scheduled: list[tuple[Req, int, tuple[int, ...], bool]] = []
@@ -313,6 +323,7 @@ class ReferenceScheduler:
         self.waiting.appendleft(req)
 
     def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        """See `SchedulerUnderTest.reset_prefix_cache`."""
         if reset_running_requests:
             while self.running:
                 self._preempt(self.running.pop(), drop_stale=True)
@@ -321,6 +332,7 @@ class ReferenceScheduler:
     # --- deliver ---------------------------------------------------------------------------
 
     def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        """See `SchedulerUnderTest.update_from_output`."""
         new_tokens: dict[str, tuple[int, ...]] = {}
         finished: dict[str, str] = {}
         for item in launch.scheduled:
@@ -387,6 +399,7 @@ class ReferenceScheduler:
     # --- views --------------------------------------------------------------------------
 
     def request_view(self, request_id: str) -> RequestView | None:
+        """See `SchedulerUnderTest.request_view`."""
         req = self.requests.get(request_id)
         if req is None:
             return None
@@ -405,6 +418,7 @@ class ReferenceScheduler:
         )
 
     def pool_view(self) -> PoolView:
+        """See `SchedulerUnderTest.pool_view`."""
         owners: dict[str, tuple[int, ...]] = {}
         for req in self.requests.values():
             if req.blocks:
@@ -446,3 +460,17 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
         ),
     )
 }
+
+
+def builtin_target(
+    spec: str, factory: Callable[[SchedulerSettings], SchedulerUnderTest], description: str
+) -> Target:
+    """A target kvcheck ships (a built-in or a corpus entry)."""
+    return Target(
+        spec=spec,
+        resolver=factory,
+        description=description,
+        self_methods={},
+        shape=None,
+        family=NAME,
+    )

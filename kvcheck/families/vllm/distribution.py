@@ -18,13 +18,15 @@ import attrs
 from kvcheck.core.draws import Draws
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
-from kvcheck.families.vllm.judge import VllmJudging
+from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.scenario import (
     NAME,
+    RUNNERS,
     Abort,
     Add,
     Drain,
     Reset,
+    Runner,
     Step,
     VllmConfig,
     VllmEvent,
@@ -35,7 +37,7 @@ from kvcheck.families.vllm.scenario import (
 class VllmSpace:
     """What a search draws: its judging options and the scenario's size."""
 
-    options: VllmJudging = VllmJudging()
+    options: VllmJudging = attrs.field(factory=VllmJudging)
     max_events: int = 40
 
 
@@ -54,7 +56,7 @@ def space_of(**settings: Any) -> VllmSpace:
 
 def draw_config(draws: Draws, options: VllmJudging) -> VllmConfig:
     """A small engine: every depth, pressure on blocks and on the step budget."""
-    runner = draws.choice(("v1", "v2"))
+    runner: Runner = draws.choice(RUNNERS)
     pp_size = 1 if runner == "v1" else draws.integer(1, 3)
     k = draws.integer(0, 3)
     block_size = draws.choice((4, 2, 8))
@@ -94,12 +96,15 @@ def draw_scenario(draws: Draws, space: VllmSpace) -> Scenario:
     config = draw_config(draws, space.options)
     k = config.num_spec_tokens
     first = ("add", draws.integer(1, config.max_model_len - 1), draws.integer(1, 12), None)
-    raw = [first] + draws.many(
-        ("vllm-event", config.max_model_len, k),
-        _event_element(config.max_model_len, k),
-        0,
-        space.max_events,
-    )
+    raw = [
+        first,
+        *draws.many(
+            ("vllm-event", config.max_model_len, k),
+            _event_element(config.max_model_len, k),
+            0,
+            space.max_events,
+        ),
+    ]
     events: list[VllmEvent] = []
     added = 0
     for item in raw:
@@ -261,15 +266,16 @@ class VllmFrontDoor:
 
     @staticmethod
     def spellings_table() -> str | None:
+        """None: vLLM has no spellings table."""
         return None
 
     @property
     def releases(self) -> Any:
-        try:
-            from kvcheck.families.vllm import real
-        except ModuleNotFoundError:
-            return None
-        return getattr(real, "RELEASES", None)
+        """vLLM's releases, when the release-target code is present."""
+        from kvcheck.families.vllm.loading import real_targets
+
+        real = real_targets()
+        return None if real is None else getattr(real, "RELEASES", None)
 
 
 def _scenarios_part(**settings: Any) -> Callable[[Draws], Scenario]:

@@ -104,6 +104,7 @@ class Frame:
 
     @property
     def step(self) -> int:
+        """The scheduler's step number of the launch."""
         return self.launch.step
 
 
@@ -143,7 +144,7 @@ class Runner:
     launch-time view) and, per incarnation, the true sequence's length (advanced in delivery
     order, which is launch order)."""
 
-    def __init__(self, eos_positions: Mapping[str, int | None], prompts: Mapping[str, int]) -> None:
+    def __init__(self, eos_positions: dict[str, int | None], prompts: dict[str, int]) -> None:
         self.eos_positions = eos_positions
         self.prompts = prompts
         self.incarnation: dict[str, int] = {}
@@ -152,12 +153,14 @@ class Runner:
         self.last_executed: frozenset[str] = frozenset()
 
     def true_tokens(self, rid: str, length: int) -> tuple[int, ...]:
+        """The first `length` tokens of `rid`'s true sequence."""
         eos = self.eos_positions.get(rid)
         return tuple(token_at(position, eos) for position in range(length))
 
     def launch(
         self, launch: Launch, placeholders: Mapping[str, tuple[int | None, int | None]]
     ) -> Frame:
+        """Record a launch: the runner's launch-time view of each scheduled request."""
         entries = []
         for item in launch.scheduled:
             rid, n = item.request_id, item.num_scheduled_tokens
@@ -194,6 +197,7 @@ class Runner:
         return Frame(launch, tuple(entries))
 
     def deliver(self, frame: Frame, accept: int) -> FrameOutput:
+        """The runner's output for `frame`, `accept` drafts accepted per request."""
         sampled: dict[str, tuple[int, ...]] = {}
         for entry in frame.entries:
             if not entry.samples:
@@ -245,6 +249,7 @@ class VllmEngine:
 
     @property
     def own_scheduler(self) -> bool:
+        """False: the scheduler is the target itself."""
         return False
 
     def _call(self, method: str, *args: Any) -> Any:
@@ -295,6 +300,7 @@ class VllmEngine:
         return True
 
     def apply(self, event: VllmEvent) -> Observation:
+        """Run `event` against the scheduler; what the engine saw."""
         self._launches, self._deliveries = [], []
         drained: bool | None = None
         steps = 0
@@ -340,6 +346,7 @@ class VllmEngine:
         return 32 + 2 * self.config.depth * (work + 8)
 
     def observe(self, drained: bool | None = None, steps: int = 0) -> Observation:
+        """The scheduler's views and kvcheck's ledger, read now."""
         views: dict[str, RequestView] = {}
         pool: PoolView | None = None
         request_ids: tuple[str, ...] = ()
@@ -376,6 +383,7 @@ class VllmEngine:
         )
 
     def clone(self) -> VllmEngine:
+        """An independent copy (the scheduler deep-copied)."""
         twin = copy.copy(self)
         twin.scheduler = copy.deepcopy(self.scheduler)
         twin.runner = copy.deepcopy(self.runner)
@@ -389,6 +397,7 @@ class VllmEngine:
         return twin
 
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
+        """What the future of the run depends on."""
         observed = self.observe()
         return (
             tuple(sorted(observed.views.items())),

@@ -20,6 +20,7 @@ _EXPLAIN: Final = "kvcheck.families.vllm.explain:"
 
 
 def check_raised(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """The scheduler raised."""
     if observed.raised is not None:
         yield Finding(
             None, "no exception", observed.raised, f"the scheduler raised {observed.raised}"
@@ -27,6 +28,7 @@ def check_raised(expected: Expectation, observed: Observation) -> Iterator[Findi
 
 
 def check_launch(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """A launch over the budget, over k, over `max_model_len - C - s`, or malformed."""
     config = expected.config
     for frame in observed.launches:
         total = sum(entry.scheduled for entry in frame.entries)
@@ -55,12 +57,14 @@ def check_launch(expected: Expectation, observed: Observation) -> Iterator[Findi
                     entry.rid,
                     room,
                     entry.scheduled,
-                    f"step {frame.step} scheduled {entry.scheduled} tokens for {entry.rid} with C = "
+                    f"step {frame.step} scheduled {entry.scheduled} tokens for {entry.rid} with "
+                    f"C = "
                     f"{item.num_computed_tokens}: over max_model_len - C - s = {room}",
                 )
 
 
 def check_counters(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """A negative counter."""
     for rid, view in observed.views.items():
         counters = {
             "num_computed_tokens": view.num_computed_tokens,
@@ -75,6 +79,7 @@ def check_counters(expected: Expectation, observed: Observation) -> Iterator[Fin
 
 
 def check_in_flight(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """IF differs from the ledger's in-flight tokens, or ST exceeds IF."""
     for rid, view in observed.views.items():
         if view.num_in_flight_tokens is None:
             continue
@@ -99,6 +104,7 @@ def check_in_flight(expected: Expectation, observed: Observation) -> Iterator[Fi
 
 
 def check_reservation(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """A launch whose reservation differs from the runner's sample decision."""
     for frame in observed.launches:
         for entry in frame.entries:
             if entry.placeholders_before is None or entry.placeholders_after is None:
@@ -121,6 +127,7 @@ def check_reservation(expected: Expectation, observed: Observation) -> Iterator[
 
 
 def check_identity(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """C != T + PH - s within the identity's scope."""
     for rid, view in observed.views.items():
         if view.status != "running" or view.num_output_placeholders <= 0:
             continue
@@ -151,6 +158,7 @@ def _first_difference(got: tuple[int, ...], want: tuple[int, ...]) -> int:
 
 
 def check_exactly_once(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """An output that is not a prefix of the true sequence, or a wrong finish."""
     for rid, got in observed.emitted.items():
         want = expected.outputs.get(rid, ())
         if got != want[: len(got)]:
@@ -164,14 +172,14 @@ def check_exactly_once(expected: Expectation, observed: Observation) -> Iterator
             )
             continue
         reason = observed.finished.get(rid)
-        if reason is not None and rid not in expected.aborted:
-            if got != want or reason != expected.reasons.get(rid):
-                yield Finding(
-                    rid,
-                    {"tokens": len(want), "reason": expected.reasons.get(rid)},
-                    {"tokens": len(got), "reason": reason},
-                    f"{rid} finished ({reason}) after {len(got)} of its {len(want)} outputs",
-                )
+        finished_wrong = got != want or reason != expected.reasons.get(rid)
+        if reason is not None and rid not in expected.aborted and finished_wrong:
+            yield Finding(
+                rid,
+                {"tokens": len(want), "reason": expected.reasons.get(rid)},
+                {"tokens": len(got), "reason": reason},
+                f"{rid} finished ({reason}) after {len(got)} of its {len(want)} outputs",
+            )
     for rid, view in observed.views.items():
         want = expected.outputs.get(rid, ())
         got = view.output_token_ids
@@ -186,6 +194,7 @@ def check_exactly_once(expected: Expectation, observed: Observation) -> Iterator
 
 
 def check_pool(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """A pool ledger that does not add up."""
     pool = observed.pool
     if pool is None:
         return
@@ -219,6 +228,7 @@ def check_pool(expected: Expectation, observed: Observation) -> Iterator[Finding
 
 
 def check_placeholder_drafts(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """`-1` drafts scheduled after a gap (V1 runner, when asked)."""
     config = expected.config
     if not config.placeholder_drafts or config.runner != "v1":
         return
@@ -235,6 +245,7 @@ def check_placeholder_drafts(expected: Expectation, observed: Observation) -> It
 
 
 def check_quiescence(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """An engine not idle and empty after a drain."""
     if not expected.quiescent:
         return
     if not observed.drained:
@@ -243,7 +254,8 @@ def check_quiescence(expected: Expectation, observed: Observation) -> Iterator[F
             "idle",
             f"busy after {observed.drain_steps} steps",
             f"the engine was not idle after {observed.drain_steps} steps of a drain "
-            f"({len(observed.request_ids)} requests held, {observed.frames_in_flight} frames in flight)",
+            f"({len(observed.request_ids)} requests held, {observed.frames_in_flight} frames in "
+            "flight)",
         )
     if observed.request_ids:
         yield Finding(

@@ -6,32 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import attrs
-
 from kvcheck.core.family import Judging
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.vllm.engine import VllmEngine
 from kvcheck.families.vllm.invariants import INVARIANTS, check_event
+from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.model import VllmModel
+from kvcheck.families.vllm.mutants import MUTANT_PREFIX, MUTANTS
 from kvcheck.families.vllm.scenario import VllmConfig
-
-
-@attrs.frozen
-class VllmJudging:
-    """vLLM's one judging option: whether the V1 runner's reading of `-1` draft placeholders
-    is judged (`vllm-placeholder-drafts`; docs/vllm.md "Placeholder drafts")."""
-
-    placeholder_drafts: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """The option as JSON."""
-        return {"placeholder_drafts": self.placeholder_drafts}
-
-    def key_parts(self) -> tuple[str, ...]:
-        """The option as it enters an example-database key."""
-        return ("vllm", str(self.placeholder_drafts))
-
 
 # The generic front doors still pass the default family's flags with their defaults (SGLang's
 # `--convention auto`, ...): those values ask nothing of vLLM and are ignored; any other value
@@ -67,8 +50,6 @@ def judging(requested: Mapping[str, Any], target: Target) -> Judging:
 
 def _entry_judges_drafts(spec: str) -> bool:
     """Whether `spec` is a corpus entry meant to be judged with placeholder drafts."""
-    from kvcheck.families.vllm.mutants import MUTANT_PREFIX, MUTANTS
-
     entry = (
         MUTANTS.get(spec.removeprefix(MUTANT_PREFIX)) if spec.startswith(MUTANT_PREFIX) else None
     )

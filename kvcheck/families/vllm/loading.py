@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Any, Final
+from typing import Final
 
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
-from kvcheck.families.vllm.builtins import BUILTINS
-from kvcheck.families.vllm.scenario import NAME
+from kvcheck.families.vllm.builtins import BUILTINS, builtin_target
+from kvcheck.families.vllm.mutants import MUTANT_PREFIX, MUTANTS
 
 BUILTIN_PREFIX: Final = "builtin:vllm-"
-MUTANT_PREFIX: Final = "vllm-mutant:"
+
 DEFAULT_TARGETS: Final = ("builtin:vllm-reference",)
 
 
-def _real() -> ModuleType | None:
+def real_targets() -> ModuleType | None:
+    """`kvcheck.families.vllm.real` when present (the release-target code), else None."""
     try:
         return importlib.import_module("kvcheck.families.vllm.real")
     except ModuleNotFoundError as exc:
@@ -37,20 +38,8 @@ def claims(spec: str) -> bool:
     spec = spec.strip()
     if spec.startswith((BUILTIN_PREFIX, MUTANT_PREFIX)):
         return True
-    real = _real()
+    real = real_targets()
     return bool(real is not None and hasattr(real, "claims") and real.claims(spec))
-
-
-def builtin_target(spec: str, factory: Any, description: str) -> Target:
-    """A target kvcheck ships (a built-in or a corpus entry)."""
-    return Target(
-        spec=spec,
-        resolver=factory,
-        description=description,
-        self_methods={},
-        shape=None,
-        family=NAME,
-    )
 
 
 def load(spec: str, *, allow_unavailable: bool, deadline: float | None) -> Target:
@@ -65,13 +54,11 @@ def load(spec: str, *, allow_unavailable: bool, deadline: float | None) -> Targe
             )
         return builtin_target(spec, builtin.factory, builtin.summary)
     if spec.startswith(MUTANT_PREFIX):
-        from kvcheck.families.vllm.mutants import MUTANTS
-
         entry = MUTANTS.get(spec.removeprefix(MUTANT_PREFIX))
         if entry is None:
             raise TargetLoadError(f"no vLLM mutant {spec!r}; known: {', '.join(MUTANTS)}")
         return builtin_target(spec, entry.scheduler, entry.summary)
-    real = _real()
+    real = real_targets()
     if real is not None and real.claims(spec):
         loaded: Target = real.load(spec, allow_unavailable=allow_unavailable, deadline=deadline)
         return loaded
@@ -80,7 +67,7 @@ def load(spec: str, *, allow_unavailable: bool, deadline: float | None) -> Targe
 
 def spec_path(spec: str) -> str | None:
     """The path a spec reads its target from (only a release's own code names one)."""
-    real = _real()
+    real = real_targets()
     if real is not None and hasattr(real, "spec_path") and real.claims(spec):
         path: str | None = real.spec_path(spec)
         return path

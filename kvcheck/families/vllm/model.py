@@ -52,6 +52,7 @@ class VllmModel:
         self.reached: set[str] = set()
 
     def apply(self, event: VllmEvent) -> Expectation:
+        """What must hold after `event`."""
         if isinstance(event, Add):
             self.prompts = self.prompts | {event.rid: event.prompt_len}
             self.outputs = self.outputs | {
@@ -79,6 +80,7 @@ class VllmModel:
         )
 
     def clone(self) -> VllmModel:
+        """An independent copy."""
         twin = VllmModel(self.config)
         # The mappings are replaced, never changed in place, so they may be shared.
         twin.prompts, twin.outputs, twin.reasons = self.prompts, self.outputs, self.reasons
@@ -86,4 +88,5 @@ class VllmModel:
         return twin
 
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
+        """The true outputs and the aborted requests."""
         return (tuple(sorted(self.outputs.items())), self.aborted)

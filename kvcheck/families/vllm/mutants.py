@@ -13,8 +13,13 @@ from typing import Any, Final
 import attrs
 
 from kvcheck.core.target import Target
-
-from kvcheck.families.vllm.builtins import DropOnPreemptScheduler, ReferenceScheduler, Req
+from kvcheck.families.vllm.builtins import (
+    DropOnPreemptScheduler,
+    ReferenceScheduler,
+    Req,
+    builtin_target,
+)
+from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.target import (
     Delivered,
     FrameOutput,
@@ -36,6 +41,7 @@ class StaleRejection(ReferenceScheduler):
         return False  # checked too late: the roll-back already ran (see update_from_output)
 
     def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        """See `SchedulerUnderTest.update_from_output`."""
         # Roll back first, for every frame with drafts, then drop the stale ones.
         dropped: set[str] = set()
         for item in launch.scheduled:
@@ -93,6 +99,7 @@ class TokenCountedDiscard(ReferenceScheduler):
     so frames launched after the resume are thrown away and their tokens are lost."""
 
     def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        """See `SchedulerUnderTest.reset_prefix_cache`."""
         if reset_running_requests:
             while self.running:
                 req = self.running.pop()
@@ -103,6 +110,7 @@ class TokenCountedDiscard(ReferenceScheduler):
         return len(self.pool.free) == self.pool.num_blocks - 1
 
     def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        """See `SchedulerUnderTest.update_from_output`."""
         swallowed: set[str] = set()
         for item in launch.scheduled:
             req = self.requests.get(item.request_id)
@@ -173,6 +181,7 @@ class InFlightAfterFinishCheck(ReferenceScheduler):
     tokens counted in flight for ever (0.33.0 decrements first, scheduler.py:2316-2318)."""
 
     def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        """See `SchedulerUnderTest.update_from_output`."""
         dropped = {
             item.request_id: item.num_scheduled_tokens
             for item in launch.scheduled
@@ -347,49 +356,56 @@ class VllmMutantEntry:
 
     @property
     def name(self) -> str:
+        """See `kvcheck.core.family.MutantEntry.name`."""
         return self.entry.name
 
     @property
     def kind(self) -> str:
+        """See `kvcheck.core.family.MutantEntry.kind`."""
         return self.entry.kind
 
     @property
     def family(self) -> str:
+        """See `kvcheck.core.family.MutantEntry.family`."""
         return "vllm"
 
     @property
     def expect(self) -> str | None:
+        """See `kvcheck.core.family.MutantEntry.expect`."""
         return self.entry.expect
 
     @property
     def origin(self) -> str:
+        """See `kvcheck.core.family.MutantEntry.origin`."""
         return self.entry.origin
 
     @property
     def summary(self) -> str:
+        """See `kvcheck.core.family.MutantEntry.summary`."""
         return self.entry.summary
 
     @property
     def shrink_note(self) -> str:
+        """See `kvcheck.core.family.MutantEntry.shrink_note`."""
         return self.entry.shrink_note
 
     @property
     def spec(self) -> str:
+        """See `kvcheck.core.family.MutantEntry.spec`."""
         return MUTANT_PREFIX + self.entry.name
 
     @property
     def short_spec(self) -> str:
+        """See `kvcheck.core.family.MutantEntry.short_spec`."""
         return MUTANT_PREFIX + self.entry.name
 
     @property
     def options(self) -> Any:
-        from kvcheck.families.vllm.judge import VllmJudging
-
+        """See `kvcheck.core.family.MutantEntry.options`."""
         return VllmJudging(self.entry.placeholder_drafts)
 
     def target(self) -> Target:
-        from kvcheck.families.vllm.loading import builtin_target
-
+        """See `kvcheck.core.family.MutantEntry.target`."""
         return builtin_target(self.spec, self.entry.scheduler, self.entry.summary)
 
 
@@ -400,31 +416,38 @@ class VllmMutants:
     entries: Final = tuple(VllmMutantEntry(entry) for entry in CORPUS)
 
     def get(self, name: str) -> VllmMutantEntry | None:
+        """See `kvcheck.core.family.Mutants.get`."""
         return next((e for e in self.entries if e.name == name), None)
 
     @staticmethod
     def resolver(python_name: str) -> Any | None:
+        """See `kvcheck.core.family.Mutants.resolver`."""
         return None  # vLLM's entries are reached as vllm-mutant:NAME only
 
     @staticmethod
     def row_columns(entry: Any) -> dict[str, Any]:
+        """See `kvcheck.core.family.Mutants.row_columns`."""
         return {"expect": entry.expect, "origin": entry.origin}
 
     @staticmethod
     def list_columns(entry: Any) -> dict[str, Any]:
+        """See `kvcheck.core.family.Mutants.list_columns`."""
         return {"expect": entry.expect, "origin": entry.origin, "summary": entry.summary}
 
     @staticmethod
     def list_line(entry: Any) -> str:
+        """See `kvcheck.core.family.Mutants.list_line`."""
         expect = f" -> {entry.expect}" if entry.expect else ""
         return f"{entry.short_spec} [{entry.kind}]{expect}: {entry.summary} ({entry.origin})"
 
     @staticmethod
     def minimum_bounds(defaults: Any) -> Any:
+        """See `kvcheck.core.family.Mutants.minimum_bounds`."""
         return defaults
 
     @staticmethod
     def bounds_for(target: Target, bounds: Any) -> Any:
+        """See `kvcheck.core.family.Mutants.bounds_for`."""
         return bounds
 
     @staticmethod
@@ -434,4 +457,5 @@ class VllmMutants:
         shortest_config: Mapping[str, Any],
         shortest_events: Sequence[Mapping[str, Any]],
     ) -> str | None:
+        """See `kvcheck.core.family.Mutants.shrink_gap`."""
         return None

@@ -81,11 +81,11 @@ def cell(facts: Any, index: int, lane: str, violation: Violation | None) -> Cell
         if reason is None and lane not in observed.emitted and launched is None:
             return Cell(lane, None)
         phase = f"finished ({reason})" if reason else "gone"
-        lines = (Line(f"{len(observed.emitted.get(lane, ()))} outputs", "lifecycle"),)
+        outputs = Line(f"{len(observed.emitted.get(lane, ()))} outputs", "lifecycle")
         return Cell(
             lane,
             phase,
-            lines,
+            (outputs,),
             summary=phase,
             violation=broke,
             in_flight=in_flight,
@@ -98,7 +98,7 @@ def cell(facts: Any, index: int, lane: str, violation: Violation | None) -> Cell
         extra += f" ST{view.num_stale_output_tokens}"
     if view.async_tokens_to_discard:
         extra += f" discard{view.async_tokens_to_discard}"
-    lines = (Line(view.status, "lifecycle"), Line(summary + extra, "state"))
+    lines: tuple[Line, ...] = (Line(view.status, "lifecycle"), Line(summary + extra, "state"))
     if broke and violation is not None:
         lines += (Line(violation.message, "violation"),)
     return Cell(

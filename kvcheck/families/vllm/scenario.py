@@ -115,7 +115,8 @@ class Reset:
 @attrs.frozen
 class Drain:
     """Steps until the engine is idle (no request, no frame in flight), each delivery
-    accepting `accept` drafts; at most `VllmEngine.drain_limit()` steps (a scheduler that never gets there
+    accepting `accept` drafts; at most `VllmEngine.drain_limit()` steps (a scheduler that never
+    gets there
     breaks `vllm-quiescence`)."""
 
     accept: int = 0
@@ -163,10 +164,12 @@ class VllmScenarios:
 
     @staticmethod
     def config_to_dict(config: VllmConfig) -> dict[str, Any]:
+        """See `kvcheck.core.family.ScenarioCodec.config_to_dict`."""
         return attrs.asdict(config)
 
     @staticmethod
     def config_from_dict(data: Mapping[str, Any]) -> VllmConfig:
+        """See `kvcheck.core.family.ScenarioCodec.config_from_dict`."""
         if not isinstance(data, Mapping):
             raise ScenarioFormatError(f"vllm: the config must be an object, got {data!r}")
         fields = {f.name for f in attrs.fields(VllmConfig)}
@@ -188,6 +191,7 @@ class VllmScenarios:
 
     @staticmethod
     def event_to_dict(event: VllmEvent) -> dict[str, Any]:
+        """See `kvcheck.core.family.ScenarioCodec.event_to_dict`."""
         if isinstance(event, Add):
             out: dict[str, Any] = {"kind": "add", "rid": event.rid, "prompt_len": event.prompt_len}
             out["max_tokens"] = event.max_tokens
@@ -204,6 +208,7 @@ class VllmScenarios:
 
     @staticmethod
     def event_from_dict(data: Any) -> VllmEvent:
+        """See `kvcheck.core.family.ScenarioCodec.event_from_dict`."""
         if not isinstance(data, Mapping) or data.get("kind") not in EVENT_KINDS:
             raise ScenarioFormatError(f"vllm: not an event: {data!r}")
         kind = data["kind"]
@@ -228,18 +233,22 @@ class VllmScenarios:
 
     @staticmethod
     def legacy_dict(config: VllmConfig, events: tuple[VllmEvent, ...]) -> None:
+        """See `kvcheck.core.family.ScenarioCodec.legacy_dict`."""
         return None  # born after schema version 4
 
     @staticmethod
     def validate(config: VllmConfig, events: tuple[VllmEvent, ...]) -> str | None:
+        """See `kvcheck.core.family.ScenarioCodec.validate`."""
         return validate(config, events)
 
     @staticmethod
     def describe_config(config: VllmConfig) -> str:
+        """See `kvcheck.core.family.ScenarioCodec.describe_config`."""
         return describe_config(config)
 
     @staticmethod
     def describe_event(event: VllmEvent) -> str:
+        """See `kvcheck.core.family.ScenarioCodec.describe_event`."""
         return describe_event(event)
 
 

@@ -50,6 +50,8 @@ class SchedulerSettings:
 
 @attrs.frozen
 class NewRequest:
+    """A request as `add_request` receives it."""
+
     request_id: str
     prompt_token_ids: tuple[int, ...]
     max_tokens: int
@@ -118,6 +120,8 @@ class RequestView:
 
 @attrs.frozen
 class PoolView:
+    """The scheduler's block pool, read back after every event."""
+
     num_blocks: int
     free_blocks: int
     # Block id -> ref count, for every block whose count is not 0 (a negative count, from a
@@ -130,28 +134,38 @@ class PoolView:
 class SchedulerUnderTest(Protocol):
     """A vLLM scheduler as kvcheck drives it: the released code (over fakes) or a built-in."""
 
-    def add_request(self, request: NewRequest) -> None: ...
+    def add_request(self, request: NewRequest) -> None:
+        """Queue a new request."""
 
-    def schedule(self) -> Launch: ...
+    def schedule(self) -> Launch:
+        """Choose and launch the next step."""
 
-    def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered: ...
+    def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        """Deliver a frame's output; what the scheduler emitted."""
 
-    def finish_requests(self, request_ids: Sequence[str], reason: str) -> None: ...
+    def finish_requests(self, request_ids: Sequence[str], reason: str) -> None:
+        """Finish requests (an abort: reason "aborted")."""
 
-    def reset_prefix_cache(self, reset_running_requests: bool) -> bool: ...
+    def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        """Reset the prefix cache (preempting every running request when asked)."""
 
-    def request_view(self, request_id: str) -> RequestView | None: ...
+    def request_view(self, request_id: str) -> RequestView | None:
+        """The scheduler's accounting of one request (None: it holds none)."""
 
-    def pool_view(self) -> PoolView: ...
+    def pool_view(self) -> PoolView:
+        """The block pool's state."""
 
-    def request_ids(self) -> tuple[str, ...]: ...
+    def request_ids(self) -> tuple[str, ...]:
+        """Every request the scheduler holds."""
 
     # Added to the draft: whether `schedule()` has anything to do (vLLM's `has_requests()`,
     # which the engine core's loop asks before it schedules).
-    def has_requests(self) -> bool: ...
+    def has_requests(self) -> bool:
+        """Whether the engine loop should schedule (vLLM's `has_requests`)."""
 
 
 class SchedulerFactory(Protocol):
     """What a vLLM target is: it builds a fresh scheduler for each scenario."""
 
-    def __call__(self, settings: SchedulerSettings) -> SchedulerUnderTest: ...
+    def __call__(self, settings: SchedulerSettings) -> SchedulerUnderTest:
+        """A fresh scheduler built with `settings`."""

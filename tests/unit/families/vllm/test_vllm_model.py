@@ -14,7 +14,7 @@ from kvcheck.core.scenario import Scenario, from_json, to_json
 from kvcheck.errors import ScenarioFormatError
 from kvcheck.families.vllm.distribution import VllmSpace, draw_scenario, witnesses
 from kvcheck.families.vllm.invariants import INVARIANTS
-from kvcheck.families.vllm.judge import VllmJudging
+from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.mutants import CORPUS, MUTANTS
 from kvcheck.families.vllm.scenario import (
     EOS_TOKEN,

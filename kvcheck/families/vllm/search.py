@@ -19,7 +19,7 @@ from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.vllm.engine import VllmEngine
-from kvcheck.families.vllm.judge import VllmJudging
+from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.model import VllmModel
 from kvcheck.families.vllm.scenario import (
     NAME,
@@ -69,12 +69,14 @@ def event_variants(event: VllmEvent) -> Iterator[VllmEvent]:
             yield attrs.evolve(event, eos_at=None)
             if event.eos_at > 0:
                 yield attrs.evolve(event, eos_at=event.eos_at - 1)
-        for field in ("prompt_len", "max_tokens"):
-            value = getattr(event, field)
-            if value > 1:
-                yield attrs.evolve(event, **{field: 1})
-                yield attrs.evolve(event, **{field: value // 2})
-                yield attrs.evolve(event, **{field: value - 1})
+        for smaller in _smaller(event.prompt_len):
+            yield attrs.evolve(event, prompt_len=smaller)
+        for smaller in _smaller(event.max_tokens):
+            yield attrs.evolve(event, max_tokens=smaller)
+
+
+def _smaller(value: int) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(v for v in (1, value // 2, value - 1) if 1 <= v < value))
 
 
 def _config_variants(config: VllmConfig) -> Iterator[VllmConfig]:
@@ -130,6 +132,7 @@ class VllmBounds:
     num_spec_tokens: int = 2
 
     def describe(self) -> str:
+        """The bounds in one line."""
         return (
             f"up to {self.events} events, {self.requests} requests, depths "
             f"{', '.join(map(str, self.depths))}, k {self.num_spec_tokens}, "
@@ -137,6 +140,7 @@ class VllmBounds:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The bounds as JSON."""
         return attrs.asdict(self)
 
 
@@ -246,42 +250,51 @@ class VllmMoves:
 
     @staticmethod
     def search_options(requested: Mapping[str, Any], bounds: Any) -> VllmJudging:
+        """See `kvcheck.core.family.Moves.search_options`."""
         return VllmJudging(bool(requested.get("placeholder_drafts", False)))
 
     @staticmethod
     def check_bounds(target: Target, bounds: Any, options: Any) -> None:
+        """See `kvcheck.core.family.Moves.check_bounds`."""
         return None
 
     @staticmethod
     def not_run(bounds: Any, options: Any) -> tuple[tuple[dict[str, Any], str], ...]:
+        """See `kvcheck.core.family.Moves.not_run`."""
         return ()
 
     @staticmethod
     def inert(engine: Any, model: Any) -> frozenset[str]:
+        """See `kvcheck.core.family.Moves.inert`."""
         return frozenset()
 
     @staticmethod
     def release(engine: Any, model: Any) -> None:
+        """See `kvcheck.core.family.Moves.release`."""
         return None
 
     @staticmethod
     def pickle_state(engine: Any, model: Any, target: Target) -> bytes | None:
+        """See `kvcheck.core.family.Moves.pickle_state`."""
         return None  # states are searched in one process
 
     @staticmethod
     def unpickle_state(data: bytes, target: Target) -> tuple[VllmEngine, VllmModel]:
+        """See `kvcheck.core.family.Moves.unpickle_state`."""
         raise KvcheckUsageError(
             "vLLM states are not handed to workers; run exhaust without --workers"
         )
 
     @staticmethod
     def prepare_worker() -> None:
+        """See `kvcheck.core.family.Moves.prepare_worker`."""
         return None
 
     @staticmethod
     def search_judging(
         args: argparse.Namespace, target: Target, bounds: Any, entry: Any
     ) -> tuple[VllmJudging, dict[str, str]]:
+        """See `kvcheck.core.family.Moves.search_judging`."""
         given = bool(getattr(args, "placeholder_drafts", False))
         from_entry = bool(getattr(getattr(entry, "options", None), "placeholder_drafts", False))
         drafts = given or from_entry
@@ -290,10 +303,12 @@ class VllmMoves:
 
     @staticmethod
     def options_to_dict(options: VllmJudging) -> dict[str, Any]:
+        """See `kvcheck.core.family.Moves.options_to_dict`."""
         return options.to_dict()
 
     @staticmethod
     def describe_options(options: VllmJudging, reasons: Mapping[str, str]) -> list[str]:
+        """See `kvcheck.core.family.Moves.describe_options`."""
         return [
             f"placeholder drafts: {'judged' if options.placeholder_drafts else 'not judged'} "
             f"({reasons.get('placeholder_drafts', 'default')})"
