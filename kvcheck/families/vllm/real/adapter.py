@@ -224,6 +224,7 @@ class ReleaseScheduler:
     # --- the seam -------------------------------------------------------------------------
 
     def add_request(self, request: NewRequest) -> None:
+        """Build the release's own `Request` for `request` and hand it to `add_request`."""
         params = fakes.SamplingParams(
             max_tokens=request.max_tokens,
             min_tokens=request.min_tokens,
@@ -247,9 +248,11 @@ class ReleaseScheduler:
         self._scheduler.add_request(built)
 
     def has_requests(self) -> bool:
+        """The release's `has_requests()`."""
         return bool(self._scheduler.has_requests())
 
     def schedule(self) -> Launch:
+        """The release's `schedule()`, with the requests it preempted meanwhile."""
         before = {r.request_id: r.num_preemptions for r in self._scheduler.requests.values()}
         output = self._scheduler.schedule()
         self._step += 1
@@ -288,6 +291,7 @@ class ReleaseScheduler:
         ]
 
     def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        """The release's `update_from_output()` on the frame's sampled tokens."""
         scheduler_output = self._outputs.pop(launch.step)
         ids = list(scheduler_output.num_scheduled_tokens)
         runner_output = _RUNNER_OUTPUT(
@@ -312,10 +316,12 @@ class ReleaseScheduler:
         return Delivered(new_token_ids=new, finished=finished)
 
     def finish_requests(self, request_ids: Sequence[str], reason: str) -> None:
+        """The release's `finish_requests()` with status FINISHED_ABORTED."""
         status = self._names["RequestStatus"].FINISHED_ABORTED
         self._scheduler.finish_requests(list(request_ids), status)
 
     def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        """The release's `reset_prefix_cache()`."""
         return bool(
             self._scheduler.reset_prefix_cache(reset_running_requests=reset_running_requests)
         )
@@ -323,9 +329,11 @@ class ReleaseScheduler:
     # --- reading back -------------------------------------------------------------------
 
     def request_ids(self) -> tuple[str, ...]:
+        """Every request the release's scheduler holds (its `requests` dict)."""
         return tuple(self._scheduler.requests)
 
     def request_view(self, request_id: str) -> RequestView | None:
+        """The release's `Request` fields, as kvcheck reads them."""
         request = self._scheduler.requests.get(request_id)
         if request is None:
             return None
@@ -345,6 +353,7 @@ class ReleaseScheduler:
         )
 
     def pool_view(self) -> PoolView:
+        """The fake block pool's state."""
         pool = self._scheduler.kv_cache_manager
         return PoolView(
             num_blocks=pool.num_blocks,

@@ -53,11 +53,11 @@ class Strict:
 
 
 class SamplingParams(Strict):
+    """What `Request.__init__` and `check_stop` read of a request's sampling parameters."""
+
     # Built with keywords; a field not given is None.
     def __init__(self, **values: Any) -> None:
         super().__init__(**{**dict.fromkeys(self._fields), **values})
-
-    """What `Request.__init__` and `check_stop` read of a request's sampling parameters."""
 
     _owner = "SamplingParams"
     _fields = frozenset(
@@ -125,11 +125,13 @@ class Blocks(Strict):
     _fields = frozenset({"ids"})
 
     def get_block_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
+        """The block ids per KV cache group (one group)."""
         if allow_none and not self.ids:
             return None
         return (list(self.ids),)
 
     def get_unhashed_block_ids(self) -> list[int]:
+        """Every block id (prefix caching is off: none is hashed)."""
         return list(self.ids)
 
     def __add__(self, other: Blocks) -> Blocks:
@@ -155,6 +157,7 @@ class BlockPool(Strict):
 
     @classmethod
     def create(cls, num_blocks: int, block_size: int) -> BlockPool:
+        """A pool of `num_blocks` blocks, all free but the null block."""
         return cls(
             num_blocks=num_blocks,
             block_size=block_size,
@@ -170,6 +173,7 @@ class BlockPool(Strict):
     def get_computed_blocks(
         self, request: Any, max_cache_hit_length: int | None = None
     ) -> tuple[Blocks, int, int]:
+        """No prefix cache hit: no blocks, no tokens, no shared prefix."""
         # Prefix caching is off: nothing is ever a hit (blocks, tokens, shared prefix).
         return Blocks(ids=()), 0, 0
 
@@ -209,6 +213,7 @@ class BlockPool(Strict):
         return Blocks(ids=tuple(new))
 
     def free(self, request: Any) -> None:
+        """Drop the request's blocks, last first; a block whose count reaches 0 is free again."""
         for block in reversed(self.owned.pop(request.request_id, [])):
             self.ref[block] = self.ref.get(block, 0) - 1
             if self.ref[block] == 0:
@@ -216,43 +221,56 @@ class BlockPool(Strict):
                 self.free_ids.insert(0, block)
 
     def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
+        """Nothing to cache: prefix caching is off."""
         return None  # prefix caching is off
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """The request's block ids per KV cache group."""
         return (list(self.owned.get(request_id, [])),)
 
     def get_blocks(self, request_id: str) -> Blocks:
+        """The request's blocks."""
         return Blocks(ids=tuple(self.owned.get(request_id, [])))
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        """No common prefix (prefix caching is off), per group."""
         return [0]
 
     def take_events(self) -> list[Any]:
+        """No KV cache events."""
         return []
 
     def take_new_block_ids(self) -> list[int]:
+        """No newly allocated blocks need zeroing."""
         return []
 
     def take_kv_cache_block_copies(self) -> tuple[list[Any], list[Any]]:
+        """No copy-on-write: no copies, no retained blocks."""
         return [], []  # no copy-on-write: (copies, retained blocks)
 
     def new_step_starts(self) -> None:
+        """Nothing to do at a step's start."""
         return None
 
     def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> None:
+        """No sliding window: nothing to skip."""
         return None
 
     def reset_prefix_cache(self) -> bool:
+        """Whether every block is free (vLLM resets only then)."""
         return bool(len(self.free_ids) == self.num_blocks - 1)
 
     def estimate_cached_tokens(self, request: Any) -> int:
+        """No tokens cached: prefix caching is off."""
         return 0  # prefix caching is off
 
     def make_prefix_cache_stats(self) -> None:
+        """No prefix cache statistics (statistics are off)."""
         return None
 
     @property
     def usage(self) -> float:
+        """The fraction of the pool in use, the null block aside."""
         return float(1 - len(self.free_ids) / max(self.num_blocks - 1, 1))
 
 
@@ -263,9 +281,11 @@ class SchedulerBase(Strict):
     _owner = "Scheduler"
 
     def has_unfinished_requests(self) -> bool:
+        """Whether any request is unfinished."""
         return bool(self.get_num_unfinished_requests() > 0)
 
     def has_finished_requests(self) -> bool:
+        """Whether any request finished since the last step."""
         return bool(self.finished_req_ids)
 
 
@@ -275,7 +295,9 @@ class PrefillStats(Strict):
     _owner = "PrefillStats"
 
     def set(self, *args: Any, **kwargs: Any) -> None:
+        """Record nothing."""
         return None
 
     def finalize(self, *args: Any, **kwargs: Any) -> None:
+        """Record nothing."""
         return None
