@@ -9,9 +9,10 @@ cache manager is `fakes.BlockPool` (a finite pool, so allocation fails and the r
 
 from __future__ import annotations
 
+import re
 from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 from kvcheck.families.vllm.real import fakes
 from kvcheck.families.vllm.real.compiled import CompiledRelease
@@ -44,6 +45,10 @@ class _EncoderCacheManager(fakes.Strict):
     def get_freed_mm_hashes(self) -> list[str]:
         return []
 
+    def get_manager_metadata(self) -> None:
+        """No encoder cache metadata for the runner (0.33+)."""
+        return None
+
     def reset(self) -> None:
         return None
 
@@ -67,11 +72,51 @@ class _EventPublisher(fakes.Strict):
         return None
 
 
+# An attribute `__init__` sets to one of these starts empty, as the release writes it.
+_EMPTY_CONTAINERS: Final[Mapping[str, Callable[[], Any]]] = {
+    "set()": set,
+    "{}": dict,
+    "dict()": dict,
+    "[]": list,
+    "deque()": deque,
+}
+
+
 def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> dict[str, Any]:
-    """What `Scheduler.__init__` would set, for `settings`, features off."""
+    """What the release's `Scheduler.__init__` (and `AsyncScheduler.__init__` when async)
+    would set, for `settings`, every optional feature off.
+
+    kvcheck's table below covers the attributes of every release it knows; the release's own
+    `__init__` decides which of them exist, and an attribute it sets that kvcheck does not
+    model stops the run (kvcheck's fault, exit 2) instead of being left unset.
+    """
     policy = compiled.names["SchedulingPolicy"].FCFS
     queue = compiled.names["create_request_queue"]
     k = settings.num_spec_tokens
+    # EAGLE/MTP, the only drafters async scheduling takes (docs/vllm-generations.md): they
+    # need no extra query slots, k lookahead KV slots, and read one prefill token ahead.
+    lookahead = k
+    speculative_config = (
+        _config(
+            "SpeculativeConfig",
+            num_speculative_tokens=k,
+            max_num_new_slots_for_drafting=0,
+        )
+        if k > 0
+        else None
+    )
+    vllm_config = _config(
+        "VllmConfig", speculative_config=speculative_config, kv_transfer_config=None
+    )
+    parallel_config = _config(
+        "ParallelConfig",
+        pipeline_parallel_size=settings.pp_size,
+        data_parallel_size=1,
+        data_parallel_index=0,
+        data_parallel_rank=0,
+        decode_context_parallel_size=1,
+        prefill_context_parallel_size=1,
+    )
     scheduler_config = _config(
         "SchedulerConfig",
         async_scheduling=settings.async_scheduling,
@@ -96,20 +141,25 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         mamba_cache_mode="none",
         num_gpu_blocks=settings.num_blocks,
     )
-    return {
-        "vllm_config": None,
+    can_skip_drafts = compiled.init_values.get("can_skip_drafts", "")
+    modelled: dict[str, Any] = {
+        "vllm_config": vllm_config,
         "scheduler_config": scheduler_config,
         "cache_config": cache_config,
+        "parallel_config": parallel_config,
         "lora_config": None,
+        "kv_events_config": None,
+        "enable_kv_cache_events": False,
         "kv_cache_config": _config("KVCacheConfig", kv_cache_groups=[object()]),
         "observability_config": _config(
             "ObservabilityConfig",
             enable_logging_iteration_details=False,
             kv_cache_metrics=False,
             kv_cache_metrics_sample=0.0,
-            per_request_spec_decode_metrics=False,
+            per_request_spec_decode_metrics="none",
         ),
         "log_stats": False,
+        "model_uses_mrope": False,
         "structured_output_manager": _StructuredOutputManager(),
         "is_encoder_decoder": False,
         "is_mm_encoder_only": False,
@@ -118,12 +168,15 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         "max_num_running_reqs": settings.max_num_seqs,
         "max_num_active_reqs": settings.max_num_seqs,
         "max_num_scheduled_tokens": settings.max_num_scheduled_tokens,
+        "adaptive_long_prefill_threshold": False,
         "max_model_len": settings.max_model_len,
         "num_sampled_tokens_per_step": 1,
         "connector": None,
         "connector_prefix_cache_stats": None,
         "recompute_kv_load_failures": True,
         "defer_block_free": settings.defer_block_free,
+        "defer_async_loads": False,
+        "requires_kv_delivery": False,
         "kv_event_publisher": _EventPublisher(),
         "ec_connector": None,
         "aux_output_connector": None,
@@ -131,57 +184,77 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         "hash_block_size": settings.block_size,
         "dcp_world_size": 1,
         "pcp_world_size": 1,
-        "requests": {},
         "policy": policy,
-        "waiting": queue(policy),
-        "skipped_waiting": queue(policy),
-        "kv_holding_waiting": queue(policy),
-        "deferred_waiting": queue(policy),
-        "running": [],
-        "finished_req_ids": set(),
-        "reset_preempted_req_ids": set(),
         "num_waiting_for_streaming_input": 0,
-        "finished_recving_kv_req_ids": set(),
-        "failed_recving_kv_req_ids": set(),
-        "grammar_compile_error_reqs": set(),
-        "encoder_cache_mismatch_reqs": set(),
         "max_num_encoder_input_tokens": 0,
         "encoder_cache_manager": _EncoderCacheManager(),
         "use_eagle": k > 0,
+        "use_eagle_block_drop": False,  # only with prefix caching, which is off
         "num_spec_tokens": k,
-        "num_lookahead_tokens": k,
+        "num_lookahead_tokens": lookahead,
+        "num_prefill_lookahead": 1 if k > 0 else 0,
+        "num_hash_lookahead_tokens": 0,  # prefix caching is off
+        "prefix_replay_group_ids": (),
+        "prefix_replay_tokens": 0,
+        # 0.33 skips drafting only on the V2 runner, 0.34 on any (`can_skip_drafts` in
+        # each release's `__init__`).
+        "can_skip_drafts": lookahead > 0
+        and (settings.use_v2_model_runner or "use_v2_model_runner" not in can_skip_drafts),
         "dynamic_sd_lookup": None,
         "kv_cache_manager": fakes.BlockPool.create(settings.num_blocks, settings.block_size),
+        "_spec_decode_step_blocks": -(-(1 + k + lookahead) // settings.block_size) if k else 0,
         "use_pp": settings.pp_size > 1,
         "pp_size": settings.pp_size,
         "decode_stagger": settings.pp_size,
         "use_v2_model_runner": settings.use_v2_model_runner,
         "current_step": 0,
         "prefill_capacity_bound": False,
+        "local_prefill_interval": 0,
+        "last_prefill_step": 0,
+        "num_executed_steps": 0,
         "scheduler_reserve_full_isl": False,
         "has_mamba_layers": False,
         "needs_kv_cache_zeroing": False,
-        "_skip_zero_block_ids": set(),
         "need_mamba_block_aligned_split": False,
         "mamba_partial_cache_hit": False,
+        "mamba_prefill_checkpoint_alignment": None,
+        "mamba_has_prefill_checkpoint_blocks": False,
+        "mamba_shared_prefix_checkpoint": False,
         "sched_step_seq": 0,
         "processed_step_seq": 0,
-        "deferred_frees": deque(),
         "perf_metrics": None,
         "enable_return_routed_experts": False,
         "routed_experts_mgr": None,
-        "_re_block_ids": {},
-        "_inflight_prefills": set(),
         "_pause_state": compiled.names["PauseState"].UNPAUSED,
-        "_pending_encoder_input_ids": {},
         "_spec_token_placeholders": [-1] * k,
-        "prev_step_scheduled_req_ids": set(),
+        "_kv_fetch_stages": None,  # tracked only with a KV connector
+        "_kv_fetch_counts": {},
+        "_parked_reserved_blocks": 0,
         "kv_metrics_collector": None,
-        "requires_kv_delivery": False,
-        "spec_decode_metrics_level": None,
+        "spec_decode_metrics_level": "none",  # per-request spec metrics off (0.29+)
         "return_sampling_mask": False,
-        "deferred_loads": {},
     }
+    assigned = dict(compiled.init_values)
+    if settings.async_scheduling:
+        assigned.update(compiled.async_init_values)
+    state: dict[str, Any] = {}
+    unmodelled: list[str] = []
+    for name, value in assigned.items():
+        if value in _EMPTY_CONTAINERS:
+            state[name] = _EMPTY_CONTAINERS[value]()
+        elif value.startswith("create_request_queue("):
+            state[name] = queue(policy)
+        elif name in modelled:
+            state[name] = modelled[name]
+        else:
+            unmodelled.append(name)
+    if unmodelled:
+        raise fakes.UnmodelledAccess(
+            "kvcheck does not model Scheduler."
+            + ", Scheduler.".join(sorted(unmodelled))
+            + " of this vLLM release"
+        )
+    return state
 
 
 # vLLM's `ModelRunnerOutput`: what kvcheck's runner returns, the rest None (features off).
@@ -193,6 +266,7 @@ _RUNNER_OUTPUT = fakes.record_type(
         "sampled_token_ids",
         "logprobs",
         "prompt_logprobs_dict",
+        "prompt_token_id_logprobs_dict",
         "pooler_output",
         "num_nans_in_logits",
         "kv_connector_output",
@@ -200,8 +274,28 @@ _RUNNER_OUTPUT = fakes.record_type(
         "cudagraph_stats",
         "routed_experts",
         "sampling_mask",
+        "sampling_masks",
         "aux_output",
+        "aux_output_connector_output",
     ),
+)
+
+
+# A `TypeError` for a call with arguments the callee does not take ("X.f() got an unexpected
+# keyword argument 'y'"), and the fakes' class names it may name.
+_FAKE_SIGNATURE: Final = re.compile(
+    r"\w+\.\w+\(\) (got an unexpected keyword|takes|missing \d+ required)"
+)
+_FAKE_CLASSES: Final = frozenset(
+    {
+        "BlockPool",
+        "Blocks",
+        "SamplingParams",
+        "PrefillStats",
+        "_EncoderCacheManager",
+        "_StructuredOutputManager",
+        "_EventPublisher",
+    }
 )
 
 
@@ -221,6 +315,30 @@ class ReleaseScheduler:
         self._step = 0
         self._outputs: dict[int, Any] = {}
 
+    def _release(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call into the release's code. What the code touched of a fake that kvcheck does
+        not model stops the run as kvcheck's fault (`UnmodelledAccess`, exit 2), even when the
+        code caught the error (a `hasattr`, a `getattr` with a default); so does a call to a
+        fake with arguments it does not take. The release's own exceptions pass: they are
+        the target's."""
+        fakes.UNMODELLED.clear()
+        try:
+            result = function(*args, **kwargs)
+        except TypeError as exc:
+            if _FAKE_SIGNATURE.match(str(exc)) and str(exc).split(".")[0] in _FAKE_CLASSES:
+                raise fakes.UnmodelledAccess(
+                    f"vLLM's code called kvcheck's fake as it does not model: {exc}"
+                ) from exc
+            raise
+        finally:
+            touched = list(fakes.UNMODELLED)
+            fakes.UNMODELLED.clear()
+            if touched:
+                raise fakes.UnmodelledAccess(
+                    f"vLLM's code {touched[0]}, which kvcheck's fake does not model"
+                )
+        return result
+
     # --- the seam -------------------------------------------------------------------------
 
     def add_request(self, request: NewRequest) -> None:
@@ -238,23 +356,24 @@ class ReleaseScheduler:
             structured_outputs=None,
             all_stop_token_ids=set(request.stop_token_ids),
         )
-        built = self._names["Request"](
+        built = self._release(
+            self._names["Request"],
             request_id=request.request_id,
             prompt_token_ids=list(request.prompt_token_ids),
             sampling_params=params,
             pooling_params=None,
             arrival_time=0.0,
         )
-        self._scheduler.add_request(built)
+        self._release(self._scheduler.add_request, built)
 
     def has_requests(self) -> bool:
         """The release's `has_requests()`."""
-        return bool(self._scheduler.has_requests())
+        return bool(self._release(self._scheduler.has_requests))
 
     def schedule(self) -> Launch:
         """The release's `schedule()`, with the requests it preempted meanwhile."""
         before = {r.request_id: r.num_preemptions for r in self._scheduler.requests.values()}
-        output = self._scheduler.schedule()
+        output = self._release(self._scheduler.schedule)
         self._step += 1
         self._outputs[self._step] = output
         return Launch(
@@ -271,14 +390,19 @@ class ReleaseScheduler:
     def _scheduled(self, output: Any) -> list[ScheduledRequest]:
         full: dict[str, tuple[int, ...]] = {}
         computed: dict[str, int] = {}
+        # What the scheduler sent the runner, as it was at launch (the lists are the
+        # request's own and grow later): a new request's prompt, or its whole token list
+        # (`prefill_token_ids`, how the V2 runner gets a resumed request), and a resumed
+        # request's token list (`all_token_ids`, the V1 runner's).
         for new in output.scheduled_new_reqs:
-            full[new.req_id] = tuple(new.prompt_token_ids)
+            sent = vars(new).get("prefill_token_ids")
+            full[new.req_id] = tuple(new.prompt_token_ids if sent is None else sent)
             computed[new.req_id] = new.num_computed_tokens
         cached = output.scheduled_cached_reqs
         for index, rid in enumerate(cached.req_ids):
             computed[rid] = cached.num_computed_tokens[index]
-            if rid in cached.resumed_req_ids:
-                full[rid] = tuple(self._scheduler.requests[rid].all_token_ids)
+            if rid in cached.resumed_req_ids and rid in cached.all_token_ids:
+                full[rid] = tuple(cached.all_token_ids[rid])
         return [
             ScheduledRequest(
                 request_id=rid,
@@ -300,12 +424,15 @@ class ReleaseScheduler:
             sampled_token_ids=[list(output.sampled.get(rid, ())) for rid in ids],
             logprobs=None,
             prompt_logprobs_dict={},
+            prompt_token_id_logprobs_dict={},
             pooler_output=None,
             num_nans_in_logits=None,
             kv_connector_output=None,
             cudagraph_stats=None,
         )
-        produced = self._scheduler.update_from_output(scheduler_output, runner_output)
+        produced = self._release(
+            self._scheduler.update_from_output, scheduler_output, runner_output
+        )
         new: dict[str, tuple[int, ...]] = {}
         finished: dict[str, str] = {}
         for outputs in produced.values():
@@ -318,12 +445,14 @@ class ReleaseScheduler:
     def finish_requests(self, request_ids: Sequence[str], reason: str) -> None:
         """The release's `finish_requests()` with status FINISHED_ABORTED."""
         status = self._names["RequestStatus"].FINISHED_ABORTED
-        self._scheduler.finish_requests(list(request_ids), status)
+        self._release(self._scheduler.finish_requests, list(request_ids), status)
 
     def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
         """The release's `reset_prefix_cache()`."""
         return bool(
-            self._scheduler.reset_prefix_cache(reset_running_requests=reset_running_requests)
+            self._release(
+                self._scheduler.reset_prefix_cache, reset_running_requests=reset_running_requests
+            )
         )
 
     # --- reading back -------------------------------------------------------------------
@@ -360,5 +489,10 @@ class ReleaseScheduler:
             free_blocks=len(pool.free_ids),
             ref_counts=dict(pool.ref),
             blocks_of={rid: tuple(blocks) for rid, blocks in pool.owned.items()},
-            deferred=tuple(b for _, blocks in pool.deferred for b in blocks),
+            # The scheduler keeps its deferred frees itself (`deferred_frees`: fence, blocks).
+            deferred=tuple(
+                block
+                for _, blocks in self._scheduler.__dict__.get("deferred_frees", ())
+                for block in blocks
+            ),
         )

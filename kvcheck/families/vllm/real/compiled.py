@@ -12,6 +12,7 @@ the code never reaches it on kvcheck's paths, a placeholder that fails when used
 
 from __future__ import annotations
 
+import ast
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Final
 import attrs
 
 from kvcheck.core.target import CodeSpan
+from kvcheck.errors import TargetLoadError
 from kvcheck.families.vllm.real import fakes
 from kvcheck.targets.source import load_definitions, load_methods
 
@@ -45,6 +47,11 @@ class CompiledRelease:
     sync_scheduler: type  # `Scheduler` alone
     names: Mapping[str, Any]  # Request, RequestStatus, SchedulingPolicy, ...
     code: tuple[CodeSpan, ...]
+    # Every attribute `Scheduler.__init__` (and, for `scheduler`, `AsyncScheduler.__init__`)
+    # sets, with the source text of the first value it assigns: kvcheck builds the scheduler's
+    # state from these (it does not run `__init__`, which builds the whole engine).
+    init_values: Mapping[str, str]
+    async_init_values: Mapping[str, str]
 
 
 class _NullContext:
@@ -68,6 +75,13 @@ def _init_logger(name: str) -> logging.Logger:
 
 def _length_of_prompt(prompt_token_ids: Any, prompt_embeds: Any = None) -> int:
     return len(prompt_token_ids)
+
+
+def _strip_covered_mm_data(mm_features: Any, num_computed_tokens: int, **options: Any) -> Any:
+    """vLLM's `strip_covered_mm_data`: kvcheck's requests carry no multimodal data."""
+    if mm_features:
+        raise fakes.UnmodelledAccess("a request carries multimodal data kvcheck does not model")
+    return mm_features
 
 
 class _NoStructuredOutput:
@@ -99,6 +113,8 @@ EngineCoreOutput = fakes.record_type(
         "spec_decode_metrics",
         "ec_transfer_params",
         "sampling_mask",
+        "new_sampling_mask",
+        "prompt_token_id_logprobs",
         "error",
         "num_preemptions",
     ),
@@ -130,11 +146,20 @@ def _base_stand_ins() -> dict[tuple[str, str], object]:
         ("vllm.v1.engine", "EngineCoreOutputs"): EngineCoreOutputs,
         ("vllm.v1.spec_decode.metrics", "SpecDecodingStats"): SpecDecodingStats,
         ("vllm.v1.metrics.stats", "PrefillStats"): fakes.PrefillStats,
+        ("vllm.multimodal.utils", "strip_covered_mm_data"): _strip_covered_mm_data,
     }
 
 
-def compile_release(package: Path) -> CompiledRelease:
-    """Compile the scheduler of the `vllm` package directory `package`."""
+def compile_release(
+    package: Path, *, scheduler_file: Path | None = None, scheduler_class: str = "AsyncScheduler"
+) -> CompiledRelease:
+    """Compile the scheduler of the `vllm` package directory `package`.
+
+    `scheduler_file`/`scheduler_class` name a class of the user's to run in place of one of the
+    package's (a `file.py::Qualname` target): `Scheduler` replaces the package's `Scheduler`
+    (the package's `AsyncScheduler` still on top); any other class is run as the async
+    scheduler, every method it defines over the package's compiled `Scheduler`.
+    """
     stand_ins = _base_stand_ins()
     engine = load_definitions(
         package / "v1/engine/__init__.py",
@@ -183,20 +208,29 @@ def compile_release(package: Path) -> CompiledRelease:
     )
     for name, value in queue.items():
         stand_ins[("vllm.v1.core.sched.request_queue", name)] = value
+    sync_file = package / _SCHED / "scheduler.py"
+    async_file, async_class = package / _SCHED / "async_scheduler.py", "AsyncScheduler"
+    if scheduler_file is not None and scheduler_class == "Scheduler":
+        sync_file = scheduler_file
+    elif scheduler_file is not None:
+        async_file, async_class = scheduler_file, scheduler_class
     sync = load_methods(
-        package / _SCHED / "scheduler.py",
+        sync_file,
         "Scheduler",
-        [m for m in SCHEDULER_ROOTS if _defines(package / _SCHED / "scheduler.py", m)],
+        [m for m in SCHEDULER_ROOTS if m in defined_methods(sync_file, "Scheduler")],
         stand_ins=stand_ins,
         base=fakes.SchedulerBase,
         allow_unavailable=True,
     )
-    async_file = package / _SCHED / "async_scheduler.py"
-    overrides = [m for m in ASYNC_OVERRIDES if _defines(async_file, m)]
+    overrides: list[str]
+    if async_class == "AsyncScheduler" and scheduler_file is None:
+        overrides = [m for m in ASYNC_OVERRIDES if m in defined_methods(async_file, async_class)]
+    else:
+        overrides = defined_methods(async_file, async_class)
     stand_ins[("vllm.v1.core.sched.scheduler", "Scheduler")] = sync.cls
     asynchronous = load_methods(
         async_file,
-        "AsyncScheduler",
+        async_class,
         overrides,
         stand_ins=stand_ins,
         base=sync.cls,
@@ -208,8 +242,58 @@ def compile_release(package: Path) -> CompiledRelease:
         sync_scheduler=sync.cls,
         names=names,
         code=(*sync.code, *asynchronous.code),
+        init_values=init_assignments(sync_file, "Scheduler"),
+        async_init_values=init_assignments(async_file, async_class),
     )
 
 
-def _defines(file: Path, method: str) -> bool:
-    return f"def {method}(" in file.read_text(encoding="utf-8")
+def _class_node(file: Path, class_name: str) -> ast.ClassDef | None:
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as exc:
+        raise TargetLoadError(f"cannot read {str(file)!r} as Python: {exc}") from None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return node
+    return None
+
+
+def defined_methods(file: Path, class_name: str) -> list[str]:
+    """The methods the module-level class `class_name` of `file` defines itself (not
+    `__init__`, which kvcheck does not run, nor other dunders)."""
+    node = _class_node(file, class_name)
+    if node is None:
+        return []
+    return [
+        item.name
+        for item in node.body
+        if isinstance(item, ast.FunctionDef) and not item.name.startswith("__")
+    ]
+
+
+def init_assignments(file: Path, class_name: str) -> dict[str, str]:
+    """`self.NAME` -> the source of its first assigned value, for every attribute the class's
+    `__init__` in `file` sets (statements in order, outer blocks before nested ones, so an
+    unconditional default wins over a feature's branch)."""
+    node = _class_node(file, class_name)
+    if node is not None:
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                values: dict[str, str] = {}
+                for statement in ast.walk(item):
+                    targets: list[ast.expr]
+                    if isinstance(statement, ast.Assign):
+                        targets, value = statement.targets, statement.value
+                    elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+                        targets, value = [statement.target], statement.value
+                    else:
+                        continue
+                    for target in targets:
+                        if (
+                            isinstance(target, ast.Attribute)
+                            and isinstance(target.value, ast.Name)
+                            and target.value.id == "self"
+                        ):
+                            values.setdefault(target.attr, ast.unparse(value))
+                return values
+    return {}

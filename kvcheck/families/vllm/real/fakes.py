@@ -9,7 +9,7 @@ A fake models only what the accounting path uses. Any other attribute, read or w
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
 from kvcheck.errors import KvcheckInternalError
@@ -31,7 +31,12 @@ class Strict:
 
     def __init__(self, **values: Any) -> None:
         unknown = set(values) - self._fields
-        assert not unknown, f"{self._owner} has no fields {sorted(unknown)}"
+        if unknown:
+            UNMODELLED.append(f"builds {self._owner} with {sorted(unknown)}")
+            raise UnmodelledAccess(
+                f"vLLM's code built {self._owner} with fields {sorted(unknown)}, which "
+                "kvcheck's fake does not model"
+            )
         self.__dict__.update(values)
 
     def __getattr__(self, name: str) -> Any:
@@ -99,6 +104,20 @@ class ReadOnlyList(Sequence[int]):
     def __repr__(self) -> str:
         return f"ReadOnlyList({self._items!r})"
 
+    def copy(self) -> list[int]:
+        """A list of the items as they are now."""
+        return list(self._items)
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for what the class lacks: the rest of `ConstantList` refuses to
+        # mutate, and anything else is not modelled.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        UNMODELLED.append(f"reads ConstantList.{name}")
+        raise UnmodelledAccess(
+            f"vLLM's code read ConstantList.{name}, which kvcheck's fake does not model"
+        )
+
 
 class Record(Strict):
     """An output record of the engine (`EngineCoreOutput`, `SpecDecodingStats`, ...): built with
@@ -150,7 +169,6 @@ class BlockPool(Strict):
             "free_ids",
             "ref",
             "owned",
-            "deferred",
             "empty_kv_cache_blocks",
         }
     )
@@ -164,7 +182,6 @@ class BlockPool(Strict):
             free_ids=list(range(1, num_blocks)),
             ref={},
             owned={},
-            deferred=[],
             empty_kv_cache_blocks=Blocks(ids=()),
         )
 
@@ -214,11 +231,33 @@ class BlockPool(Strict):
 
     def free(self, request: Any) -> None:
         """Drop the request's blocks, last first; a block whose count reaches 0 is free again."""
-        for block in reversed(self.owned.pop(request.request_id, [])):
+        self.free_blocks(reversed(self.owned.pop(request.request_id, [])))
+
+    def pop_blocks_for_free(self, request: Any) -> list[int]:
+        """Take the request's blocks away from it without freeing them (a deferred free):
+        the scheduler hands them to `block_pool.free_blocks` later."""
+        blocks: list[int] = self.owned.pop(request.request_id, [])
+        return blocks
+
+    @property
+    def block_pool(self) -> BlockPool:
+        """The pool itself: kvcheck's fake is the manager and its block pool in one."""
+        return self
+
+    def free_blocks(self, blocks: Iterable[int]) -> None:
+        """Drop one reference to each block, in the order given (the block pool's call)."""
+        for block in blocks:
             self.ref[block] = self.ref.get(block, 0) - 1
             if self.ref[block] == 0:
                 del self.ref[block]
                 self.free_ids.insert(0, block)
+
+    def record_prefix_cache_stats(self, request: Any, num_hits: int) -> None:
+        """Nothing to record: statistics are off."""
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """No Mamba boundary states: nothing to hand off."""
+        return {}
 
     def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
         """Nothing to cache: prefix caching is off."""
