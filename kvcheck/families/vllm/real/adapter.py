@@ -201,7 +201,9 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         "can_skip_drafts": lookahead > 0
         and (settings.use_v2_model_runner or "use_v2_model_runner" not in can_skip_drafts),
         "dynamic_sd_lookup": None,
-        "kv_cache_manager": fakes.BlockPool.create(settings.num_blocks, settings.block_size),
+        "kv_cache_manager": fakes.BlockPool.create(
+            settings.num_blocks, settings.block_size, settings.max_model_len
+        ),
         "_spec_decode_step_blocks": -(-(1 + k + lookahead) // settings.block_size) if k else 0,
         "use_pp": settings.pp_size > 1,
         "pp_size": settings.pp_size,

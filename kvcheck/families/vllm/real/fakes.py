@@ -166,6 +166,7 @@ class BlockPool(Strict):
         {
             "num_blocks",
             "block_size",
+            "max_model_len",
             "free_ids",
             "ref",
             "owned",
@@ -174,11 +175,12 @@ class BlockPool(Strict):
     )
 
     @classmethod
-    def create(cls, num_blocks: int, block_size: int) -> BlockPool:
+    def create(cls, num_blocks: int, block_size: int, max_model_len: int) -> BlockPool:
         """A pool of `num_blocks` blocks, all free but the null block."""
         return cls(
             num_blocks=num_blocks,
             block_size=block_size,
+            max_model_len=max_model_len,
             free_ids=list(range(1, num_blocks)),
             ref={},
             owned={},
@@ -209,25 +211,32 @@ class BlockPool(Strict):
         has_scheduled_reqs: bool = True,
         skip_zeroing_group_ids: tuple[int, ...] = (),
     ) -> Blocks | None:
-        """Blocks for the request's slots up to `C + new tokens + lookahead` (capped at the
-        request's `max_model_len` is the scheduler's job); None when the pool cannot give
-        them, which makes the scheduler preempt."""
+        """Blocks for the request's slots up to `C + new tokens + lookahead`, capped at
+        `max_model_len` as vLLM's `KVCacheManager.allocate_slots` caps them (and, asked to,
+        only if the whole sequence fits); None when the pool cannot give them, which makes the
+        scheduler preempt. Prefix caching, the watermark and external KV are absent."""
         held = self.owned.get(request.request_id, [])
-        total = (
-            request.num_computed_tokens
-            + num_new_computed_tokens
-            + num_external_computed_tokens
-            + num_new_tokens
-            + num_lookahead_tokens
+        computed = min(
+            request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
+            self.max_model_len,
         )
-        needed = -(-total // self.block_size) - len(held)
-        if needed > len(self.free_ids) - reserved_blocks:
+        available = len(self.free_ids) - reserved_blocks
+        if full_sequence_must_fit:
+            whole = min(request.num_tokens, self.max_model_len)
+            if self._blocks_for(whole) - len(held) > available:
+                return None
+        total = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+        needed = self._blocks_for(total) - len(held)
+        if needed > available:
             return None
         new = [self.free_ids.pop(0) for _ in range(max(needed, 0))]
         for block in new:
             self.ref[block] = self.ref.get(block, 0) + 1
         self.owned[request.request_id] = [*held, *new]
         return Blocks(ids=tuple(new))
+
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
 
     def free(self, request: Any) -> None:
         """Drop the request's blocks, last first; a block whose count reaches 0 is free again."""
