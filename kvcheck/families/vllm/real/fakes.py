@@ -236,7 +236,8 @@ class BlockPool(Strict):
         return Blocks(ids=tuple(new))
 
     def _blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
+        block_size: int = self.block_size
+        return -(-tokens // block_size)
 
     def free(self, request: Any) -> None:
         """Drop the request's blocks, last first; a block whose count reaches 0 is free again."""
