@@ -85,15 +85,48 @@ def test_a_strict_fake_refuses_what_it_does_not_model() -> None:
     ]
 
 
+class _Request:
+    def __init__(self, computed: int = 0, tokens: int = 0) -> None:
+        self.request_id = "r"
+        self.num_computed_tokens = computed
+        self.num_tokens = tokens
+
+
 def test_the_pool_runs_out_and_frees_in_reverse() -> None:
-    pool = fakes.BlockPool.create(num_blocks=4, block_size=2)  # block 0 is the null block
-
-    class Req:
-        request_id = "r"
-        num_computed_tokens = 0
-
-    assert pool.allocate_slots(Req(), 4) is not None
+    # Block 0 is the null block.
+    pool = fakes.BlockPool.create(num_blocks=4, block_size=2, max_model_len=64)
+    assert pool.allocate_slots(_Request(), 4) is not None
     assert pool.owned == {"r": [1, 2]}
-    assert pool.allocate_slots(Req(), 8) is None  # needs 4 blocks, 1 left
-    pool.free(Req())
+    assert pool.allocate_slots(_Request(), 8) is None  # needs 4 blocks, 1 left
+    pool.free(_Request())
     assert pool.free_ids == [1, 2, 3] and pool.ref == {}
+
+
+def test_the_pool_caps_slots_at_max_model_len_as_vllm_does() -> None:
+    pool = fakes.BlockPool.create(num_blocks=4, block_size=2, max_model_len=6)
+    # 4 computed + 1 new + 3 lookahead = 8 slots, capped at 6: 3 blocks, which fit.
+    assert pool.allocate_slots(_Request(computed=0), 5, num_lookahead_tokens=3) is not None
+    assert pool.owned == {"r": [1, 2, 3]}
+    pool.free(_Request())
+    # Asked to, it refuses unless the whole sequence fits (8 tokens, capped at 6: it fits;
+    # with max_model_len 64 it would need 4 blocks of 3).
+    big = fakes.BlockPool.create(num_blocks=4, block_size=2, max_model_len=64)
+    assert big.allocate_slots(_Request(tokens=8), 2, full_sequence_must_fit=True) is None
+    assert big.allocate_slots(_Request(tokens=6), 2, full_sequence_must_fit=True) is not None
+
+
+def test_a_deferred_free_hands_the_blocks_back_later() -> None:
+    pool = fakes.BlockPool.create(num_blocks=4, block_size=2, max_model_len=64)
+    pool.allocate_slots(_Request(), 4)
+    blocks = pool.pop_blocks_for_free(_Request())
+    assert blocks == [1, 2] and pool.owned == {} and pool.ref == {1: 1, 2: 1}
+    pool.block_pool.free_blocks(reversed(blocks))
+    assert pool.ref == {} and sorted(pool.free_ids) == [1, 2, 3]
+
+
+def test_building_a_fake_with_a_field_it_lacks_is_kvchecks_fault() -> None:
+    fakes.UNMODELLED.clear()
+    record = fakes.record_type("EngineCoreOutput", ("request_id",))
+    with pytest.raises(fakes.UnmodelledAccess, match="new_field"):
+        record(request_id="r", new_field=1)
+    assert fakes.UNMODELLED == ["builds EngineCoreOutput with ['new_field']"]
