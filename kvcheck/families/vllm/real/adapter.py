@@ -58,7 +58,7 @@ class _StructuredOutputManager(fakes.Strict):
 
     _owner = "StructuredOutputManager"
 
-    def should_advance(self, request: Any) -> bool:
+    def should_advance(self, request: Any, new_token_ids: Any = None) -> bool:
         return False
 
     def accept_tokens(self, request: Any, tokens: Any) -> bool:
@@ -202,7 +202,10 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         and (settings.use_v2_model_runner or "use_v2_model_runner" not in can_skip_drafts),
         "dynamic_sd_lookup": None,
         "kv_cache_manager": fakes.BlockPool.create(
-            settings.num_blocks, settings.block_size, settings.max_model_len
+            settings.num_blocks,
+            settings.block_size,
+            settings.max_model_len,
+            compiled.computed_blocks_arity,
         ),
         "_spec_decode_step_blocks": -(-(1 + k + lookahead) // settings.block_size) if k else 0,
         "use_pp": settings.pp_size > 1,
@@ -232,6 +235,13 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         "_kv_fetch_stages": None,  # tracked only with a KV connector
         "_kv_fetch_counts": {},
         "_parked_reserved_blocks": 0,
+        "is_encoder_only": False,
+        "mm_budget": None,  # no multimodal inputs (0.17)
+        "supports_mm_inputs": False,
+        "model_uses_xdrope": False,
+        "mamba_fine_grained_prefix_cache": False,
+        "cache_aware_window": 0,  # needs prefix caching, which is off (0.34)
+        "cache_aware_threshold": 0.0,
         "kv_metrics_collector": None,
         "spec_decode_metrics_level": "none",  # per-request spec metrics off (0.29+)
         "return_sampling_mask": False,
@@ -248,8 +258,10 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
             state[name] = queue(policy)
         elif name in modelled:
             state[name] = modelled[name]
-        else:
+        elif value:
             unmodelled.append(name)
+        # else: set only under a condition (a feature kvcheck keeps off): left unset, and
+        # reading it is an unmodelled access.
     if unmodelled:
         raise fakes.UnmodelledAccess(
             "kvcheck does not model Scheduler."

@@ -52,6 +52,9 @@ class CompiledRelease:
     # state from these (it does not run `__init__`, which builds the whole engine).
     init_values: Mapping[str, str]
     async_init_values: Mapping[str, str]
+    # How many values the scheduler unpacks from `kv_cache_manager.get_computed_blocks(...)`:
+    # (blocks, tokens) through 0.25, (blocks, tokens, shared prefix) after.
+    computed_blocks_arity: int = 3
 
 
 class _NullContext:
@@ -82,6 +85,11 @@ def _strip_covered_mm_data(mm_features: Any, num_computed_tokens: int, **options
     if mm_features:
         raise fakes.UnmodelledAccess("a request carries multimodal data kvcheck does not model")
     return mm_features
+
+
+def _bc_linter_include(cls: Any) -> Any:
+    """vLLM's `bc_linter_include` (0.11-0.16): a marker for its API linter, the class as is."""
+    return cls
 
 
 class _NoStructuredOutput:
@@ -147,6 +155,7 @@ def _base_stand_ins() -> dict[tuple[str, str], object]:
         ("vllm.v1.spec_decode.metrics", "SpecDecodingStats"): SpecDecodingStats,
         ("vllm.v1.metrics.stats", "PrefillStats"): fakes.PrefillStats,
         ("vllm.multimodal.utils", "strip_covered_mm_data"): _strip_covered_mm_data,
+        ("vllm._bc_linter", "bc_linter_include"): _bc_linter_include,
     }
 
 
@@ -244,6 +253,7 @@ def compile_release(
         code=(*sync.code, *asynchronous.code),
         init_values=init_assignments(sync_file, "Scheduler"),
         async_init_values=init_assignments(async_file, async_class),
+        computed_blocks_arity=unpacked_arity(sync_file, "get_computed_blocks") or 3,
     )
 
 
@@ -272,28 +282,56 @@ def defined_methods(file: Path, class_name: str) -> list[str]:
 
 
 def init_assignments(file: Path, class_name: str) -> dict[str, str]:
-    """`self.NAME` -> the source of its first assigned value, for every attribute the class's
-    `__init__` in `file` sets (statements in order, outer blocks before nested ones, so an
-    unconditional default wins over a feature's branch)."""
+    """`self.NAME` -> the source of the value the class's `__init__` in `file` assigns it
+    unconditionally (a statement of the body itself, the first one), or "" for an attribute it
+    sets only inside a block (an `if` for a feature, a loop, a `try`)."""
     node = _class_node(file, class_name)
-    if node is not None:
-        for item in node.body:
-            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                values: dict[str, str] = {}
-                for statement in ast.walk(item):
-                    targets: list[ast.expr]
-                    if isinstance(statement, ast.Assign):
-                        targets, value = statement.targets, statement.value
-                    elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
-                        targets, value = [statement.target], statement.value
-                    else:
-                        continue
-                    for target in targets:
-                        if (
-                            isinstance(target, ast.Attribute)
-                            and isinstance(target.value, ast.Name)
-                            and target.value.id == "self"
-                        ):
-                            values.setdefault(target.attr, ast.unparse(value))
-                return values
-    return {}
+    if node is None:
+        return {}
+    init = next(
+        (i for i in node.body if isinstance(i, ast.FunctionDef) and i.name == "__init__"), None
+    )
+    if init is None:
+        return {}
+    values: dict[str, str] = {}
+    for statement in init.body:
+        for name, value in _self_assignments(statement):
+            values.setdefault(name, ast.unparse(value))
+    for nested in ast.walk(init):
+        for name, _ in _self_assignments(nested):
+            values.setdefault(name, "")
+    return values
+
+
+def unpacked_arity(file: Path, method: str) -> int | None:
+    """How many names the code of `file` unpacks the result of a call to `.method(...)` into
+    (the first such assignment), None when it never unpacks one."""
+    tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Tuple)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and node.value.func.attr == method
+        ):
+            return len(node.targets[0].elts)
+    return None
+
+
+def _self_assignments(statement: ast.AST) -> list[tuple[str, ast.expr]]:
+    """The `self.NAME = value` targets of one assignment statement (none for others)."""
+    targets: list[ast.expr]
+    if isinstance(statement, ast.Assign):
+        targets, value = statement.targets, statement.value
+    elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+        targets, value = [statement.target], statement.value
+    else:
+        return []
+    return [
+        (target.attr, value)
+        for target in targets
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    ]

@@ -167,6 +167,7 @@ class BlockPool(Strict):
             "num_blocks",
             "block_size",
             "max_model_len",
+            "computed_blocks_arity",
             "free_ids",
             "ref",
             "owned",
@@ -175,12 +176,15 @@ class BlockPool(Strict):
     )
 
     @classmethod
-    def create(cls, num_blocks: int, block_size: int, max_model_len: int) -> BlockPool:
+    def create(
+        cls, num_blocks: int, block_size: int, max_model_len: int, computed_blocks_arity: int = 3
+    ) -> BlockPool:
         """A pool of `num_blocks` blocks, all free but the null block."""
         return cls(
             num_blocks=num_blocks,
             block_size=block_size,
             max_model_len=max_model_len,
+            computed_blocks_arity=computed_blocks_arity,
             free_ids=list(range(1, num_blocks)),
             ref={},
             owned={},
@@ -191,10 +195,11 @@ class BlockPool(Strict):
 
     def get_computed_blocks(
         self, request: Any, max_cache_hit_length: int | None = None
-    ) -> tuple[Blocks, int, int]:
+    ) -> tuple[Any, ...]:
         """No prefix cache hit: no blocks, no tokens, no shared prefix."""
-        # Prefix caching is off: nothing is ever a hit (blocks, tokens, shared prefix).
-        return Blocks(ids=()), 0, 0
+        # Prefix caching is off: nothing is ever a hit (blocks, tokens, and from 0.26 the
+        # shared prefix: as many values as the release's scheduler unpacks).
+        return (Blocks(ids=()), 0, 0)[: self.computed_blocks_arity]
 
     def allocate_slots(
         self,
@@ -332,6 +337,11 @@ class SchedulerBase(Strict):
     def has_unfinished_requests(self) -> bool:
         """Whether any request is unfinished."""
         return bool(self.get_num_unfinished_requests() > 0)
+
+    def has_requests(self) -> bool:
+        """Whether there is anything to schedule or report (the interface's own, through
+        0.25; the release's `Scheduler` overrides it where it defines one)."""
+        return self.has_unfinished_requests() or self.has_finished_requests()
 
     def has_finished_requests(self) -> bool:
         """Whether any request finished since the last step."""
