@@ -54,7 +54,7 @@ from kvcheck.core.family import DEFAULT_FAMILY, family
 from kvcheck.core.target import CodeSpan
 from kvcheck.errors import TargetLoadError
 
-__all__ = ["LoadedSource", "load_from_source"]
+__all__ = ["LoadedClass", "LoadedSource", "load_definitions", "load_from_source", "load_methods"]
 
 # Third-party top-level packages that are safe to import for a target; the standard library is
 # always allowed. Anything else (sglang, triton, sgl_kernel, ...) is never imported. numpy is a
@@ -109,6 +109,70 @@ def load_from_source(
         file, path, tree, allow_unavailable, targets.stand_ins, targets.resolver_parameters
     )
     return loader.load(qualname)
+
+
+@attrs.frozen
+class LoadedClass:
+    """Methods of a class read from source, compiled into a class of kvcheck's making."""
+
+    cls: type  # holds the selected methods (and those they reach through `self.X`) only
+    code: tuple[CodeSpan, ...]  # where they live in the file, by line
+
+
+def load_methods(
+    path: str | Path,
+    class_name: str,
+    methods: Sequence[str],
+    *,
+    stand_ins: Mapping[tuple[str, str], object],
+    base: type = object,
+    allow_unavailable: bool = False,
+) -> LoadedClass:
+    """The methods `methods` of the module-level class `class_name` in the file at `path`, with
+    the methods of the same class they reach as `self.X` (transitively) and the module-level
+    names all of them use, compiled into a class named `class_name` whose only base is `base`.
+
+    For an engine whose accounting is spread over many methods of one class (vLLM's scheduler):
+    the caller instantiates the class on a fake `self` of its own. `super()` works and reaches
+    `base` (give the compiled parent class there). Names are provided as for
+    `load_from_source`, `stand_ins` keyed by (module, name); with `allow_unavailable` a name
+    that cannot be provided fails only when used. Failures are one-line `TargetLoadError`s.
+    """
+    loader = _loader_for(Path(path), str(path), allow_unavailable, stand_ins)
+    return loader.load_methods(class_name, methods, base)
+
+
+def load_definitions(
+    path: str | Path,
+    names: Sequence[str],
+    *,
+    stand_ins: Mapping[tuple[str, str], object],
+    allow_unavailable: bool = False,
+) -> dict[str, Any]:
+    """The module-level definitions `names` (functions, classes, constants) of the file at
+    `path`, run with what they use and nothing else, by name: an engine's helper functions,
+    enums and records, so that the engine's own code is what kvcheck passes around."""
+    loader = _loader_for(Path(path), str(path), allow_unavailable, stand_ins)
+    return loader.load_definitions(names)
+
+
+def _loader_for(
+    file: Path,
+    shown: str,
+    allow_unavailable: bool,
+    stand_ins: Mapping[tuple[str, str], object],
+) -> _Loader:
+    file = file.expanduser()
+    source = _read(file, shown)
+    try:
+        tree = ast.parse(source, filename=str(file))
+    except SyntaxError as exc:
+        raise TargetLoadError(
+            f"{shown} is not valid Python: {exc.msg} (line {exc.lineno})"
+        ) from None
+    except ValueError as exc:
+        raise TargetLoadError(f"{shown} is not valid Python: {exc}") from None
+    return _Loader(file, shown, tree, allow_unavailable, stand_ins, ())
 
 
 def _read(file: Path, shown: str) -> bytes:
@@ -504,6 +568,47 @@ class _Loader:
         self._provided: dict[str, object] = {}
         self._methods: dict[str, _FunctionNode] = {}
         self._target_qualname = ""
+        # Whether `super()` may be used: only when the compiled class gets a real base.
+        self._allow_super = False
+
+    def load_methods(self, class_name: str, methods: Sequence[str], base: type) -> LoadedClass:
+        """See `load_methods`."""
+        self._target_qualname = class_name
+        self._allow_super = base is not object
+        _, node, _ = self._lookup([class_name])
+        if not isinstance(node, ast.ClassDef):
+            raise TargetLoadError(f"{class_name} in {self._shown} is not a class")
+        for name in methods:
+            member = _class_member(node, name)
+            if not isinstance(member, ast.FunctionDef):
+                raise TargetLoadError(f"no method {class_name}.{name} in {self._shown}")
+            self._add_methods([node], name)
+        module = self._execute(class_name)
+        module.__dict__["__kvcheck_base__"] = base
+        cls = self._build_class([node], module, class_name, with_base=base is not object)
+        file = os.path.abspath(self._filename)
+        spans = [
+            CodeSpan(
+                file=file,
+                qualname=f"{class_name}.{name}",
+                def_line=method.lineno,
+                first=method.body[0].lineno,
+                last=method.end_lineno or method.body[-1].lineno,
+            )
+            for name, method in self._methods.items()
+        ]
+        return LoadedClass(cls, tuple(sorted(spans, key=lambda span: span.first)))
+
+    def load_definitions(self, names: Sequence[str]) -> dict[str, Any]:
+        """See `load_definitions`."""
+        for name in names:
+            self._target_qualname = name
+            top = [b for b in self._bindings.get(name, []) if isinstance(b, _Definition)]
+            if not top:
+                self._not_found(name)
+            self._include_statement(top[-1], name)
+        module = self._execute(", ".join(names))
+        return {name: module.__dict__[name] for name in names}
 
     # ---- target lookup ---------------------------------------------------------------------
 
@@ -702,7 +807,8 @@ class _Loader:
             self._strip(member)
             self._methods[current] = member
             user = f"{prefix}.{current}"
-            if "super" in (free := _free_names(member, self._filename)) or "__class__" in free:
+            free = _free_names(member, self._filename)
+            if not self._allow_super and ("super" in free or "__class__" in free):
                 raise TargetLoadError(
                     f"{user} in {self._shown} (line {member.lineno}) uses super(), which "
                     "kvcheck cannot support for a method read from source"
@@ -803,13 +909,20 @@ class _Loader:
             ) from None
 
     def _build_class(
-        self, classes: list[ast.ClassDef], module: types.ModuleType, qualname: str
+        self,
+        classes: list[ast.ClassDef],
+        module: types.ModuleType,
+        qualname: str,
+        *,
+        with_base: bool = False,
     ) -> type:
-        """A bare class (no bases, no decorators) holding only the selected methods."""
+        """A bare class (no decorators; no bases, or the module's `__kvcheck_base__`) holding
+        only the selected methods."""
         owner = classes[-1]
         methods = sorted(self._methods.values(), key=lambda m: m.lineno)
+        bases: list[ast.expr] = [ast.Name("__kvcheck_base__", ast.Load())] if with_base else []
         cls_node = ast.ClassDef(
-            name=owner.name, bases=[], keywords=[], body=list(methods), decorator_list=[]
+            name=owner.name, bases=bases, keywords=[], body=list(methods), decorator_list=[]
         )
         ast.copy_location(cls_node, owner)
         local: dict[str, Any] = {}
@@ -833,7 +946,9 @@ class _Loader:
 
 
 _TYPING_MODULES: Final = frozenset({"typing", "typing_extensions"})
-_MODULE_DUNDERS: Final = frozenset({"__name__", "__file__", "__doc__", "__builtins__"})
+_MODULE_DUNDERS: Final = frozenset(
+    {"__name__", "__file__", "__doc__", "__builtins__", "super", "__class__"}
+)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,512 @@
+"""A compiled vLLM release behind the family's seam (`SchedulerUnderTest`).
+
+The release's `AsyncScheduler` runs as written on a fake `self`: its attributes are the ones
+`Scheduler.__init__` sets (kvcheck sets them, with every optional feature off: no connectors,
+no encoder inputs, no structured output, no LoRA, statistics off, prefix caching off), the KV
+cache manager is `fakes.BlockPool` (a finite pool, so allocation fails and the release's own
+`schedule()` preempts), and the requests are the release's own `Request` objects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from kvcheck.families.vllm.real import fakes
+from kvcheck.families.vllm.real.compiled import CompiledRelease
+from kvcheck.families.vllm.target import (
+    Delivered,
+    FrameOutput,
+    Launch,
+    NewRequest,
+    PoolView,
+    RequestView,
+    ScheduledRequest,
+    SchedulerSettings,
+)
+
+
+def _config(owner: str, **values: Any) -> fakes.Strict:
+    cls = type(owner, (fakes.Strict,), {"_owner": owner, "_fields": frozenset(values)})
+    made: fakes.Strict = cls(**values)
+    return made
+
+
+class _EncoderCacheManager(fakes.Strict):
+    """No request has encoder inputs: freeing one is a no-op."""
+
+    _owner = "EncoderCacheManager"
+
+    def free(self, request: Any) -> None:
+        return None
+
+    def get_freed_mm_hashes(self) -> list[str]:
+        return []
+
+    def get_manager_metadata(self) -> None:
+        """No encoder cache metadata for the runner (0.33+)."""
+        return None
+
+    def reset(self) -> None:
+        return None
+
+
+class _StructuredOutputManager(fakes.Strict):
+    """No request uses structured output: nothing advances, every token is accepted."""
+
+    _owner = "StructuredOutputManager"
+
+    def should_advance(self, request: Any, new_token_ids: Any = None) -> bool:
+        return False
+
+    def accept_tokens(self, request: Any, tokens: Any) -> bool:
+        return True
+
+
+class _EventPublisher(fakes.Strict):
+    _owner = "KVEventPublisher"
+
+    def publish(self, events: Any) -> None:
+        return None
+
+
+# An attribute `__init__` sets to one of these starts empty, as the release writes it.
+_EMPTY_CONTAINERS: Final[Mapping[str, Callable[[], Any]]] = {
+    "set()": set,
+    "{}": dict,
+    "dict()": dict,
+    "[]": list,
+    "deque()": deque,
+}
+
+
+def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> dict[str, Any]:
+    """What the release's `Scheduler.__init__` (and `AsyncScheduler.__init__` when async)
+    would set, for `settings`, every optional feature off.
+
+    kvcheck's table below covers the attributes of every release it knows; the release's own
+    `__init__` decides which of them exist, and an attribute it sets that kvcheck does not
+    model stops the run (kvcheck's fault, exit 2) instead of being left unset.
+    """
+    policy = compiled.names["SchedulingPolicy"].FCFS
+    queue = compiled.names["create_request_queue"]
+    k = settings.num_spec_tokens
+    # EAGLE/MTP, the only drafters async scheduling takes (docs/vllm-generations.md): they
+    # need no extra query slots, k lookahead KV slots, and read one prefill token ahead.
+    lookahead = k
+    speculative_config = (
+        _config(
+            "SpeculativeConfig",
+            num_speculative_tokens=k,
+            max_num_new_slots_for_drafting=0,
+        )
+        if k > 0
+        else None
+    )
+    vllm_config = _config(
+        "VllmConfig", speculative_config=speculative_config, kv_transfer_config=None
+    )
+    parallel_config = _config(
+        "ParallelConfig",
+        pipeline_parallel_size=settings.pp_size,
+        data_parallel_size=1,
+        data_parallel_index=0,
+        data_parallel_rank=0,
+        decode_context_parallel_size=1,
+        prefill_context_parallel_size=1,
+    )
+    scheduler_config = _config(
+        "SchedulerConfig",
+        async_scheduling=settings.async_scheduling,
+        disable_chunked_mm_input=False,
+        enable_chunked_prefill=True,
+        long_prefill_token_threshold=settings.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=False,
+        max_num_batched_tokens=settings.max_num_scheduled_tokens,
+        max_num_scheduled_tokens=settings.max_num_scheduled_tokens,
+        max_num_seqs=settings.max_num_seqs,
+        max_num_active_seqs=settings.max_num_seqs,
+        policy="fcfs",
+        prefill_schedule_interval=0,
+        scheduler_reserve_full_isl=False,
+        watermark=0.0,
+    )
+    cache_config = _config(
+        "CacheConfig",
+        block_size=settings.block_size,
+        enable_prefix_caching=False,
+        enable_mamba_shared_prefix_checkpoint=False,
+        mamba_cache_mode="none",
+        num_gpu_blocks=settings.num_blocks,
+    )
+    can_skip_drafts = compiled.init_values.get("can_skip_drafts", "")
+    modelled: dict[str, Any] = {
+        "vllm_config": vllm_config,
+        "scheduler_config": scheduler_config,
+        "cache_config": cache_config,
+        "parallel_config": parallel_config,
+        "lora_config": None,
+        "kv_events_config": None,
+        "enable_kv_cache_events": False,
+        "kv_cache_config": _config("KVCacheConfig", kv_cache_groups=[object()]),
+        "observability_config": _config(
+            "ObservabilityConfig",
+            enable_logging_iteration_details=False,
+            kv_cache_metrics=False,
+            kv_cache_metrics_sample=0.0,
+            per_request_spec_decode_metrics="none",
+        ),
+        "log_stats": False,
+        "model_uses_mrope": False,
+        "structured_output_manager": _StructuredOutputManager(),
+        "is_encoder_decoder": False,
+        "is_mm_encoder_only": False,
+        "include_finished_set": False,
+        "finished_req_ids_dict": None,
+        "max_num_running_reqs": settings.max_num_seqs,
+        "max_num_active_reqs": settings.max_num_seqs,
+        "max_num_scheduled_tokens": settings.max_num_scheduled_tokens,
+        "adaptive_long_prefill_threshold": False,
+        "max_model_len": settings.max_model_len,
+        "num_sampled_tokens_per_step": 1,
+        "connector": None,
+        "connector_prefix_cache_stats": None,
+        "recompute_kv_load_failures": True,
+        "defer_block_free": settings.defer_block_free,
+        "defer_async_loads": False,
+        "requires_kv_delivery": False,
+        "kv_event_publisher": _EventPublisher(),
+        "ec_connector": None,
+        "aux_output_connector": None,
+        "block_size": settings.block_size,
+        "hash_block_size": settings.block_size,
+        "dcp_world_size": 1,
+        "pcp_world_size": 1,
+        "policy": policy,
+        "num_waiting_for_streaming_input": 0,
+        "max_num_encoder_input_tokens": 0,
+        "encoder_cache_manager": _EncoderCacheManager(),
+        "use_eagle": k > 0,
+        "use_eagle_block_drop": False,  # only with prefix caching, which is off
+        "num_spec_tokens": k,
+        "num_lookahead_tokens": lookahead,
+        "num_prefill_lookahead": 1 if k > 0 else 0,
+        "num_hash_lookahead_tokens": 0,  # prefix caching is off
+        "prefix_replay_group_ids": (),
+        "prefix_replay_tokens": 0,
+        # 0.33 skips drafting only on the V2 runner, 0.34 on any (`can_skip_drafts` in
+        # each release's `__init__`).
+        "can_skip_drafts": lookahead > 0
+        and (settings.use_v2_model_runner or "use_v2_model_runner" not in can_skip_drafts),
+        "dynamic_sd_lookup": None,
+        "kv_cache_manager": fakes.BlockPool.create(
+            settings.num_blocks,
+            settings.block_size,
+            settings.max_model_len,
+            compiled.computed_blocks_arity,
+        ),
+        "_spec_decode_step_blocks": -(-(1 + k + lookahead) // settings.block_size) if k else 0,
+        "use_pp": settings.pp_size > 1,
+        "pp_size": settings.pp_size,
+        "decode_stagger": settings.pp_size,
+        "use_v2_model_runner": settings.use_v2_model_runner,
+        "current_step": 0,
+        "prefill_capacity_bound": False,
+        "local_prefill_interval": 0,
+        "last_prefill_step": 0,
+        "num_executed_steps": 0,
+        "scheduler_reserve_full_isl": False,
+        "has_mamba_layers": False,
+        "needs_kv_cache_zeroing": False,
+        "need_mamba_block_aligned_split": False,
+        "mamba_partial_cache_hit": False,
+        "mamba_prefill_checkpoint_alignment": None,
+        "mamba_has_prefill_checkpoint_blocks": False,
+        "mamba_shared_prefix_checkpoint": False,
+        "sched_step_seq": 0,
+        "processed_step_seq": 0,
+        "perf_metrics": None,
+        "enable_return_routed_experts": False,
+        "routed_experts_mgr": None,
+        "_pause_state": compiled.names["PauseState"].UNPAUSED,
+        "_spec_token_placeholders": [-1] * k,
+        "_kv_fetch_stages": None,  # tracked only with a KV connector
+        "_kv_fetch_counts": {},
+        "_parked_reserved_blocks": 0,
+        "is_encoder_only": False,
+        "mm_budget": None,  # no multimodal inputs (0.17)
+        "supports_mm_inputs": False,
+        "model_uses_xdrope": False,
+        "mamba_fine_grained_prefix_cache": False,
+        "cache_aware_window": 0,  # needs prefix caching, which is off (0.34)
+        "cache_aware_threshold": 0.0,
+        "kv_metrics_collector": None,
+        "spec_decode_metrics_level": "none",  # per-request spec metrics off (0.29+)
+        "return_sampling_mask": False,
+    }
+    assigned = dict(compiled.init_values)
+    if settings.async_scheduling:
+        assigned.update(compiled.async_init_values)
+    state: dict[str, Any] = {}
+    unmodelled: list[str] = []
+    for name, value in assigned.items():
+        if value in _EMPTY_CONTAINERS:
+            state[name] = _EMPTY_CONTAINERS[value]()
+        elif value.startswith("create_request_queue("):
+            state[name] = queue(policy)
+        elif name in modelled:
+            state[name] = modelled[name]
+        elif value:
+            unmodelled.append(name)
+        # else: set only under a condition (a feature kvcheck keeps off): left unset, and
+        # reading it is an unmodelled access.
+    if unmodelled:
+        raise fakes.UnmodelledAccess(
+            "kvcheck does not model Scheduler."
+            + ", Scheduler.".join(sorted(unmodelled))
+            + " of this vLLM release"
+        )
+    return state
+
+
+# vLLM's `ModelRunnerOutput`: what kvcheck's runner returns, the rest None (features off).
+_RUNNER_OUTPUT = fakes.record_type(
+    "ModelRunnerOutput",
+    (
+        "req_ids",
+        "req_id_to_index",
+        "sampled_token_ids",
+        "logprobs",
+        "prompt_logprobs_dict",
+        "prompt_token_id_logprobs_dict",
+        "pooler_output",
+        "num_nans_in_logits",
+        "kv_connector_output",
+        "ec_connector_output",
+        "cudagraph_stats",
+        "routed_experts",
+        "sampling_mask",
+        "sampling_masks",
+        "aux_output",
+        "aux_output_connector_output",
+    ),
+)
+
+
+# A `TypeError` for a call with arguments the callee does not take ("X.f() got an unexpected
+# keyword argument 'y'"), and the fakes' class names it may name.
+_FAKE_SIGNATURE: Final = re.compile(
+    r"\w+\.\w+\(\) (got an unexpected keyword|takes|missing \d+ required)"
+)
+_FAKE_CLASSES: Final = frozenset(
+    {
+        "BlockPool",
+        "Blocks",
+        "SamplingParams",
+        "PrefillStats",
+        "_EncoderCacheManager",
+        "_StructuredOutputManager",
+        "_EventPublisher",
+    }
+)
+
+
+class ReleaseScheduler:
+    """`SchedulerUnderTest` over a compiled release."""
+
+    def __init__(self, compiled: CompiledRelease, settings: SchedulerSettings) -> None:
+        cls = compiled.scheduler if settings.async_scheduling else compiled.sync_scheduler
+        state = _scheduler_state(compiled, settings)
+        scheduler: Any = object.__new__(cls)
+        scheduler.__dict__.update(state)
+        scheduler.__dict__["_fields"] = frozenset(state)
+        scheduler.__dict__["_owner"] = "Scheduler"
+        self._scheduler: Any = scheduler
+        self._names = compiled.names
+        self._settings = settings
+        self._step = 0
+        self._outputs: dict[int, Any] = {}
+
+    def _release(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call into the release's code. What the code touched of a fake that kvcheck does
+        not model stops the run as kvcheck's fault (`UnmodelledAccess`, exit 2), even when the
+        code caught the error (a `hasattr`, a `getattr` with a default); so does a call to a
+        fake with arguments it does not take. The release's own exceptions pass: they are
+        the target's."""
+        fakes.UNMODELLED.clear()
+        try:
+            result = function(*args, **kwargs)
+        except TypeError as exc:
+            if _FAKE_SIGNATURE.match(str(exc)) and str(exc).split(".")[0] in _FAKE_CLASSES:
+                raise fakes.UnmodelledAccess(
+                    f"vLLM's code called kvcheck's fake as it does not model: {exc}"
+                ) from exc
+            raise
+        finally:
+            touched = list(fakes.UNMODELLED)
+            fakes.UNMODELLED.clear()
+            if touched:
+                raise fakes.UnmodelledAccess(
+                    f"vLLM's code {touched[0]}, which kvcheck's fake does not model"
+                )
+        return result
+
+    # --- the seam -------------------------------------------------------------------------
+
+    def add_request(self, request: NewRequest) -> None:
+        """Build the release's own `Request` for `request` and hand it to `add_request`."""
+        params = fakes.SamplingParams(
+            max_tokens=request.max_tokens,
+            min_tokens=request.min_tokens,
+            eos_token_id=request.eos_token_id,
+            stop_token_ids=list(request.stop_token_ids),
+            ignore_eos=request.eos_token_id is None,
+            extra_args=None,
+            repetition_detection=None,
+            logprobs=None,
+            prompt_logprobs=None,
+            structured_outputs=None,
+            all_stop_token_ids=set(request.stop_token_ids),
+        )
+        built = self._release(
+            self._names["Request"],
+            request_id=request.request_id,
+            prompt_token_ids=list(request.prompt_token_ids),
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=0.0,
+        )
+        self._release(self._scheduler.add_request, built)
+
+    def has_requests(self) -> bool:
+        """The release's `has_requests()`."""
+        return bool(self._release(self._scheduler.has_requests))
+
+    def schedule(self) -> Launch:
+        """The release's `schedule()`, with the requests it preempted meanwhile."""
+        before = {r.request_id: r.num_preemptions for r in self._scheduler.requests.values()}
+        output = self._release(self._scheduler.schedule)
+        self._step += 1
+        self._outputs[self._step] = output
+        return Launch(
+            step=self._step,
+            scheduled=tuple(self._scheduled(output)),
+            preempted=tuple(
+                rid
+                for rid, request in self._scheduler.requests.items()
+                if request.num_preemptions > before.get(rid, 0)
+            ),
+            finished=tuple(sorted(output.finished_req_ids)),
+        )
+
+    def _scheduled(self, output: Any) -> list[ScheduledRequest]:
+        full: dict[str, tuple[int, ...]] = {}
+        computed: dict[str, int] = {}
+        # What the scheduler sent the runner, as it was at launch (the lists are the
+        # request's own and grow later): a new request's prompt, or its whole token list
+        # (`prefill_token_ids`, how the V2 runner gets a resumed request), and a resumed
+        # request's token list (`all_token_ids`, the V1 runner's).
+        for new in output.scheduled_new_reqs:
+            sent = vars(new).get("prefill_token_ids")
+            full[new.req_id] = tuple(new.prompt_token_ids if sent is None else sent)
+            computed[new.req_id] = new.num_computed_tokens
+        cached = output.scheduled_cached_reqs
+        for index, rid in enumerate(cached.req_ids):
+            computed[rid] = cached.num_computed_tokens[index]
+            if rid in cached.resumed_req_ids and rid in cached.all_token_ids:
+                full[rid] = tuple(cached.all_token_ids[rid])
+        return [
+            ScheduledRequest(
+                request_id=rid,
+                num_scheduled_tokens=n,
+                spec_token_ids=tuple(output.scheduled_spec_decode_tokens.get(rid, ())),
+                num_computed_tokens=computed[rid],
+                all_token_ids=full.get(rid),
+            )
+            for rid, n in output.num_scheduled_tokens.items()
+        ]
+
+    def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        """The release's `update_from_output()` on the frame's sampled tokens."""
+        scheduler_output = self._outputs.pop(launch.step)
+        ids = list(scheduler_output.num_scheduled_tokens)
+        runner_output = _RUNNER_OUTPUT(
+            req_ids=ids,
+            req_id_to_index={rid: i for i, rid in enumerate(ids)},
+            sampled_token_ids=[list(output.sampled.get(rid, ())) for rid in ids],
+            logprobs=None,
+            prompt_logprobs_dict={},
+            prompt_token_id_logprobs_dict={},
+            pooler_output=None,
+            num_nans_in_logits=None,
+            kv_connector_output=None,
+            cudagraph_stats=None,
+        )
+        produced = self._release(
+            self._scheduler.update_from_output, scheduler_output, runner_output
+        )
+        new: dict[str, tuple[int, ...]] = {}
+        finished: dict[str, str] = {}
+        for outputs in produced.values():
+            for item in outputs.outputs:
+                new[item.request_id] = tuple(item.new_token_ids)
+                if item.finish_reason is not None:
+                    finished[item.request_id] = str(item.finish_reason)
+        return Delivered(new_token_ids=new, finished=finished)
+
+    def finish_requests(self, request_ids: Sequence[str], reason: str) -> None:
+        """The release's `finish_requests()` with status FINISHED_ABORTED."""
+        status = self._names["RequestStatus"].FINISHED_ABORTED
+        self._release(self._scheduler.finish_requests, list(request_ids), status)
+
+    def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        """The release's `reset_prefix_cache()`."""
+        return bool(
+            self._release(
+                self._scheduler.reset_prefix_cache, reset_running_requests=reset_running_requests
+            )
+        )
+
+    # --- reading back -------------------------------------------------------------------
+
+    def request_ids(self) -> tuple[str, ...]:
+        """Every request the release's scheduler holds (its `requests` dict)."""
+        return tuple(self._scheduler.requests)
+
+    def request_view(self, request_id: str) -> RequestView | None:
+        """The release's `Request` fields, as kvcheck reads them."""
+        request = self._scheduler.requests.get(request_id)
+        if request is None:
+            return None
+        fields: Mapping[str, Any] = vars(request)
+        return RequestView(
+            status=request.status.name.lower(),
+            num_computed_tokens=request.num_computed_tokens,
+            num_tokens=request.num_tokens,
+            num_output_placeholders=request.num_output_placeholders,
+            num_in_flight_tokens=fields.get("num_in_flight_tokens"),
+            num_stale_output_tokens=fields.get("num_stale_output_tokens"),
+            async_tokens_to_discard=fields.get("async_tokens_to_discard"),
+            spec_token_ids=tuple(request.spec_token_ids),
+            output_token_ids=tuple(request.output_token_ids),
+            is_prefill_chunk=fields.get("is_prefill_chunk"),
+            drop_stale_output=fields.get("drop_stale_output"),
+        )
+
+    def pool_view(self) -> PoolView:
+        """The fake block pool's state."""
+        pool = self._scheduler.kv_cache_manager
+        return PoolView(
+            num_blocks=pool.num_blocks,
+            free_blocks=len(pool.free_ids),
+            ref_counts=dict(pool.ref),
+            blocks_of={rid: tuple(blocks) for rid, blocks in pool.owned.items()},
+            # The scheduler keeps its deferred frees itself (`deferred_frees`: fence, blocks).
+            deferred=tuple(
+                block
+                for _, blocks in self._scheduler.__dict__.get("deferred_frees", ())
+                for block in blocks
+            ),
+        )
