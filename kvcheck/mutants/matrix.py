@@ -94,7 +94,8 @@ class Row:
     exhaustive_events: tuple[dict[str, Any], ...] = ()
     exhaustive_config: dict[str, Any] | None = None
     shrink_note: str = ""
-    family: str = DEFAULT_FAMILY
+    # The family whose corpus holds the entry; required, as `Target.family` is.
+    family: str = attrs.field(kw_only=True)
     # The options the entry is judged under, as JSON (`JudgingOptions.to_dict`).
     options: Mapping[str, Any] = attrs.field(factory=dict)
 

@@ -27,7 +27,7 @@ from hypothesis.errors import Flaky
 from hypothesis.reporting import with_reporter
 
 from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
-from kvcheck.core.family import DEFAULT_FAMILY, Judging, JudgingOptions, distribution_of, family
+from kvcheck.core.family import Judging, JudgingOptions, distribution_of, family
 from kvcheck.core.invariant import Violation
 from kvcheck.core.isolation import isolated, resumed_scenario
 from kvcheck.core.run import RunResult, run_scenario
@@ -90,8 +90,9 @@ class Verdict:
     # The target's own code that the searches ran; None for a target not read from source or
     # when not measured.
     coverage: TargetCoverage | None = None
-    # The engine family of the target (`kvcheck.core.family`), whose front door describes it.
-    family: str = DEFAULT_FAMILY
+    # The engine family of the target (`kvcheck.core.family`), whose front door describes it;
+    # required, as `Target.family` is, so a verdict is never described as another family's.
+    family: str = attrs.field(kw_only=True)
 
     @property
     def options(self) -> JudgingOptions:

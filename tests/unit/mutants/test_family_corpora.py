@@ -110,6 +110,7 @@ def _shrunk_above_minimum(**changes: Any) -> Row:
         "exhaustive_invariants": ("runs-aligned",),
         "exhaustive_events": (admit,),
         "exhaustive_config": {"overlap": False},
+        "family": "sglang",
     }
     return Row(**{**fields, **changes})
 
