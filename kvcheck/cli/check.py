@@ -304,8 +304,8 @@ def print_failure(verdict: Verdict, saved: Saved | None) -> None:
 
 
 def format_verdict(verdict: Verdict) -> str:
-    """The text report of a verdict: target, how it was judged (its family's lines: SGLang's
-    convention and options), what its probe showed, PASS or FAIL."""
+    """The text report of a verdict: target, how it was judged and what its probe showed (its
+    family's `verdict_lines`), PASS or FAIL."""
     front = distribution_of(verdict.family).front
     lines = [
         f"target      {verdict.target}  ({verdict.description})",
@@ -339,17 +339,17 @@ def format_verdict(verdict: Verdict) -> str:
 
 
 def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
-    """The `--json` report of a verdict (fields listed in docs/contracts.md)."""
+    """The `--json` report of a verdict (fields listed in docs/contracts.md): the family's own
+    fields (SGLang's convention and the rest) after the target's family, then its options."""
+    front = distribution_of(verdict.family).front
     data: dict[str, Any] = {
         "verdict": verdict.verdict,
         "target": verdict.target,
-        "convention": verdict.convention,
-        "convention_reason": verdict.convention_reason,
-        "global_counters": verdict.global_counters,
-        "adaptive": verdict.adaptive,
+        "family": verdict.family,
+        **front.report_fields(verdict.options, verdict.reason),
+        "options": verdict.options.to_dict(),
         "examples": verdict.examples,
         "seconds": round(verdict.seconds, 3),
-        "adaptive_reason": verdict.adaptive_reason,
         "api_shape": verdict.api_shape.to_dict() if verdict.api_shape is not None else None,
         "stopped": verdict.stopped,
     }

@@ -311,11 +311,15 @@ def format_exhaust(
 
 
 def exhaust_to_json(result: ExhaustResult) -> dict[str, Any]:
-    """The `kvcheck exhaust --json` report (fields listed in docs/contracts.md)."""
+    """The `kvcheck exhaust --json` report (fields listed in docs/contracts.md): the family's
+    own option fields (`Moves.options_to_dict`; SGLang's convention and the rest) after the
+    target's family, then its options."""
     data: dict[str, Any] = {
         "verdict": result.verdict,
         "target": result.target,
+        "family": result.family,
         **family(result.family).moves.options_to_dict(result.options),
+        "options": result.options.to_dict(),
         "bounds": result.bounds.to_dict(),
         "not_run": [entry for entry, _ in result.not_run],
         "scenarios": result.scenarios,

@@ -35,7 +35,7 @@ from kvcheck.cli.options import (
     seed,
     warn,
 )
-from kvcheck.core.family import family
+from kvcheck.core.family import distribution_of, family
 from kvcheck.counterexamples.fileformat import save
 from kvcheck.counterexamples.replay import replay, replay_command
 from kvcheck.errors import FileWriteError, KvcheckUsageError, NondeterministicTargetError
@@ -227,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     # The summary is printed whatever happened to the workers: what they ran is established.
     if args.json:
-        summary = campaign_json(state, duration, reports)
+        summary = campaign_json(state, target.family, duration, reports)
         if every_worker_crashed:
             summary |= {"error": every_worker_crashed, "exit_code": EXIT_USAGE}
         print(json.dumps(summary, indent=2, default=repr))
@@ -302,20 +302,24 @@ def _report_failure(found: Found, target: Target, args: argparse.Namespace) -> d
 
 
 def campaign_json(
-    state: CampaignState, duration: float | None, reports: list[dict[str, Any]]
+    state: CampaignState,
+    family_name: str,
+    duration: float | None,
+    reports: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """The `--json` summary of a campaign (fields listed in docs/contracts.md)."""
+    """The `--json` summary of a campaign of a target of the family `family_name` (fields
+    listed in docs/contracts.md): the family's own fields (SGLang's convention and the rest)
+    after the target's family, then its options."""
     plan = state.plan
     first = min((f["examples_to_failure"] for f in reports), default=None)
+    front = distribution_of(family_name).front
     return {
         "verdict": "fail" if reports else "pass",
         "interrupted": state.interrupted,
         "target": plan.target,
-        "convention": plan.convention,
-        "convention_reason": plan.convention_reason,
-        "global_counters": plan.global_counters,
-        "adaptive": plan.adaptive,
-        "adaptive_reason": plan.adaptive_reason,
+        "family": family_name,
+        **front.report_fields(plan.options, plan.reason),
+        "options": plan.options.to_dict(),
         "workers": plan.workers,
         "seed": plan.seed,
         "generator": plan.generator,
@@ -367,10 +371,7 @@ def _format_campaign(
     database = "none" if plan.database is None else _shown_database(plan.database)
     lines = [
         f"target      {target.spec}  ({target.description})",
-        f"convention  {plan.convention}  ({plan.convention_reason})",
-        f"options     global counters {plan.global_counters}, "
-        f"adaptive {'on' if plan.adaptive else 'off'}"
-        + (f" ({plan.adaptive_reason})" if plan.adaptive_reason else ""),
+        *distribution_of(target.family).front.campaign_lines(plan.options, plan.reason),
         f"campaign    {plural(plan.workers, 'worker')}, seed {plan.seed}, "
         f"{plan.generator} generator, database {database}, "
         f"{' or '.join(budget)}" + (", keep going" if plan.keep_going else ""),

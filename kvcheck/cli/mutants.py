@@ -116,7 +116,13 @@ def run(args: argparse.Namespace) -> int:
 def _list_corpus(entries: Any, *, as_json: bool) -> int:
     if as_json:
         rows = [
-            {"name": e.name, "kind": e.kind, **corpus.corpus_of(e.family).list_columns(e)}
+            {
+                "name": e.name,
+                "kind": e.kind,
+                **corpus.corpus_of(e.family).list_columns(e),
+                "family": e.family,
+                "options": e.options.to_dict(),
+            }
             for e in entries
         ]
         print(json.dumps({"entries": rows}, indent=2))

@@ -146,6 +146,8 @@ def replay_to_json(replayed: Replay) -> dict[str, Any]:
     data: dict[str, Any] = {
         "verdict": "pass" if violation is None else "fail",
         "target": replayed.target,
+        "family": replayed.result.scenario.family,
+        "options": replayed.judging.to_dict(),
     }
     for name, used, saved in replayed.chosen():  # SGLang's: convention, file_convention
         data[name] = used

@@ -372,6 +372,20 @@ class FrontDoor(Protocol):
         target's (each a label padded to 12 characters, then the text)."""
         ...
 
+    def campaign_lines(self, options: Any, reason: str) -> list[str]:
+        """How a campaign's workers judge (`options`, and why: `reason`), as lines of `kvcheck
+        fuzz`'s text report after the target's, laid out as `verdict_lines`' (a campaign
+        probes nothing of its own to show)."""
+        ...
+
+    def report_fields(self, options: Any, reason: str) -> dict[str, Any]:
+        """Its own top-level fields of `check`'s and `fuzz`'s `--json` reports of a search under
+        `options` (and why: `reason`), beside the generic `family` and `options` (SGLang's:
+        `convention`, `convention_reason`, `global_counters`, `adaptive`, `adaptive_reason`,
+        which predate those two); {} for a family whose reports need none of their own. The
+        keys it gives stay as they are: they are a contract (docs/contracts.md)."""
+        ...
+
     def spellings_table(self) -> str | None:
         """`kvcheck spellings`: the engine API spellings it models (None: it has none)."""
         ...

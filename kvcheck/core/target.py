@@ -63,5 +63,7 @@ class Target:
     # Its family's: builds the allocation path the engine runs for a config (SGLang's).
     allocation: Callable[[Any], Any] | None = None
     deadline: float | None = DEFAULT_DEADLINE
-    # The engine family it belongs to (`kvcheck.core.family`).
-    family: str = "sglang"  # kvcheck.core.family.DEFAULT_FAMILY (which imports this module)
+    # The name of the engine family it belongs to (`kvcheck.core.family`): required, so that a
+    # family's loader that forgets to name itself fails where it builds the target, never
+    # judging it silently as another family's.
+    family: str = attrs.field(kw_only=True)

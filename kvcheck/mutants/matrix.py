@@ -94,7 +94,10 @@ class Row:
     exhaustive_events: tuple[dict[str, Any], ...] = ()
     exhaustive_config: dict[str, Any] | None = None
     shrink_note: str = ""
-    family: str = DEFAULT_FAMILY
+    # The family whose corpus holds the entry; required, as `Target.family` is.
+    family: str = attrs.field(kw_only=True)
+    # The options the entry is judged under, as JSON (`JudgingOptions.to_dict`).
+    options: Mapping[str, Any] = attrs.field(factory=dict)
 
     @property
     def invariant_matches(self) -> bool | None:
@@ -139,9 +142,11 @@ class Row:
 
     def to_dict(self) -> dict[str, Any]:
         """The row as a `kvcheck mutants --json` object, the family's columns after the kind,
-        with status, ratio and reason added."""
+        with status, ratio and reason added, then the family and its options (after the fields
+        that predate families)."""
         fields = attrs.asdict(self)
-        columns, _ = fields.pop("columns"), fields.pop("family")
+        columns, family_name = fields.pop("columns"), fields.pop("family")
+        options = fields.pop("options")
         name, kind = fields.pop("name"), fields.pop("kind")
         data: dict[str, Any] = jsonable({"name": name, "kind": kind, **columns, **fields})
         data["status"] = self.status
@@ -151,6 +156,8 @@ class Row:
         for key in ("seconds", "seconds_to_failure", "exhaustive_seconds"):
             if data[key] is not None:
                 data[key] = round(data[key], 4)
+        data["family"] = family_name
+        data["options"] = jsonable(options)
         return data
 
 
@@ -302,6 +309,7 @@ def run_entry(
         shrunk_config=_config_json(failure.scenario) if failure is not None else None,
         shrink_note=entry.shrink_note,
         family=entry.family,
+        options=entry.options.to_dict(),
     )
     if entry.kind == "mutant" and exhaustive:
         minimum = exhaustive_minimum(entry, bounds)

@@ -41,7 +41,7 @@ from kvcheck.core.scenario import to_json_line
 from kvcheck.counterexamples.fileformat import Counterexample, loads
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.search.check import adaptive_reason, search
+from kvcheck.search.check import search
 from kvcheck.search.profiles import directory_database
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
@@ -111,32 +111,6 @@ class CampaignPlan:
     families: tuple[tuple[str, str], ...] = attrs.field(
         factory=lambda: tuple(registered_paths().items())
     )
-
-    # SGLang's options by their `--json` names (None for a family without them).
-    @property
-    def convention(self) -> Any:
-        """The convention the workers judge by."""
-        return self.options.to_dict().get("convention")
-
-    @property
-    def convention_reason(self) -> str:
-        """Why (`reason`)."""
-        return self.reason
-
-    @property
-    def global_counters(self) -> Any:
-        """How the batch-global counters are judged."""
-        return self.options.to_dict().get("global_counters")
-
-    @property
-    def adaptive(self) -> Any:
-        """Whether strides switch between launch and delivery."""
-        return self.options.to_dict().get("adaptive")
-
-    @property
-    def adaptive_reason(self) -> str:
-        """Why adaptive switching is on or off ("given", or what the target's shape says)."""
-        return adaptive_reason(self.options)
 
     def share(self, index: int) -> int | None:
         """Worker `index`'s part of `max_examples` (None: no limit)."""

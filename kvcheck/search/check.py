@@ -27,7 +27,7 @@ from hypothesis.errors import Flaky
 from hypothesis.reporting import with_reporter
 
 from kvcheck.core.deadline import TimeLimitReached, check_time_limit, time_limit
-from kvcheck.core.family import DEFAULT_FAMILY, Judging, JudgingOptions, distribution_of, family
+from kvcheck.core.family import Judging, JudgingOptions, distribution_of, family
 from kvcheck.core.invariant import Violation
 from kvcheck.core.isolation import isolated, resumed_scenario
 from kvcheck.core.run import RunResult, run_scenario
@@ -64,11 +64,6 @@ class SearchOutcome:
     # (Ctrl-C); None when it ran its course. A failure found before still stands.
     stopped: str | None = None
 
-    @property
-    def convention(self) -> Any:
-        """The convention it searched under (SGLang's options; None for a family without)."""
-        return self.options.to_dict().get("convention")
-
 
 @attrs.frozen
 class Verdict:
@@ -95,42 +90,48 @@ class Verdict:
     # The target's own code that the searches ran; None for a target not read from source or
     # when not measured.
     coverage: TargetCoverage | None = None
-    # The engine family of the target (`kvcheck.core.family`), whose front door describes it.
-    family: str = DEFAULT_FAMILY
+    # The engine family of the target (`kvcheck.core.family`), whose front door describes it;
+    # required, as `Target.family` is, so a verdict is never described as another family's.
+    family: str = attrs.field(kw_only=True)
 
     @property
     def options(self) -> JudgingOptions:
         """The options of the search that gave the verdict."""
         return self.outcome.options
 
-    def _option(self, name: str) -> Any:
-        return self.options.to_dict().get(name)
+    def _field(self, name: str) -> Any:
+        """Its family's own `--json` field `name` (`FrontDoor.report_fields`); None for a
+        family that reports none so named."""
+        front = distribution_of(self.family).front
+        return front.report_fields(self.options, self.reason).get(name)
 
-    # SGLang's options by their `--json` names (None for a family without them).
+    # SGLang's fields of the `--json` report, kept by name for the library's callers (None, or
+    # "" for a reason, on a target of a family without them).
     @property
     def convention(self) -> Any:
         """The convention of the search that gave the verdict."""
-        return self._option("convention")
+        return self._field("convention")
 
     @property
     def convention_reason(self) -> str:
-        """Why the verdict is judged by that convention (`reason`)."""
+        """Why the verdict is judged under its options (`reason`; a counterexample file keeps
+        it under this name, which predates families)."""
         return self.reason
 
     @property
     def global_counters(self) -> Any:
         """How the batch-global counters were judged."""
-        return self._option("global_counters")
+        return self._field("global_counters")
 
     @property
     def adaptive(self) -> Any:
         """Whether strides switched between launch and delivery."""
-        return self._option("adaptive")
+        return self._field("adaptive")
 
     @property
     def adaptive_reason(self) -> str:
-        """Why adaptive switching was on or off (the options' `adaptive_reason`)."""
-        return adaptive_reason(self.options)
+        """Why adaptive switching was on or off."""
+        return str(self._field("adaptive_reason") or "")
 
     @property
     def stopped(self) -> str | None:
@@ -152,13 +153,6 @@ class Verdict:
     def verdict(self) -> str:
         """`pass` or `fail`: the `verdict` field of `--json` reports."""
         return "pass" if self.passed else "fail"
-
-
-def adaptive_reason(options: JudgingOptions) -> str:
-    """Why adaptive switching is on or off under `options`, where its family says so (SGLang's
-    record carries it beside its options); "" where it does not."""
-    reason = getattr(options, "adaptive_reason", "")
-    return reason if isinstance(reason, str) else ""
 
 
 class _ViolationFound(Exception):

@@ -6,11 +6,11 @@ from kvcheck.families.sglang.judge import SglangJudge
 from kvcheck.families.sglang.loading import SglangTargets
 from kvcheck.families.sglang.mutants import SglangMutants
 from kvcheck.families.sglang.reporting import SglangReporter
-from kvcheck.families.sglang.scenario import SglangScenarios
+from kvcheck.families.sglang.scenario import FAMILY_NAME, SglangScenarios
 from kvcheck.families.sglang.search import SglangMoves
 
 FAMILY = Family(
-    name="sglang",
+    name=FAMILY_NAME,
     scenarios=SglangScenarios(),
     judge=SglangJudge(),
     targets=SglangTargets(),

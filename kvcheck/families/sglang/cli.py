@@ -144,19 +144,45 @@ def describe(options: SglangJudging, reason: str) -> str:
     return f"{reason}; {overlap}adaptive {'on' if options.adaptive else 'off'}"
 
 
-def verdict_lines(options: SglangJudging, reason: str, shape: ApiShape | None) -> list[str]:
-    """`kvcheck check`'s lines on the convention (and why), the other options, and the API
-    shape the probe showed (None: not probed)."""
-    auto = options.adaptive_reason.startswith("auto")
-    lines = [
+def _options_lines(options: SglangJudging, reason: str, adaptive_reason: str) -> list[str]:
+    """The convention (and why) and the other options, adaptive switching's reason shown when
+    `adaptive_reason` is given."""
+    return [
         f"convention  {options.convention}  ({reason})",
         f"options     global counters {options.global_counters}, "
         f"adaptive {'on' if options.adaptive else 'off'}"
-        + (f" ({options.adaptive_reason})" if auto else ""),
+        + (f" ({adaptive_reason})" if adaptive_reason else ""),
     ]
+
+
+def verdict_lines(options: SglangJudging, reason: str, shape: ApiShape | None) -> list[str]:
+    """`kvcheck check`'s lines on the convention (and why), the other options, and the API
+    shape the probe showed (None: not probed). Adaptive switching's reason is shown when the
+    target's shape decided it, not when it was given."""
+    auto = options.adaptive_reason.startswith("auto")
+    lines = _options_lines(options, reason, options.adaptive_reason if auto else "")
     if shape is not None:
         lines.append(f"api shape   {shape.summary()}")
     return lines
+
+
+def campaign_lines(options: SglangJudging, reason: str) -> list[str]:
+    """`kvcheck fuzz`'s lines on the convention (and why) and the other options: as `check`'s,
+    with adaptive switching's reason shown when it was given too ("given")."""
+    return _options_lines(options, reason, options.adaptive_reason)
+
+
+def report_fields(options: SglangJudging, reason: str) -> dict[str, Any]:
+    """SGLang's fields of `check`'s and `fuzz`'s `--json` reports, as they were before the
+    generic `family` and `options`: the convention and why, the counter mode, adaptive
+    switching and why."""
+    return {
+        "convention": options.convention,
+        "convention_reason": reason,
+        "global_counters": options.global_counters,
+        "adaptive": options.adaptive,
+        "adaptive_reason": options.adaptive_reason,
+    }
 
 
 # --- tables and releases --------------------------------------------------------------------
@@ -202,5 +228,7 @@ class SglangFrontDoor:
     plugin_items = staticmethod(plugin_items)
     describe = staticmethod(describe)
     verdict_lines = staticmethod(verdict_lines)
+    campaign_lines = staticmethod(campaign_lines)
+    report_fields = staticmethod(report_fields)
     spellings_table = staticmethod(spellings_table)
     releases: Final = SglangReleases()

@@ -35,6 +35,7 @@ from kvcheck.core.target import CodeSpan, Target
 from kvcheck.families.sglang.allocation_rules import RULES
 from kvcheck.families.sglang.engine import Engine
 from kvcheck.families.sglang.scenario import (
+    FAMILY_NAME,
     Admit,
     Algorithm,
     AllocationRule,
@@ -389,5 +390,13 @@ def probe_target(
     # A resolver may bring its own allocation path (the corpus's allocation mutants do).
     allocation = getattr(resolver, "kvcheck_allocation", None)
     return Target(
-        spec, resolver, description, methods, shape, code, allocation=allocation, deadline=deadline
+        spec,
+        resolver,
+        description,
+        methods,
+        shape,
+        code,
+        allocation=allocation,
+        deadline=deadline,
+        family=FAMILY_NAME,
     )

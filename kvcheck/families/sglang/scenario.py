@@ -54,6 +54,9 @@ Convention: TypeAlias = Literal["preclaim", "honest"]
 # the EAGLE family and n-gram share EAGLE's result layout; DFLASH (0.5.14+) never pre-claims;
 # UNO (0.5.20+) has two non-draft tokens per row and rows one token wider than the draft count.
 Algorithm: TypeAlias = Literal["eagle", "eagle3", "ngram", "dflash", "uno"]
+# The name SGLang's family is registered under (`kvcheck.core.family.FAMILIES`), which its
+# targets and corpus entries carry.
+FAMILY_NAME: Final = "sglang"
 ALGORITHMS: Final[tuple[Algorithm, ...]] = ("eagle", "eagle3", "ngram", "dflash", "uno")
 GlobalCounterMode: TypeAlias = Literal["ideal", "sglang", "off"]
 CONVENTIONS: Final[tuple[Convention, ...]] = ("preclaim", "honest")

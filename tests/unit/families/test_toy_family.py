@@ -167,6 +167,7 @@ def test_the_kill_matrix_runs_the_toy_corpus(
     )
     assert mutant["shrunk_length"] == mutant["exhaustive_length"] == 1
     assert mutant["max_limit"] == 4
+    assert (mutant["family"], mutant["options"]) == ("toy", {"max_limit": 4})
     assert (rewrite["name"], rewrite["passed"]) == ("clamp-by-branch", True)
     code, out, _ = run_cli(capsys, "mutants", "--list", *only)
     assert code == 0 and out.splitlines()[0].split()[:3] == ["mutant", "unclamped", "toy-count"]

@@ -434,6 +434,14 @@ class ToyFrontDoor:
         return [f"judged      on {reason}"]
 
     @staticmethod
+    def campaign_lines(options: ToyJudging, reason: str) -> list[str]:
+        return [f"judged      on {reason} by every worker"]
+
+    @staticmethod
+    def report_fields(options: ToyJudging, reason: str) -> dict[str, Any]:
+        return {}
+
+    @staticmethod
     def spellings_table() -> None:
         return None
 

@@ -46,7 +46,15 @@ def test_the_list_shows_the_familys_own_columns(capsys: pytest.CaptureFixture[st
         assert main(["mutants", "--list", "--only", "toy-reference"]) == 0
         line = capsys.readouterr().out
     spec = "kvcheck.mutants:toy_reference"
-    row = {"name": "toy-reference", "kind": "rewrite", "flavour": "toy", "spec": spec}
+    options = {"convention": "preclaim", "global_counters": "ideal", "adaptive": False}
+    row = {
+        "name": "toy-reference",
+        "kind": "rewrite",
+        "flavour": "toy",
+        "spec": spec,
+        "family": toy_corpus.NAME,
+        "options": options | {"overlap": None},
+    }
     assert listed == {"entries": [row]}
     assert line == "toy rewrite toy-reference\n"
 
@@ -102,6 +110,7 @@ def _shrunk_above_minimum(**changes: Any) -> Row:
         "exhaustive_invariants": ("runs-aligned",),
         "exhaustive_events": (admit,),
         "exhaustive_config": {"overlap": False},
+        "family": "sglang",
     }
     return Row(**{**fields, **changes})
 

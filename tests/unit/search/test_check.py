@@ -87,7 +87,7 @@ def test_auto_falls_back_to_the_other_convention_and_says_so() -> None:
         ", but it fails under preclaim; it passes under honest"
     )
     (first,) = verdict.other_outcomes
-    assert first.convention == "preclaim" and first.failure is not None
+    assert first.options.to_dict()["convention"] == "preclaim" and first.failure is not None
     assert first.failure.violation is not None
     # Judged as pre-claim it is one short on a live row, or does not give a finished request's
     # slot back.
@@ -101,7 +101,7 @@ def test_auto_reports_the_first_convention_when_both_fail() -> None:
     assert verdict.convention == SEED_PREFIX.shape.convention == "preclaim"
     assert verdict.convention_reason.endswith("; it also fails under honest")
     (other,) = verdict.other_outcomes
-    assert other.convention == "honest" and other.failure is not None
+    assert other.options.to_dict()["convention"] == "honest" and other.failure is not None
 
 
 def test_a_given_convention_is_searched_alone() -> None:

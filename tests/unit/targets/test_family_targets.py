@@ -56,8 +56,8 @@ class ToyTargets:
             resolver = globals().get(spec.removeprefix("toyt:"))
             if resolver is None:
                 raise TargetLoadError(f"no toy target {spec!r}")
-        # Left as the default family on purpose: the dispatcher names the family that loaded it.
-        return Target(spec, resolver, "a toy", {}, shape=None, deadline=deadline)
+        # Named as the toy's on purpose: the dispatcher names the family that loaded it.
+        return Target(spec, resolver, "a toy", {}, shape=None, deadline=deadline, family="toy")
 
     @staticmethod
     def spec_path(spec: str) -> str | None:

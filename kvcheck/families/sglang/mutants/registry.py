@@ -16,6 +16,7 @@ from kvcheck.families.sglang.mutants.generations import Generation, resolver_cal
 from kvcheck.families.sglang.probe import probe_target
 from kvcheck.families.sglang.scenario import (
     CONVENTIONS,
+    FAMILY_NAME,
     GLOBAL_COUNTER_MODES,
     Convention,
     GlobalCounterMode,
@@ -30,8 +31,6 @@ SPEC_PREFIX = "mutant:"
 # Entries are importable as `kvcheck.mutants:<python name>`, the form saved in counterexample
 # files, so `kvcheck replay` and `kvcheck check` load them like any other importable target.
 IMPORT_MODULE = "kvcheck.mutants"
-# The family the corpus belongs to (the name of `kvcheck.families.sglang.FAMILY`).
-FAMILY_NAME = "sglang"
 
 
 def python_name(name: str) -> str:
