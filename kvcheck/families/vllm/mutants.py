@@ -225,6 +225,9 @@ class Entry:
     summary: str
     placeholder_drafts: bool = False
     shrink_note: str = ""
+    # What its shortest counterexample needs of the exhaustive bounds beyond the conformance
+    # suite's (`search.CONFORMANCE_BOUNDS`), as `VllmBounds` fields (`widened` reads them).
+    needs: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
 
 
 CORPUS: Final[tuple[Entry, ...]] = (
@@ -235,6 +238,8 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-counters",
         "vllm#46066 (row 1)",
         "stale frames roll their rejected drafts back off the resumed request",
+        # A reset beside a second request at depth 2 (the shortest, 7 events).
+        needs={"requests": 2, "depths": (2,), "events": 7},
     ),
     Entry(
         "no-stale-marking",
@@ -259,6 +264,9 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-identity",
         "vllm#48245 (row 3)",
         "a preempted request resumes before its stale output is delivered",
+        # Two requests that preempt each other at depth 3, 9 events (a smaller budget and
+        # shorter outputs keep the states fewer).
+        needs={"requests": 2, "depths": (3,), "events": 9, "budget": 8, "max_tokens": 8},
     ),
     Entry(
         "token-counted-discard",
@@ -284,6 +292,15 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm#37159/#40768/#46899 (row 7)",
         "-1 drafts of an unscheduled request survive",
         placeholder_drafts=True,
+        # The V1 runner and a budget of one decode (1 + k), so a second request sits a step out.
+        needs={
+            "requests": 2,
+            "depths": (2,),
+            "budget": 3,
+            "num_spec_tokens": 2,
+            "prompt_len": 1,
+            "max_tokens": 8,
+        },
     ),
     Entry(
         "rejection-computed-only",
@@ -346,6 +363,41 @@ MUTANTS: Final[Mapping[str, Entry]] = {entry.name: entry for entry in CORPUS}
 
 
 MUTANT_PREFIX: Final = "vllm-mutant:"
+
+# Per invariant, the mutant the conformance suite finds it on (tests/unit/families/
+# test_conformance.py): of the entries that break it, the one the exhaustive search reaches
+# soonest within `VllmMoves.conformance_bounds` widened by the entry's `needs`. Every vLLM
+# invariant has one.
+CONFORMANCE_MUTANTS: Final[Mapping[str, str]] = {
+    "vllm-no-exception": "preempt-assumes-idle",
+    "vllm-launch": "no-length-clamp",
+    "vllm-counters": "stale-rejection",
+    "vllm-in-flight": "in-flight-after-drop",
+    "vllm-reservation": "no-stale-marking",
+    "vllm-identity": "no-stale-gate",
+    "vllm-exactly-once": "token-counted-discard",
+    "vllm-pool": "freed-twice",
+    "vllm-placeholder-drafts": "placeholder-survivors",
+    "vllm-quiescence": "finished-kept",
+}
+
+
+def widened(bounds: Any, needs: Mapping[str, Any]) -> Any:
+    """`bounds` (a `VllmBounds`) widened by what an entry `needs`: at least its events and
+    requests, its depths added, its pool preempting if it asks, and its engine and request
+    lengths (single values) as it gives them."""
+    if not needs:
+        return bounds
+    changes = dict(needs)
+    if "events" in needs and bounds.events is not None:
+        changes["events"] = max(bounds.events, needs["events"])
+    if "requests" in needs:
+        changes["requests"] = max(bounds.requests, needs["requests"])
+    if "depths" in needs:
+        changes["depths"] = tuple(sorted({*bounds.depths, *needs["depths"]}))
+    if "preemption" in needs:
+        changes["preemption"] = bounds.preemption or needs["preemption"]
+    return attrs.evolve(bounds, **changes)
 
 
 @attrs.frozen
@@ -447,8 +499,19 @@ class VllmMutants:
 
     @staticmethod
     def bounds_for(target: Target, bounds: Any) -> Any:
-        """See `kvcheck.core.family.Mutants.bounds_for`."""
-        return bounds
+        """`bounds` widened by what the corpus entry `target` needs (`Entry.needs`); other
+        targets' bounds are left as they are."""
+        entry = (
+            MUTANTS.get(target.spec.removeprefix(MUTANT_PREFIX))
+            if target.spec.startswith(MUTANT_PREFIX)
+            else None
+        )
+        return bounds if entry is None else widened(bounds, entry.needs)
+
+    def conformance_mutant(self, invariant: str) -> VllmMutantEntry | None:
+        """The mutant the conformance suite finds `invariant` on (`CONFORMANCE_MUTANTS`)."""
+        name = CONFORMANCE_MUTANTS.get(invariant)
+        return None if name is None else self.get(name)
 
     @staticmethod
     def shrink_gap(
