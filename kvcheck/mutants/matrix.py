@@ -95,6 +95,9 @@ class Row:
     exhaustive_config: dict[str, Any] | None = None
     shrink_note: str = ""
     family: str = DEFAULT_FAMILY
+    # The bounds the exhaustive minimum was looked for within, in words: the family's
+    # `minimum_bounds` widened for this entry (`bounds_for`); "" when none was looked for.
+    exhaustive_bounds: str = ""
 
     @property
     def invariant_matches(self) -> bool | None:
@@ -117,10 +120,8 @@ class Row:
         if ratio is None or ratio == 1.0:
             return ""
         if ratio < 1.0:
-            return (
-                "the search found a counterexample outside the exhaustive bounds "
-                f"({minimum_bounds(self.family).describe()})"
-            )
+            bounds = self.exhaustive_bounds or minimum_bounds(self.family).describe()
+            return f"the search found a counterexample outside the exhaustive bounds ({bounds})"
         if self.shrink_note:
             return self.shrink_note
         return shrink_gap_reason(self)
@@ -141,7 +142,9 @@ class Row:
         """The row as a `kvcheck mutants --json` object, the family's columns after the kind,
         with status, ratio and reason added."""
         fields = attrs.asdict(self)
-        columns, _ = fields.pop("columns"), fields.pop("family")
+        # The family and the bounds' words stay out of the JSON (its fields are a contract);
+        # `shrink_reason` says the bounds where they matter.
+        columns, _, _ = fields.pop("columns"), fields.pop("family"), fields.pop("exhaustive_bounds")
         name, kind = fields.pop("name"), fields.pop("kind")
         data: dict[str, Any] = jsonable({"name": name, "kind": kind, **columns, **fields})
         data["status"] = self.status
@@ -316,6 +319,7 @@ def run_entry(
             if minimum.counterexample is not None
             else None,
             exhaustive_seconds=minimum.seconds,
+            exhaustive_bounds=minimum.bounds.describe(),
         )
     return row
 

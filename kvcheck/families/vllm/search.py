@@ -19,6 +19,7 @@ from kvcheck.arguments import non_negative_int, positive_int
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.vllm.distribution import verdict_lines
 from kvcheck.families.vllm.engine import VllmEngine
 from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.model import VllmModel
@@ -32,6 +33,7 @@ from kvcheck.families.vllm.scenario import (
     VllmConfig,
     VllmEvent,
 )
+from kvcheck.wording import plural
 
 # The engine each depth is reached with (`scenario.batch_queue_depth`).
 _DEPTH_ENGINES: Final[Mapping[int, tuple[str, int]]] = {2: ("v1", 1), 3: ("v2", 2), 4: ("v2", 3)}
@@ -142,7 +144,8 @@ class VllmBounds:
     def describe(self) -> str:
         """The bounds in one line."""
         return (
-            f"up to {self.events} events, {self.requests} requests (prompt {self.prompt_len}, "
+            f"up to {self.events} events, {plural(self.requests, 'request')} "
+            f"(prompt {self.prompt_len}, "
             f"up to {self.max_tokens} outputs), depths {', '.join(map(str, self.depths))}, "
             f"k {self.num_spec_tokens}, budget {self.budget}, "
             f"{'a pool that preempts' if self.preemption else 'a roomy pool'}"
@@ -410,8 +413,5 @@ class VllmMoves:
 
     @staticmethod
     def describe_options(options: VllmJudging, reasons: Mapping[str, str]) -> list[str]:
-        """See `kvcheck.core.family.Moves.describe_options`."""
-        return [
-            f"placeholder drafts: {'judged' if options.placeholder_drafts else 'not judged'} "
-            f"({reasons.get('placeholder_drafts', 'default')})"
-        ]
+        """The exhaust report's line on the options, as `kvcheck check` words it."""
+        return verdict_lines(options, reasons.get("placeholder_drafts", "default"), None)
