@@ -98,6 +98,9 @@ class Row:
     family: str = attrs.field(kw_only=True)
     # The options the entry is judged under, as JSON (`JudgingOptions.to_dict`).
     options: Mapping[str, Any] = attrs.field(factory=dict)
+    # The bounds the exhaustive minimum was looked for within, in words: the family's
+    # `minimum_bounds` widened for this entry (`bounds_for`); "" when none was looked for.
+    exhaustive_bounds: str = ""
 
     @property
     def invariant_matches(self) -> bool | None:
@@ -120,10 +123,8 @@ class Row:
         if ratio is None or ratio == 1.0:
             return ""
         if ratio < 1.0:
-            return (
-                "the search found a counterexample outside the exhaustive bounds "
-                f"({minimum_bounds(self.family).describe()})"
-            )
+            bounds = self.exhaustive_bounds or minimum_bounds(self.family).describe()
+            return f"the search found a counterexample outside the exhaustive bounds ({bounds})"
         if self.shrink_note:
             return self.shrink_note
         return shrink_gap_reason(self)
@@ -147,6 +148,9 @@ class Row:
         fields = attrs.asdict(self)
         columns, family_name = fields.pop("columns"), fields.pop("family")
         options = fields.pop("options")
+        # The bounds' words stay out of the JSON (its fields are a contract); `shrink_reason`
+        # says the bounds where they matter.
+        fields.pop("exhaustive_bounds")
         name, kind = fields.pop("name"), fields.pop("kind")
         data: dict[str, Any] = jsonable({"name": name, "kind": kind, **columns, **fields})
         data["status"] = self.status
@@ -324,6 +328,7 @@ def run_entry(
             if minimum.counterexample is not None
             else None,
             exhaustive_seconds=minimum.seconds,
+            exhaustive_bounds=minimum.bounds.describe(),
         )
     return row
 

@@ -12,12 +12,13 @@ options are unit tests (tests/unit/mutants/, tests/unit/cli/test_mutants_command
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from kvcheck.families.sglang.search import Bounds
+from kvcheck.core.family import family
 from kvcheck.mutants import BY_NAME, ENTRIES, MUTANTS, REWRITES, report
-from kvcheck.mutants.matrix import Matrix, run_matrix
+from kvcheck.mutants.matrix import Matrix, judged_by, run_matrix
 from kvcheck.search.exhaust import exhaust
 
 # The CI budget: every mutant dies within a few dozen scenarios, so 150 examples mostly cost the
@@ -100,14 +101,14 @@ def test_summary_and_json(kill_matrix: Matrix) -> None:
 # --- rewrites beyond sampling -------------------------------------------------------------------
 
 
+# Short scenarios per family, as its `Moves.bounds` takes them (any family not listed: up to 5
+# events of its default bounds).
+_SHORT_BOUNDS: dict[str, dict[str, Any]] = {"sglang": {"events": 5, "max_new": (1, 2, 4)}}
+
+
 @pytest.mark.parametrize("name", [e.name for e in REWRITES])
 def test_rewrites_pass_exhaustively_on_short_scenarios(name: str) -> None:
     entry = BY_NAME[name]
-    result = exhaust(
-        entry.target(),
-        Bounds(events=5, max_new=(1, 2, 4)),
-        convention=entry.convention,
-        global_counters=entry.global_counters,
-        adaptive=entry.adaptive,
-    )
+    bounds = family(entry.family).moves.bounds(_SHORT_BOUNDS.get(entry.family, {"events": 5}))
+    result = exhaust(entry.target(), bounds, **judged_by(entry.options))
     assert result.verdict == "pass", result.violation

@@ -218,18 +218,23 @@ def label(options: VllmJudging) -> str:
 
 
 def add_options(parser: argparse._ActionsContainer, **wording: Any) -> None:
-    """`--placeholder-drafts`: judge the V1 runner's reading of `-1` drafts."""
+    """`--placeholder-drafts` / `--no-placeholder-drafts`: whether the V1 runner's reading of
+    `-1` drafts is judged (`vllm-placeholder-drafts`); neither: the target decides (a corpus
+    entry's own choice, else not judged)."""
     parser.add_argument(
         "--placeholder-drafts",
-        action="store_true",
-        default=False,
-        help="vLLM: judge `-1` draft placeholders scheduled after a gap (V1 runner)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="judge `-1` draft placeholders scheduled after a gap, under the V1 runner "
+        "(vllm-placeholder-drafts; docs/vllm.md) (default: a vllm-mutant:NAME entry's own, "
+        "else not judged)",
     )
 
 
 def requested(args: argparse.Namespace) -> dict[str, Any]:
-    """The options the flags ask for."""
-    return {"placeholder_drafts": bool(getattr(args, "placeholder_drafts", False))}
+    """The options the flags ask for; one left to the target (None) is left out."""
+    drafts = args.placeholder_drafts
+    return {} if drafts is None else {"placeholder_drafts": drafts}
 
 
 def add_plugin_options(group: Any) -> None:
@@ -237,21 +242,32 @@ def add_plugin_options(group: Any) -> None:
     group.addoption(
         "--kvcheck-placeholder-drafts",
         dest="kvcheck_placeholder_drafts",
-        action="store_true",
-        default=False,
-        help="vLLM: judge `-1` draft placeholders scheduled after a gap (V1 runner)",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="vLLM targets: judge `-1` draft placeholders scheduled after a gap under the V1 "
+        "runner: auto (default: a corpus entry's own choice, else not), on or off",
     )
 
 
 def plugin_items(option: Callable[[str], Any]) -> list[tuple[str, dict[str, Any]]]:
-    """One item: the options the plugin's flags ask for."""
-    drafts = bool(option("kvcheck_placeholder_drafts"))
-    return [("placeholder-drafts" if drafts else "default", {"placeholder_drafts": drafts})]
+    """One item: the search `kvcheck check` runs with the same flag."""
+    chosen = option("kvcheck_placeholder_drafts")
+    if chosen == "auto":
+        return [("auto", {})]
+    return [(f"placeholder-drafts-{chosen}", {"placeholder_drafts": chosen == "on"})]
 
 
 def describe(options: VllmJudging, reason: str) -> str:
-    """How a verdict was judged."""
-    return reason
+    """Whether placeholder drafts were judged, and why."""
+    return (
+        f"placeholder drafts {'judged' if options.placeholder_drafts else 'not judged'} ({reason})"
+    )
+
+
+def verdict_lines(options: VllmJudging, reason: str, shape: Any) -> list[str]:
+    """`kvcheck check`'s line on how a vLLM target was judged (vLLM targets are not probed:
+    `shape` is None)."""
+    return [f"options     {describe(options, reason)}"]
 
 
 class VllmFrontDoor:
@@ -263,6 +279,17 @@ class VllmFrontDoor:
     add_plugin_options = staticmethod(add_plugin_options)
     plugin_items = staticmethod(plugin_items)
     describe = staticmethod(describe)
+    verdict_lines = staticmethod(verdict_lines)
+
+    @staticmethod
+    def campaign_lines(options: VllmJudging, reason: str) -> list[str]:
+        """`kvcheck fuzz`'s line on how every worker judges a vLLM target."""
+        return [f"options     {describe(options, reason)}"]
+
+    @staticmethod
+    def report_fields(options: VllmJudging, reason: str) -> dict[str, Any]:
+        """None of its own: the generic `family` and `options` say everything."""
+        return {}
 
     @staticmethod
     def spellings_table() -> str | None:

@@ -16,36 +16,22 @@ from kvcheck.families.vllm.model import VllmModel
 from kvcheck.families.vllm.mutants import MUTANT_PREFIX, MUTANTS
 from kvcheck.families.vllm.scenario import VllmConfig
 
-# The generic front doors still pass the default family's flags with their defaults (SGLang's
-# `--convention auto`, ...): those values ask nothing of vLLM and are ignored; any other value
-# of them is refused.
-_DEFAULT_FAMILY_DEFAULTS: Final[Mapping[str, object]] = {
-    "convention": "auto",
-    "global_counters": "ideal",
-    "adaptive": None,
-    "overlap": None,
-}
-
 
 def judging(requested: Mapping[str, Any], target: Target) -> Judging:
-    """The options `target` is judged under: `placeholder_drafts` as asked (default off)."""
-    asked = dict(requested)
-    for name, default in _DEFAULT_FAMILY_DEFAULTS.items():
-        if name in asked and asked[name] == default:
-            del asked[name]
-    unknown = sorted(set(asked) - {"placeholder_drafts"})
+    """The options `target` is judged under: `placeholder_drafts` as asked, else a corpus
+    entry's own choice, else off. The reason is a few words (`describe` puts it after whether
+    drafts are judged)."""
+    unknown = sorted(set(requested) - {"placeholder_drafts"})
     if unknown:
         raise KvcheckUsageError(
             f"judging option(s) {', '.join(unknown)} are not vLLM's; its only one is "
             "placeholder_drafts"
         )
-    if "placeholder_drafts" in asked:
-        drafts = bool(asked["placeholder_drafts"])
-        reason = f"placeholder drafts {'judged' if drafts else 'not judged'} (given)"
-    else:
-        drafts = _entry_judges_drafts(target.spec)
-        reason = "placeholder drafts judged (the corpus entry's)" if drafts else "default options"
-    return Judging(VllmJudging(drafts), reason)
+    if "placeholder_drafts" in requested:
+        return Judging(VllmJudging(bool(requested["placeholder_drafts"])), "given")
+    if _entry_judges_drafts(target.spec):
+        return Judging(VllmJudging(True), "the corpus entry's")
+    return Judging(VllmJudging(False), "default")
 
 
 def _entry_judges_drafts(spec: str) -> bool:

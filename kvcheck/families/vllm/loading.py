@@ -20,7 +20,9 @@ from kvcheck.families.vllm.mutants import MUTANT_PREFIX, MUTANTS
 
 BUILTIN_PREFIX: Final = "builtin:vllm-"
 
-DEFAULT_TARGETS: Final = ("builtin:vllm-reference",)
+# kvcheck's own scheduler written from the semantics: every search must pass it.
+CORRECT_BUILTIN: Final = "builtin:vllm-reference"
+DEFAULT_TARGETS: Final = (CORRECT_BUILTIN,)
 
 
 def real_targets() -> ModuleType | None:
@@ -78,6 +80,7 @@ class VllmTargets:
     """vLLM's `TargetLoader`."""
 
     default_specs: Final = DEFAULT_TARGETS
+    correct_builtin: Final = CORRECT_BUILTIN
     stand_ins: Final[dict[tuple[str, str], object]] = {}
     resolver_parameters: Final = ("settings",)
     claims = staticmethod(claims)

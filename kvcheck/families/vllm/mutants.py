@@ -225,6 +225,9 @@ class Entry:
     summary: str
     placeholder_drafts: bool = False
     shrink_note: str = ""
+    # What its shortest counterexample needs of the exhaustive bounds beyond the conformance
+    # suite's (`search.CONFORMANCE_BOUNDS`), as `VllmBounds` fields (`widened` reads them).
+    needs: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
 
 
 CORPUS: Final[tuple[Entry, ...]] = (
@@ -235,6 +238,8 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-counters",
         "vllm#46066 (row 1)",
         "stale frames roll their rejected drafts back off the resumed request",
+        # A reset beside a second request at depth 2 (the shortest, 7 events).
+        needs={"requests": 2, "depths": (2,), "events": 7},
     ),
     Entry(
         "no-stale-marking",
@@ -259,6 +264,9 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-identity",
         "vllm#48245 (row 3)",
         "a preempted request resumes before its stale output is delivered",
+        # Two requests that preempt each other at depth 3, 9 events (a smaller budget and
+        # shorter outputs keep the states fewer).
+        needs={"requests": 2, "depths": (3,), "events": 9, "budget": 8, "max_tokens": 8},
     ),
     Entry(
         "token-counted-discard",
@@ -267,6 +275,8 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-exactly-once",
         "vllm#49620/#49860 (rows 4, 6)",
         "a reset's discard count is in tokens, spent per frame",
+        shrink_note="a local minimum of the shrinker: the shortest form (5 events) drains after "
+        "the reset, the shrunk one steps, and no single deletion turns steps into a drain",
     ),
     Entry(
         "final-chunk-unreserved",
@@ -275,6 +285,8 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-reservation",
         "vllm#57562 class (row 5)",
         "the last chunk of a chunked prompt reserves no placeholder",
+        # A prompt the budget splits into chunks.
+        needs={"prompt_len": 13, "budget": 6, "num_spec_tokens": 0, "max_tokens": 1},
     ),
     Entry(
         "placeholder-survivors",
@@ -284,14 +296,28 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm#37159/#40768/#46899 (row 7)",
         "-1 drafts of an unscheduled request survive",
         placeholder_drafts=True,
+        # The V1 runner and a budget of one decode (1 + k), so a second request sits a step out.
+        needs={
+            "requests": 2,
+            "depths": (2,),
+            "budget": 3,
+            "num_spec_tokens": 2,
+            "prompt_len": 1,
+            "max_tokens": 2,
+        },
     ),
     Entry(
         "rejection-computed-only",
         "mutant",
         RejectionOffComputedOnly,
-        "vllm-identity",
+        # The shortest counterexamples (2 events) break the reservation first: the PH the
+        # rejections left makes the next launch reserve more than the runner returns. The
+        # search often finds the identity broken first, on a longer scenario.
+        "vllm-reservation",
         "new",
         "rejected drafts come off C but not PH",
+        shrink_note="the search first hits vllm-identity on a longer scenario, and the shrinker "
+        "keeps the invariant it found; the shortest counterexamples break vllm-reservation",
     ),
     Entry(
         "no-length-clamp",
@@ -308,6 +334,11 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-exactly-once",
         "survey §2.5",
         "tokens after a stop inside a frame are kept",
+        # Short outputs, so the length stop falls inside a frame of drafts within a few steps.
+        needs={"prompt_len": 1, "max_tokens": 3},
+        shrink_note="a local minimum of the shrinker: the shortest form (4 events) drains, the "
+        "drawn one runs longer outputs step by step, and no single deletion or simplification "
+        "of it still fails",
     ),
     Entry(
         "in-flight-after-drop",
@@ -346,6 +377,41 @@ MUTANTS: Final[Mapping[str, Entry]] = {entry.name: entry for entry in CORPUS}
 
 
 MUTANT_PREFIX: Final = "vllm-mutant:"
+
+# Per invariant, the mutant the conformance suite finds it on (tests/unit/families/
+# test_conformance.py): of the entries that break it, the one the exhaustive search reaches
+# soonest within `VllmMoves.conformance_bounds` widened by the entry's `needs`. Every vLLM
+# invariant has one.
+CONFORMANCE_MUTANTS: Final[Mapping[str, str]] = {
+    "vllm-no-exception": "preempt-assumes-idle",
+    "vllm-launch": "no-length-clamp",
+    "vllm-counters": "stale-rejection",
+    "vllm-in-flight": "in-flight-after-drop",
+    "vllm-reservation": "no-stale-marking",
+    "vllm-identity": "no-stale-gate",
+    "vllm-exactly-once": "token-counted-discard",
+    "vllm-pool": "freed-twice",
+    "vllm-placeholder-drafts": "placeholder-survivors",
+    "vllm-quiescence": "finished-kept",
+}
+
+
+def widened(bounds: Any, needs: Mapping[str, Any]) -> Any:
+    """`bounds` (a `VllmBounds`) widened by what an entry `needs`: at least its events and
+    requests, its depths added, its pool preempting if it asks, and its engine and request
+    lengths (single values) as it gives them."""
+    if not needs:
+        return bounds
+    changes = dict(needs)
+    if "events" in needs and bounds.events is not None:
+        changes["events"] = max(bounds.events, needs["events"])
+    if "requests" in needs:
+        changes["requests"] = max(bounds.requests, needs["requests"])
+    if "depths" in needs:
+        changes["depths"] = tuple(sorted({*bounds.depths, *needs["depths"]}))
+    if "preemption" in needs:
+        changes["preemption"] = bounds.preemption or needs["preemption"]
+    return attrs.evolve(bounds, **changes)
 
 
 @attrs.frozen
@@ -447,8 +513,19 @@ class VllmMutants:
 
     @staticmethod
     def bounds_for(target: Target, bounds: Any) -> Any:
-        """See `kvcheck.core.family.Mutants.bounds_for`."""
-        return bounds
+        """`bounds` widened by what the corpus entry `target` needs (`Entry.needs`); other
+        targets' bounds are left as they are."""
+        entry = (
+            MUTANTS.get(target.spec.removeprefix(MUTANT_PREFIX))
+            if target.spec.startswith(MUTANT_PREFIX)
+            else None
+        )
+        return bounds if entry is None else widened(bounds, entry.needs)
+
+    def conformance_mutant(self, invariant: str) -> VllmMutantEntry | None:
+        """The mutant the conformance suite finds `invariant` on (`CONFORMANCE_MUTANTS`)."""
+        name = CONFORMANCE_MUTANTS.get(invariant)
+        return None if name is None else self.get(name)
 
     @staticmethod
     def shrink_gap(

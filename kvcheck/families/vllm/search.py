@@ -15,9 +15,11 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.arguments import non_negative_int, positive_int
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.vllm.distribution import verdict_lines
 from kvcheck.families.vllm.engine import VllmEngine
 from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.model import VllmModel
@@ -31,6 +33,7 @@ from kvcheck.families.vllm.scenario import (
     VllmConfig,
     VllmEvent,
 )
+from kvcheck.wording import plural
 
 # The engine each depth is reached with (`scenario.batch_queue_depth`).
 _DEPTH_ENGINES: Final[Mapping[int, tuple[str, int]]] = {2: ("v1", 1), 3: ("v2", 2), 4: ("v2", 3)}
@@ -123,19 +126,28 @@ def renamed(scenario: Scenario) -> Scenario:
 
 @attrs.frozen
 class VllmBounds:
-    """What `kvcheck exhaust` enumerates for vLLM."""
+    """What `kvcheck exhaust` enumerates for vLLM: up to `requests` requests of `prompt_len`
+    prompt tokens and `max_tokens` outputs, on one engine per batch-queue depth in `depths`
+    (k drafts, a step budget of `budget` tokens), with a pool that preempts or one roomy
+    enough not to."""
 
-    events: int | None = 9
+    # 8, as SGLang's: `kvcheck exhaust` shares the `--events` flag, and its default is SGLang's.
+    events: int | None = 8
     requests: int = 2
     depths: tuple[int, ...] = (2, 3)
     preemption: bool = True
     num_spec_tokens: int = 3
+    budget: int = 16
+    prompt_len: int = 4
+    max_tokens: int = 12
 
     def describe(self) -> str:
         """The bounds in one line."""
         return (
-            f"up to {self.events} events, {self.requests} requests, depths "
-            f"{', '.join(map(str, self.depths))}, k {self.num_spec_tokens}, "
+            f"up to {self.events} events, {plural(self.requests, 'request')} "
+            f"(prompt {self.prompt_len}, "
+            f"up to {self.max_tokens} outputs), depths {', '.join(map(str, self.depths))}, "
+            f"k {self.num_spec_tokens}, budget {self.budget}, "
             f"{'a pool that preempts' if self.preemption else 'a roomy pool'}"
         )
 
@@ -151,11 +163,37 @@ def bounds(values: Mapping[str, Any]) -> VllmBounds:
     if unknown:
         raise KvcheckUsageError(f"unknown vLLM exhaust bound(s): {', '.join(unknown)}")
     made = VllmBounds(**values)
-    if any(depth not in _DEPTH_ENGINES for depth in made.depths):
-        raise KvcheckUsageError("vLLM depths are 2, 3 or 4")
+    problems = []
+    if not made.depths or any(depth not in _DEPTH_ENGINES for depth in made.depths):
+        problems.append(f"depths are 2, 3 or 4, got {made.depths}")
     if not 1 <= made.requests <= 4:
-        raise KvcheckUsageError("vLLM exhaust takes 1 to 4 requests")
+        problems.append(f"requests must be in 1..4, got {made.requests}")
+    if made.events is not None and made.events < 1:
+        problems.append(f"events must be at least 1, got {made.events}")
+    if not 0 <= made.num_spec_tokens < made.budget:
+        problems.append(
+            f"k must be in 0..budget-1, got k {made.num_spec_tokens} and budget {made.budget}"
+        )
+    if not 1 <= made.prompt_len < _MAX_MODEL_LEN:
+        problems.append(f"prompt_len must be in 1..{_MAX_MODEL_LEN - 1}, got {made.prompt_len}")
+    if made.max_tokens < 1:
+        problems.append(f"max_tokens must be at least 1, got {made.max_tokens}")
+    if problems:
+        raise KvcheckUsageError("vLLM exhaust bounds: " + "; ".join(problems))
     return made
+
+
+# The engine every exhaustive search runs on: a request fills at most 4 blocks of 4 tokens, and
+# a pool of 5 usable blocks makes a second request preempt the first.
+_MAX_MODEL_LEN: Final = 16
+_BLOCK_SIZE: Final = 4
+_PREEMPTING_BLOCKS: Final = 5
+
+# The conformance suite's bounds (`Moves.conformance_bounds`): one request at depth 3, within
+# which the correct built-in clears in a few hundredths of a second and most invariants'
+# conformance mutants are caught; a mutant that needs more (a second request, the V1 runner
+# and a starving budget) is widened by `VllmMutants.bounds_for` from its corpus entry.
+CONFORMANCE_BOUNDS: Final = VllmBounds(events=6, requests=1, depths=(3,))
 
 
 def start_configs(bounds: VllmBounds, options: VllmJudging) -> list[VllmConfig]:
@@ -165,11 +203,16 @@ def start_configs(bounds: VllmBounds, options: VllmJudging) -> list[VllmConfig]:
         runner, pp_size = _DEPTH_ENGINES[depth]
         configs.append(
             VllmConfig(
-                num_blocks=(5 if bounds.preemption else 4 * bounds.requests) + 1,
-                block_size=4,
-                max_num_scheduled_tokens=16,
+                num_blocks=(
+                    _PREEMPTING_BLOCKS
+                    if bounds.preemption
+                    else -(-_MAX_MODEL_LEN // _BLOCK_SIZE) * bounds.requests
+                )
+                + 1,
+                block_size=_BLOCK_SIZE,
+                max_num_scheduled_tokens=bounds.budget,
                 max_num_seqs=4,
-                max_model_len=16,
+                max_model_len=_MAX_MODEL_LEN,
                 num_spec_tokens=bounds.num_spec_tokens,
                 runner=runner,  # type: ignore[arg-type]
                 pp_size=pp_size,
@@ -186,12 +229,12 @@ def expand(
     steps: int,
     child: Callable[[Any], Any],
 ) -> Sequence[VllmEvent]:
-    """From a state: add the next request (prompt 4, up to 12 outputs), a step rejecting or
-    accepting every draft, an abort of each live request, a reset, or a drain."""
+    """From a state: add the next request (the bounds' prompt and output lengths), a step
+    rejecting or accepting every draft, an abort of each live request, a reset, or a drain."""
     events: list[VllmEvent] = []
     added = len(model.outputs)
     if added < bounds.requests:
-        events.append(Add(f"r{added}", 4, 12))
+        events.append(Add(f"r{added}", bounds.prompt_len, bounds.max_tokens))
     events.append(Step(0))
     if config.num_spec_tokens:
         events.append(Step(config.num_spec_tokens))
@@ -207,35 +250,96 @@ def counts_as_step(event: VllmEvent) -> bool:
     return isinstance(event, Step | Drain)
 
 
+def _depths(text: str) -> tuple[int, ...]:
+    """A comma-separated list of batch-queue depths (2, 3, 4)."""
+    try:
+        depths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        depths = ()
+    if not depths or any(depth not in _DEPTH_ENGINES for depth in depths):
+        raise argparse.ArgumentTypeError(f"expected depths from 2, 3, 4 as D,D; got {text!r}")
+    return depths
+
+
 def add_bounds_options(parser: argparse._ActionsContainer) -> None:
-    """vLLM's bounds flags for `kvcheck exhaust`."""
-    parser.add_argument("--vllm-depths", default="2,3", help="vLLM: batch queue depths (2,3,4)")
-    parser.add_argument("--vllm-requests", type=int, default=2, help="vLLM: requests (1-4)")
+    """`kvcheck exhaust`'s flags for vLLM's bounds, in its own group. `--requests` and
+    `--events` are SGLang's too: shared, they parse as SGLang declares them (its defaults, 2
+    requests and 8 events, are what a vLLM search gets without them)."""
+    default = VllmBounds()
     parser.add_argument(
-        "--vllm-no-preemption", action="store_true", help="vLLM: a pool roomy enough not to preempt"
+        "--requests", type=positive_int, default=default.requests, metavar="N", help="requests"
+    )
+    parser.add_argument(
+        "--events", type=non_negative_int, default=default.events, metavar="N", help="events"
+    )
+    parser.add_argument(
+        "--depths",
+        type=_depths,
+        default=default.depths,
+        metavar="D,D",
+        help="batch-queue depths, one engine each: 2 (V1 runner), 3 and 4 (V2 runner, "
+        f"pipeline 2 and 3) (default: {','.join(map(str, default.depths))})",
+    )
+    parser.add_argument(
+        "--preemption",
+        action=argparse.BooleanOptionalAction,
+        default=default.preemption,
+        help="a pool two requests preempt each other in, or (--no-preemption) one roomy "
+        "enough for every request (default: preemption)",
+    )
+    parser.add_argument(
+        "--spec-tokens",
+        type=non_negative_int,
+        default=default.num_spec_tokens,
+        metavar="K",
+        help=f"draft tokens per decode, k (default: {default.num_spec_tokens})",
+    )
+    parser.add_argument(
+        "--budget",
+        type=positive_int,
+        default=default.budget,
+        metavar="N",
+        help=f"tokens scheduled per step (default: {default.budget})",
+    )
+    parser.add_argument(
+        "--prompt-len",
+        type=positive_int,
+        default=default.prompt_len,
+        metavar="N",
+        help=f"prompt tokens of each request (default: {default.prompt_len})",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=default.max_tokens,
+        metavar="N",
+        help=f"most outputs of each request (default: {default.max_tokens})",
     )
 
 
 def bounds_from_args(args: argparse.Namespace, target: Target | None) -> VllmBounds:
-    """The bounds the flags ask for."""
-    try:
-        depths = tuple(int(d) for d in str(getattr(args, "vllm_depths", "2,3")).split(","))
-    except ValueError:
-        raise KvcheckUsageError("--vllm-depths takes a comma-separated list of 2, 3, 4") from None
-    values: dict[str, Any] = {
-        "depths": depths,
-        "requests": getattr(args, "vllm_requests", 2),
-        "preemption": not getattr(args, "vllm_no_preemption", False),
-    }
-    events = getattr(args, "events", None)
-    if isinstance(events, int):
-        values["events"] = events
-    return bounds(values)
+    """The bounds the flags ask for (`--events 0`, SGLang's "unbounded", is refused: vLLM's
+    step clock makes every step a new state)."""
+    if args.events == 0:
+        raise KvcheckUsageError("--events 0 (unbounded) is SGLang's; a vLLM search needs a bound")
+    return bounds(
+        {
+            "events": args.events,
+            "requests": args.requests,
+            "depths": args.depths,
+            "preemption": args.preemption,
+            "num_spec_tokens": args.spec_tokens,
+            "budget": args.budget,
+            "prompt_len": args.prompt_len,
+            "max_tokens": args.max_tokens,
+        }
+    )
 
 
 class VllmMoves:
     """vLLM's `Moves`."""
 
+    conformance_bounds: Final = CONFORMANCE_BOUNDS
     size = staticmethod(size)
     event_variants = staticmethod(event_variants)
     config_variants = staticmethod(config_variants)
@@ -295,11 +399,12 @@ class VllmMoves:
         args: argparse.Namespace, target: Target, bounds: Any, entry: Any
     ) -> tuple[VllmJudging, dict[str, str]]:
         """See `kvcheck.core.family.Moves.search_judging`."""
-        given = bool(getattr(args, "placeholder_drafts", False))
-        from_entry = bool(getattr(getattr(entry, "options", None), "placeholder_drafts", False))
-        drafts = given or from_entry
-        why = "given" if given else ("the entry's" if from_entry else "default")
-        return VllmJudging(drafts), {"placeholder_drafts": why}
+        given: bool | None = args.placeholder_drafts
+        if given is not None:
+            return VllmJudging(given), {"placeholder_drafts": "given"}
+        options: VllmJudging = entry.options if entry is not None else VllmJudging()
+        why = "the corpus entry's" if options.placeholder_drafts else "default"
+        return options, {"placeholder_drafts": why}
 
     @staticmethod
     def options_to_dict(options: VllmJudging) -> dict[str, Any]:
@@ -308,8 +413,5 @@ class VllmMoves:
 
     @staticmethod
     def describe_options(options: VllmJudging, reasons: Mapping[str, str]) -> list[str]:
-        """See `kvcheck.core.family.Moves.describe_options`."""
-        return [
-            f"placeholder drafts: {'judged' if options.placeholder_drafts else 'not judged'} "
-            f"({reasons.get('placeholder_drafts', 'default')})"
-        ]
+        """The exhaust report's line on the options, as `kvcheck check` words it."""
+        return verdict_lines(options, reasons.get("placeholder_drafts", "default"), None)

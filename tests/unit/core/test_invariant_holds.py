@@ -23,7 +23,7 @@ from kvcheck.families.sglang.model import Expectation, ReferenceModel
 from kvcheck.families.sglang.pool import PoolFault
 from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.families.sglang.target import ASPECTS, allocation_path
-from kvcheck.mutants import ENTRIES
+from kvcheck.mutants import corpus_of
 from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario
@@ -31,6 +31,9 @@ from tests.helpers import scenario
 # A correct target and mutants of every kind: their own runs break invariants too.
 _SPECS = ("builtin:reference", "builtin:seed-prefix")
 _TARGETS: dict[str, Target] = {}
+
+# SGLang's corpus: these tests drive SGLang's engine and model (vLLM's: tests/unit/families/vllm/).
+ENTRIES = corpus_of("sglang").entries
 
 
 def _target(name: str) -> Target:

@@ -18,10 +18,13 @@ from kvcheck.families.sglang.engine import Engine, UnsupportedTargetError
 from kvcheck.families.sglang.model import ReferenceModel
 from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.families.sglang.target import allocation_path
-from kvcheck.mutants import ENTRIES
+from kvcheck.mutants import corpus_of
 from kvcheck.strategies import scenarios
 from kvcheck.targets.loading import load_target
 from tests.helpers import scenario, target
+
+# SGLang's corpus: these tests drive SGLang's engine and model (vLLM's: tests/unit/families/vllm/).
+ENTRIES = corpus_of("sglang").entries
 
 
 @attrs.frozen
