@@ -1,0 +1,347 @@
+"""`ReleaseAllocation`: an `AllocationPath` that drives a release's own allocation functions
+(issue 21) over the fakes of `kvcheck.families.sglang.real.objects`, on kvcheck's `KvPool`.
+
+This first slice drives the 0.5.19+ layout (`ReqKvInfo` always present; checked on 0.5.23):
+
+- a decode launch: the release's `eagle_prepare_for_decode(batch)` (speculative/eagle_utils.py),
+  which sizes with its `page_aligned_decode_alloc_lens` and allocates with its
+  `alloc_for_spec_decode`; the launch's draft count is installed in the runtime settings first;
+- finish and retraction: its `release_kv_cache(req, tree_cache, checkpoint=...)`
+  (mem_cache/common.py), with its `Req.owned_kv_len` and `ReqKvInfo.mark_kv_released`;
+- the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`.
+
+Admission stays kvcheck's (`alloc_for_extend` is the next slice): a row and token indices for
+`[0, C)`, bound through the fakes as SGLang's `write_cache_indices` would. The Triton kernels
+are `kvcheck.families.sglang.real.kernels`. An exception the release's code raises is a `pool`
+fault at that call (the target's doing); one raised in kvcheck's fakes is kvcheck's
+(`KvcheckInternalError`), and an unmodelled access is `UnsupportedTargetError`: never a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from kvcheck.core.calls import TargetCalls
+from kvcheck.errors import TargetLoadError
+from kvcheck.families.sglang.fakes import FakeReq, UnmodeledAttributeError, is_finished
+from kvcheck.families.sglang.pool import KvPool
+from kvcheck.families.sglang.real import kernels
+from kvcheck.families.sglang.real.objects import (
+    UNBOUND,
+    Bag,
+    DisabledTreeCache,
+    ReqToTokenPool,
+    RuntimeSettings,
+    Strict,
+    TokenAllocator,
+)
+from kvcheck.families.sglang.scenario import Config
+from kvcheck.targets.source import TreeSource
+
+_EAGLE: Final = "sglang.srt.speculative.eagle_utils"
+_COMMON: Final = "sglang.srt.mem_cache.common"
+_BATCH: Final = "sglang.srt.managers.schedule_batch"
+_BASE_ALLOCATOR: Final = "sglang.srt.mem_cache.allocator.base"
+_PREFIX_CACHE: Final = "sglang.srt.mem_cache.base_prefix_cache"
+# Rows of `req_to_token` kvcheck's fakes start with; the table grows when a scenario needs more.
+_ROWS: Final = 8
+_WIDTH: Final = 4096
+
+_run: Final = TargetCalls(
+    outside_model=(UnmodeledAttributeError,), not_faults=(kernels.KernelOutOfBounds,)
+).run
+
+
+class ReleaseFunctions:
+    """The release's own functions this path drives, compiled once per tree (module
+    docstring); `TargetLoadError` when the tree lacks one (a release this slice does not
+    drive yet)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.settings_box: list[RuntimeSettings] = []
+        box = self.settings_box
+        # What module-level code reads while the tree is compiled (`_is_hip = is_hip()`).
+        at_load = RuntimeSettings(
+            algorithm="eagle", page_size=1, draft_tokens=1, max_draft_tokens=1
+        )
+        accessors = at_load.accessors()
+
+        def accessor(name: str) -> Callable[..., Any]:
+            # Answers from the settings of the launch being run (installed per call).
+            return lambda *a, **k: (box[-1] if box else at_load).accessors()[name](*a, **k)
+
+        overrides: dict[str, Any] = {name: accessor(name) for name in accessors}
+        overrides.update(
+            get_last_loc_triton=kernels.last_loc,
+            get_last_loc_triton_safe=kernels.last_loc,
+            page_interleave_shard_size=lambda allocator: 1,
+        )
+        self.tree = TreeSource(root, "sglang", overrides=overrides)
+        self._writes: list[Callable[[list[kernels.RowWrite]], None]] = []
+        self.tree._overrides["assign_req_to_token_pool_func"] = self._assign
+        for module, name in ((_EAGLE, "eagle_prepare_for_decode"), (_COMMON, "release_kv_cache")):
+            if not self.tree.has(module, name):
+                raise TargetLoadError(
+                    f"{self.tree.file_of(module)} defines no {name}: kvcheck drives the "
+                    "release's own allocation code for 0.5.19+ layouts only so far"
+                )
+        self.prepare_for_decode = self.tree.function(_EAGLE, "eagle_prepare_for_decode")
+        self.release_kv_cache = self.tree.function(_COMMON, "release_kv_cache")
+        self.req_members = self.tree.members(
+            _BATCH, "Req", ["owned_kv_len", "output_ids_through_stop"]
+        )
+        self.kv_members = self.tree.members(
+            _BATCH,
+            "ReqKvInfo",
+            ["holds_kv", "is_kv_released", "mark_kv_released", "get_evicted_seqlen", "swa_dead_lo"],
+        )
+        self.batch_members = self.tree.members(
+            _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2"]
+        )
+        self.allocator_members = self.tree.members(
+            _BASE_ALLOCATOR,
+            "BaseTokenToKVPoolAllocator",
+            [
+                "free_segments",
+                "free_full_segments",
+                "get_extend_allocation_demand",
+                "evict_to_free_tokens",
+                "free_group_begin",
+                "free_group_end",
+            ],
+        )
+        self.cache_members = self.tree.members(_PREFIX_CACHE, "BasePrefixCache", ["free_kv_row"])
+
+    def _assign(self, *args: Any) -> None:
+        """`assign_req_to_token_pool_func`: the kernel's CPU equivalent, then the binding."""
+        writes = kernels.assign_req_to_token_pool(*args)
+        self._writes[-1](writes)
+
+
+class ReleaseAllocation:
+    """The release's own allocation path for one scenario (module docstring)."""
+
+    def __init__(self, config: Config, functions: ReleaseFunctions) -> None:
+        self.config = config
+        self.functions = functions
+        self.pool = KvPool(config.page_size, config.pool_pages)
+        self.pool.exclusive = False
+        self.settings = RuntimeSettings(
+            algorithm=config.algorithm,
+            page_size=config.page_size,
+            draft_tokens=config.stride,
+            max_draft_tokens=max(config.stride, config.max_stride or config.stride),
+        )
+        allocator_class = type("Allocator", (TokenAllocator, functions.allocator_members), {})
+        cache_class = type("TreeCache", (DisabledTreeCache, functions.cache_members), {})
+        self.allocator = allocator_class(self.pool)
+        self.rows = ReqToTokenPool(self.pool, self.allocator, _ROWS, _WIDTH)
+        self.tree_cache = cache_class(self.allocator, self.rows)
+        self._views: dict[str, Any] = {}
+        self._req_class = type("Req", (_ReqView, functions.req_members), {})
+        self._kv_class = type("ReqKvInfo", (_KvView, functions.kv_members), {})
+        self._batch_class = type("ScheduleBatch", (_BatchView, functions.batch_members), {})
+
+    # -- what the engine calls ------------------------------------------------------------------
+
+    def view(self, req: FakeReq) -> Any:
+        """The release-side request of `req` (made once per request)."""
+        view = self._views.get(req.rid)
+        if view is None:
+            view = self._views[req.rid] = self._req_class(req, self._kv_class(req))
+        return view
+
+    def admit(self, req: FakeReq) -> None:
+        """kvcheck's admission: a row and indices for `[0, C)`, bound as SGLang writes them."""
+        view = self.view(req)
+        view.kv.req_pool_idx = self.rows.take(req.rid)
+        length = req.kv_allocated_len
+        if length > 0:
+            out = self.allocator.alloc(length)
+            if out is not None:
+                self.rows.write((view.kv.req_pool_idx, slice(0, length)), out)
+        self._settle()
+
+    def prepare_decode(self, reqs: list[FakeReq], stride: int) -> None:
+        """The release's decode launch at `stride` (module docstring)."""
+        self.pool.check_launch([req.rid for req in reqs])
+        batch = self._batch(reqs, stride)
+        self._call(self.functions.prepare_for_decode, batch)
+
+    def estimate_decode(self, reqs: list[FakeReq], stride: int) -> int:
+        """The release's estimate of the next launch, in pages."""
+        batch = self._batch(reqs, stride)
+        tokens = self._call(
+            batch._new_tokens_required_next_decode_spec_v2, batch.reqs, self.pool.page_size
+        )
+        return int(tokens or 0) // self.pool.page_size
+
+    def admission_pages(self, req: FakeReq, stride: int) -> int:
+        """kvcheck's own (SGLang's `PrefillAdder` is not driven)."""
+        fill = len(req.origin_input_ids) + len(req.output_ids)
+        reserve = 2 * max(stride, self.settings.max_draft_tokens)
+        return self.pool.slots(fill + reserve)
+
+    def release(self, req: FakeReq) -> None:
+        """Finish: the release's `release_kv_cache(req, tree_cache, checkpoint=True)`."""
+        if is_finished(req):
+            self.pool.reading.discard(req.rid)
+        if not self.pool.has_row(req.rid):
+            self.pool.fault("double-free", req.rid, f"{req.rid} is released again")
+            return
+        self._release(req, checkpoint=True)
+
+    def retract(self, req: FakeReq) -> None:
+        """Retraction's release: `release_kv_cache(..., checkpoint=False)` (the engine then
+        resets the request, as before)."""
+        self.pool.reading.discard(req.rid)
+        self._release(req, checkpoint=False)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _release(self, req: FakeReq, *, checkpoint: bool) -> None:
+        view = self.view(req)
+        self.allocator._acting = req.rid
+        try:
+            self._call(
+                self.functions.release_kv_cache, view, self.tree_cache, checkpoint=checkpoint
+            )
+        finally:
+            self.allocator._acting = None
+
+    def _batch(self, reqs: list[FakeReq], stride: int) -> Any:
+        import torch
+
+        self.settings.draft_tokens = stride
+        views = [self.view(req) for req in reqs]
+        batch = self._batch_class()
+        batch._set(
+            reqs=views,
+            token_to_kv_pool_allocator=self.allocator,
+            tree_cache=self.tree_cache,
+            req_to_token_pool=self.rows,
+            req_pool_indices=torch.tensor(
+                [v.kv.req_pool_idx if v.kv.req_pool_idx is not None else 0 for v in views],
+                dtype=torch.int64,
+            ),
+            seq_lens_cpu=torch.tensor([v.kv.kv_committed_len for v in views], dtype=torch.int64),
+        )
+        return batch
+
+    def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.functions.settings_box.append(self.settings)
+        self.functions._writes.append(self.rows.bind)
+        try:
+            returned, error = _run(lambda: function(*args, **kwargs))
+        finally:
+            self.functions.settings_box.pop()
+            self.functions._writes.pop()
+        if error is not None and not self.pool.faults:
+            self.pool.fault(
+                "pool", None, f"SGLang's {getattr(function, '__name__', 'code')} raised {error}"
+            )
+        self._settle()
+        return returned
+
+    def _settle(self) -> None:
+        """Pages allocated and bound to no row by the end of a call are leaked."""
+        unbound = [page for page, holder in self.pool.owner.items() if holder == UNBOUND]
+        if unbound:
+            self.pool.fault("leak", None, f"pages {unbound} were allocated and never bound")
+            self.allocator.free_pages(unbound)
+
+
+class _KvView(Strict):
+    """`req.kv` for the release's code: C and Al are the fake request's; the rest its own."""
+
+    _owner = "req.kv"
+    _fields = frozenset(
+        {"req_pool_idx", "cache_protected_len", "swa_evict_floor", "component_evicted_seqlens"}
+    )
+
+    def __init__(self, req: FakeReq) -> None:
+        self._req = req
+        self.req_pool_idx: int | None = None
+        self.cache_protected_len = 0
+        self.swa_evict_floor = 0
+        self.component_evicted_seqlens: dict[Any, int] = {}
+
+    kv_committed_len = property(
+        lambda self: self._req.kv_committed_len,
+        lambda self, value: setattr(self._req, "kv_committed_len", value),
+    )
+    kv_allocated_len = property(
+        lambda self: self._req._allocated,
+        lambda self, value: setattr(self._req, "_allocated", value),
+    )
+
+
+class _ReqView(Strict):
+    """A request as the release's allocation code sees it (its `Req`'s own methods mixed in)."""
+
+    _owner = "req"
+    _fields = frozenset(
+        {"kv", "decode_batch_idx", "lock", "skip_radix_cache_insert", "reasoning_tokens"}
+    )
+
+    def __init__(self, req: FakeReq, kv: _KvView) -> None:
+        self._req = req
+        self.kv = kv
+        self.decode_batch_idx = 0
+        self.lock = None
+        self.skip_radix_cache_insert = False
+        self.reasoning_tokens = 0
+
+    rid = property(lambda self: self._req.rid)
+    origin_input_ids = property(lambda self: self._req.origin_input_ids)
+    output_ids = property(lambda self: self._req.output_ids)
+    finished_len = property(lambda self: self._req.finished_len)
+
+    def finished(self) -> bool:
+        """Whether the scheduler is done with it."""
+        return is_finished(self._req)
+
+    def refresh_fill_ids(self) -> None:
+        """The fill ids feed the tree's keys, which a disabled cache never uses."""
+
+
+class _BatchView(Strict):
+    """The `ScheduleBatch` a decode launch and the memory check run on."""
+
+    _owner = "batch"
+    _fields = frozenset(
+        {
+            "reqs",
+            "token_to_kv_pool_allocator",
+            "tree_cache",
+            "req_to_token_pool",
+            "req_pool_indices",
+            "seq_lens_cpu",
+            "max_seq_len_host",
+        }
+    )
+    device = "cpu"
+    hisparse_coordinator = None
+    sampling_info = Bag(
+        "batch.sampling_info",
+        penalizer_orchestrator=Bag("batch.sampling_info.penalizer_orchestrator", is_required=False),
+    )
+
+    def _set(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+    def maybe_evict_swa(self) -> None:
+        """No sliding-window attention is modelled."""
+
+
+def release_allocation_factory(root: Path) -> Callable[[Config], ReleaseAllocation]:
+    """The `Target.allocation` of a release tree: compiles once, a path per scenario."""
+    functions = ReleaseFunctions(root)
+
+    def build(config: Config) -> ReleaseAllocation:
+        return ReleaseAllocation(config, functions)
+
+    return build
