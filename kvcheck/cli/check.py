@@ -23,6 +23,7 @@ from kvcheck.cli.options import (
     add_json_option,
     add_judging_options,
     add_save_options,
+    allocation_line,
     coverage_below,
     coverage_json,
     coverage_text,
@@ -311,6 +312,7 @@ def format_verdict(verdict: Verdict) -> str:
         f"options     global counters {verdict.global_counters}, "
         f"adaptive {'on' if verdict.adaptive else 'off'}"
         + (f" ({verdict.adaptive_reason})" if verdict.adaptive_reason.startswith("auto") else ""),
+        *allocation_line(verdict.allocation_path, verdict.allocation_reason),
     ]
     if verdict.api_shape is not None:
         lines.append(f"api shape   {verdict.api_shape.summary()}")
@@ -353,6 +355,8 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
         "examples": verdict.examples,
         "seconds": round(verdict.seconds, 3),
         "adaptive_reason": verdict.adaptive_reason,
+        "allocation_path": verdict.allocation_path,
+        "allocation_reason": verdict.allocation_reason,
         "api_shape": verdict.api_shape.to_dict() if verdict.api_shape is not None else None,
         "stopped": verdict.stopped,
     }

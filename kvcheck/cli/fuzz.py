@@ -29,6 +29,7 @@ from kvcheck.cli.options import (
     add_json_option,
     add_judging_options,
     add_save_options,
+    allocation_line,
     positive_int,
     requested_options,
     seconds_or_forever,
@@ -316,6 +317,8 @@ def campaign_json(
         "global_counters": plan.global_counters,
         "adaptive": plan.adaptive,
         "adaptive_reason": plan.adaptive_reason,
+        "allocation_path": plan.allocation_path,
+        "allocation_reason": plan.allocation_reason,
         "workers": plan.workers,
         "seed": plan.seed,
         "generator": plan.generator,
@@ -371,6 +374,7 @@ def _format_campaign(
         f"options     global counters {plan.global_counters}, "
         f"adaptive {'on' if plan.adaptive else 'off'}"
         + (f" ({plan.adaptive_reason})" if plan.adaptive_reason else ""),
+        *allocation_line(plan.allocation_path, plan.allocation_reason),
         f"campaign    {plural(plan.workers, 'worker')}, seed {plan.seed}, "
         f"{plan.generator} generator, database {database}, "
         f"{' or '.join(budget)}" + (", keep going" if plan.keep_going else ""),

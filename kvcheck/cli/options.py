@@ -21,7 +21,7 @@ from kvcheck.core.deadline import DEFAULT_DEADLINE
 from kvcheck.core.family import DEFAULT_FAMILY, distribution_of
 from kvcheck.core.target import Target
 from kvcheck.counterexamples.fileformat import DEFAULT_DIR
-from kvcheck.counterexamples.replay import REPLAY_CONVENTIONS
+from kvcheck.counterexamples.replay import REPLAY_CONVENTIONS, replay_choices
 from kvcheck.errors import KvcheckUsageError
 
 if TYPE_CHECKING:  # `kvcheck replay` shares this module and never imports kvcheck.search
@@ -193,6 +193,18 @@ def add_replay_convention_option(parser: argparse._ActionsContainer) -> None:
         "target, the target's own for another --target, said on stderr when they differ), file "
         "(always the file's), preclaim or honest",
     )
+    # The default family's other choices, each as --NAME (SGLang's --allocation-path).
+    for name, choices in replay_choices().items():
+        if name == "convention":
+            continue
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            choices=choices,
+            default="auto",
+            help=f"{name.replace('_', ' ')} to judge by: auto (default: the file's, where the "
+            f"target can), file (always the file's), or {', '.join(choices[2:])}",
+        )
 
 
 def add_deadline_option(parser: argparse._ActionsContainer) -> None:
@@ -285,3 +297,11 @@ def coverage_json(coverage: TargetCoverage | None, args: argparse.Namespace) -> 
         "min_coverage": getattr(args, "min_coverage", None),
         "coverage_below_minimum": coverage_below(coverage, args),
     }
+
+
+def allocation_line(path: Any, reason: str) -> list[str]:
+    """A text report's line on whose allocation code ran (SGLang's `allocation_path`: the
+    release's own or kvcheck's model, with why); none for a family without the choice."""
+    if path is None:
+        return []
+    return [f"allocation  {path}" + (f"  ({reason})" if reason else "")]

@@ -41,7 +41,7 @@ from kvcheck.core.scenario import to_json_line
 from kvcheck.counterexamples.fileformat import Counterexample, loads
 from kvcheck.counterexamples.replay import from_run
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.search.check import adaptive_reason, search
+from kvcheck.search.check import adaptive_reason, allocation_reason, search
 from kvcheck.search.profiles import directory_database
 from kvcheck.search.sampling import sample_search
 from kvcheck.search.target_coverage import TargetCoverage, meter_for
@@ -137,6 +137,16 @@ class CampaignPlan:
     def adaptive_reason(self) -> str:
         """Why adaptive switching is on or off ("given", or what the target's shape says)."""
         return adaptive_reason(self.options)
+
+    @property
+    def allocation_path(self) -> Any:
+        """Whose allocation code the workers run (SGLang: `release` or `model`)."""
+        return self.options.to_dict().get("allocation_path")
+
+    @property
+    def allocation_reason(self) -> str:
+        """Why that allocation code runs."""
+        return allocation_reason(self.options)
 
     def share(self, index: int) -> int | None:
         """Worker `index`'s part of `max_examples` (None: no limit)."""

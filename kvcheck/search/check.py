@@ -131,6 +131,16 @@ class Verdict:
         return adaptive_reason(self.options)
 
     @property
+    def allocation_path(self) -> Any:
+        """Whose allocation code ran: the target's release (`release`) or kvcheck's model."""
+        return self._option("allocation_path")
+
+    @property
+    def allocation_reason(self) -> str:
+        """Why that allocation code ran (the options' `allocation_reason`)."""
+        return allocation_reason(self.options)
+
+    @property
     def stopped(self) -> str | None:
         """`time limit` or `interrupted` when a search was cut short (what it established still
         stands: a violation found, or none in the scenarios run); None when every search ran."""
@@ -156,6 +166,13 @@ def adaptive_reason(options: JudgingOptions) -> str:
     """Why adaptive switching is on or off under `options`, where its family says so (SGLang's
     record carries it beside its options); "" where it does not."""
     reason = getattr(options, "adaptive_reason", "")
+    return reason if isinstance(reason, str) else ""
+
+
+def allocation_reason(options: JudgingOptions) -> str:
+    """Why the allocation code that ran under `options` was chosen, where its family says so
+    (SGLang's `allocation_reason`); "" where it does not."""
+    reason = getattr(options, "allocation_reason", "")
     return reason if isinstance(reason, str) else ""
 
 

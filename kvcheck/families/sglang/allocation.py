@@ -46,6 +46,23 @@ class AllocationPath(Protocol):
         """Retraction: release without caching; the engine then zeroes `C` and `Al`."""
 
 
+def decode_reserve(config: Config, stride: int) -> int:
+    """R = 2A under `config`'s allocation rule: A is the launch's draft count (to 0.5.12) or the
+    adaptive maximum (0.5.13+), plus one for UNO's extra root position."""
+    drafts = stride
+    if config.allocation_rule.reserve_from == "adaptive-max":
+        drafts = max(drafts, config.max_stride or config.stride)
+    return 2 * (drafts + 1 if config.algorithm == "uno" else drafts)
+
+
+def admission_pages(pool: KvPool, req: Any, reserve: int) -> int:
+    """Pages a prefill of `req` needs to be admitted: its fill plus one decode `reserve`
+    (`decode_reserve`), in pages. kvcheck's for every path: SGLang's `PrefillAdder` is not
+    driven (docs/release-allocation.md)."""
+    fill = len(req.origin_input_ids) + len(req.output_ids)
+    return pool.slots(fill + reserve)
+
+
 class RuleAllocation:
     """kvcheck's correct allocation path for `config.allocation` (module docstring)."""
 
@@ -57,12 +74,8 @@ class RuleAllocation:
         self.pool.exclusive = pool is None and type(self) is RuleAllocation
 
     def reserve(self, stride: int) -> int:
-        """R = 2A: A is the launch's draft count (to 0.5.12) or the adaptive maximum (0.5.13+),
-        plus one for UNO's extra root position."""
-        drafts = stride
-        if self.config.allocation_rule.reserve_from == "adaptive-max":
-            drafts = max(drafts, self.config.max_stride or self.config.stride)
-        return 2 * (drafts + 1 if self.config.algorithm == "uno" else drafts)
+        """See `decode_reserve`."""
+        return decode_reserve(self.config, stride)
 
     def sized(self, req: Any, reserve: int) -> int:
         """The allocated length a decode launch gives `req` (docs/semantics.md §2.3)."""
@@ -89,8 +102,7 @@ class RuleAllocation:
 
     def admission_pages(self, req: Any, stride: int) -> int:
         """See `AllocationPath.admission_pages`."""
-        fill = len(req.origin_input_ids) + len(req.output_ids)
-        return self.pool.slots(fill + self.reserve(stride))
+        return admission_pages(self.pool, req, self.reserve(stride))
 
     def admit(self, req: Any) -> None:
         """See `AllocationPath.admit`."""

@@ -15,11 +15,13 @@ from kvcheck.core.target import Target
 from kvcheck.families.sglang import release
 from kvcheck.families.sglang.judging import SglangJudging
 from kvcheck.families.sglang.scenario import (
+    ALLOCATION_PATHS,
     GLOBAL_COUNTER_MODES,
 )
 from kvcheck.families.sglang.spellings import spellings_table
 
 CONVENTION_CHOICES: Final = ("auto", "preclaim", "honest")
+ALLOCATION_PATH_CHOICES: Final = ("auto", *ALLOCATION_PATHS)
 
 # --- the command line ---------------------------------------------------------------------
 
@@ -53,6 +55,14 @@ def add_options(
     parser.add_argument(
         "--adaptive", action=argparse.BooleanOptionalAction, default=None, help=adaptive_help
     )
+    parser.add_argument(
+        "--allocation-path",
+        choices=ALLOCATION_PATH_CHOICES,
+        default="auto",
+        help="whose code allocates and releases KV under an allocation rule: release (the "
+        "release tree's own functions), model (kvcheck's) or auto (default: release for "
+        "sglang==VERSION, a checkout or a package directory, model otherwise)",
+    )
 
 
 def requested(args: argparse.Namespace) -> dict[str, Any]:
@@ -62,6 +72,7 @@ def requested(args: argparse.Namespace) -> dict[str, Any]:
         "convention": args.convention,
         "global_counters": args.global_counters,
         "adaptive": args.adaptive,
+        "allocation_path": args.allocation_path,
     }
     return {name: value for name, value in asked.items() if value is not None}
 
@@ -94,6 +105,14 @@ def add_plugin_options(group: Any) -> None:
         choices=GLOBAL_COUNTER_MODES,
         default="ideal",
         help="how the batch-global counter is judged (default: ideal, stale rows excluded)",
+    )
+    group.addoption(
+        "--kvcheck-allocation-path",
+        dest="kvcheck_allocation_path",
+        choices=ALLOCATION_PATH_CHOICES,
+        default="auto",
+        help="whose code allocates under an allocation rule: auto (default: a release tree's "
+        "own, else kvcheck's model), release or model",
     )
 
 
@@ -130,6 +149,7 @@ def plugin_items(option: Callable[[str], Any]) -> list[tuple[str, dict[str, Any]
                     "global_counters": global_counters,
                     "adaptive": adaptive,
                     "overlap": overlap,
+                    "allocation_path": option("kvcheck_allocation_path"),
                 }
                 items.append(("-".join(axes), asked))
     return items
@@ -140,7 +160,8 @@ def describe(options: SglangJudging, reason: str) -> str:
     if not reason.startswith("convention "):
         reason = f"convention {options.convention}, {reason}"
     overlap = "" if options.overlap is None else f"overlap {'on' if options.overlap else 'off'}, "
-    return f"{reason}; {overlap}adaptive {'on' if options.adaptive else 'off'}"
+    allocation = "" if options.allocation_path == "model" else "; the release's allocation code"
+    return f"{reason}; {overlap}adaptive {'on' if options.adaptive else 'off'}{allocation}"
 
 
 # --- tables and releases --------------------------------------------------------------------

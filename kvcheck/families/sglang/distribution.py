@@ -33,6 +33,7 @@ from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.allocation_rules import RULES, allocation_features
 from kvcheck.families.sglang.cli import SglangFrontDoor
 from kvcheck.families.sglang.judging import SglangJudging
+from kvcheck.families.sglang.real.path import ADAPTIVE_ALGORITHMS
 from kvcheck.families.sglang.release import OUT_OF_SCOPE_BRANCHES
 from kvcheck.families.sglang.scenario import (
     ALGORITHMS,
@@ -41,6 +42,7 @@ from kvcheck.families.sglang.scenario import (
     Abort,
     Admit,
     Algorithm,
+    AllocationPathKind,
     AllocationRule,
     Config,
     Convention,
@@ -121,6 +123,8 @@ class ScenarioSpace:
     grammar: bool = False
     allocation: tuple[AllocationRule, ...] = ()
     overlap: bool | None = None
+    # Whose allocation code runs under those rules (every config drawn carries it).
+    allocation_path: AllocationPathKind = "model"
 
 
 def scenario_space(target: Target, options: SglangJudging) -> ScenarioSpace:
@@ -143,15 +147,20 @@ def scenario_space(target: Target, options: SglangJudging) -> ScenarioSpace:
             f"{target.description} is judged under allocation {', '.join(rules)} only "
             f"({shape.allocation_reason}), and {problems[0]}"
         )
+    algorithms = shape.algorithms
+    if options.allocation_path == "release" and options.adaptive:
+        # A release runs adaptive speculation for these only (their own code refuses others).
+        algorithms = tuple(a for a in algorithms if a in ADAPTIVE_ALGORITHMS) or ("eagle",)
     return space_of(
         convention=options.convention,
         global_counters=options.global_counters,
         adaptive=options.adaptive,
-        algorithms=shape.algorithms,
+        algorithms=algorithms,
         block_cap=shape.block_cap,
         grammar=shape.grammar,
         allocation=rules,
         overlap=options.overlap,
+        allocation_path=options.allocation_path,
     )
 
 
@@ -166,6 +175,7 @@ def space_of(
     grammar: bool = False,
     allocation: bool | Sequence[AllocationRule] = False,
     overlap: bool | None = None,
+    allocation_path: AllocationPathKind = "model",
 ) -> ScenarioSpace:
     """The `ScenarioSpace` of `kvcheck.strategies.scenarios()`'s arguments: `algorithms`,
     `block_cap` and `grammar` say what the target's API generation supports
@@ -189,6 +199,7 @@ def space_of(
         grammar=grammar,
         allocation=rules,
         overlap=overlap,
+        allocation_path=allocation_path,
     )
 
 
@@ -234,6 +245,7 @@ def _draw_config(draws: Draws, space: ScenarioSpace) -> Config:
         space.global_counters,
         algorithm,
         block_cap,
+        space.allocation_path,
     )
 
 
@@ -248,6 +260,7 @@ def _config(
     global_counters: GlobalCounterMode,
     algorithm: Algorithm,
     block_cap: bool,
+    allocation_path: AllocationPathKind,
 ) -> Config:
     return Config(
         convention=convention,
@@ -257,6 +270,7 @@ def _config(
         global_counters=global_counters,
         algorithm=algorithm,
         block_cap=block_cap,
+        allocation_path=allocation_path,
     )
 
 
@@ -563,7 +577,11 @@ def witnesses(space: ScenarioSpace) -> tuple[Scenario, ...]:
     switch and overlap may be on."""
     if not space.adaptive or space.overlap is False:
         return ()
-    return (stride_switch_witness(space.convention, space.global_counters, space.allocation),)
+    witness = stride_switch_witness(space.convention, space.global_counters, space.allocation)
+    if space.allocation_path == "model":
+        return (witness,)
+    config = attrs.evolve(witness.config, allocation_path=space.allocation_path)
+    return (attrs.evolve(witness, config=config),)
 
 
 def with_overlap(

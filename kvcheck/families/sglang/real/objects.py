@@ -380,7 +380,13 @@ class RuntimeSettings:
     §7). The accessors are plain functions over this object, installed as the release's
     module-level names by the path."""
 
-    ALGORITHM_NAMES: Final = {"eagle": "EAGLE", "dflash": "DFLASH", "uno": "UNO"}
+    ALGORITHM_NAMES: Final = {
+        "eagle": "EAGLE",
+        "eagle3": "EAGLE3",
+        "ngram": "NGRAM",
+        "dflash": "DFLASH",
+        "uno": "UNO",
+    }
 
     def __init__(
         self, *, algorithm: str, page_size: int, draft_tokens: int, max_draft_tokens: int

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from kvcheck.core.calls import TargetCalls
-from kvcheck.errors import TargetLoadError
+from kvcheck.errors import TargetLoadError, UnsupportedTargetError
+from kvcheck.families.sglang.allocation import admission_pages, decode_reserve
 from kvcheck.families.sglang.fakes import FakeReq, UnmodeledAttributeError, is_finished
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.real import kernels
@@ -41,10 +42,17 @@ from kvcheck.families.sglang.scenario import Config
 from kvcheck.targets.source import TreeSource
 
 _EAGLE: Final = "sglang.srt.speculative.eagle_utils"
+_DFLASH: Final = "sglang.srt.speculative.dflash_info_v2"
+_UNO: Final = "sglang.srt.speculative.uno_info"
 _COMMON: Final = "sglang.srt.mem_cache.common"
 _BATCH: Final = "sglang.srt.managers.schedule_batch"
 _BASE_ALLOCATOR: Final = "sglang.srt.mem_cache.allocator.base"
 _PREFIX_CACHE: Final = "sglang.srt.mem_cache.base_prefix_cache"
+# The algorithms SGLang runs adaptive speculation for: any other falls back to static draft
+# counts at startup (0.5.16 and 0.5.23 speculative/adaptive_spec_params.py,
+# `adaptive_unsupported_reason`, lines 54 and 61). A scenario switching strides under another
+# algorithm is one no release runs, and its own code is not judged there.
+ADAPTIVE_ALGORITHMS: Final = ("eagle", "eagle3")
 # Rows of `req_to_token` kvcheck's fakes start with; the table grows when a scenario needs more.
 _ROWS: Final = 8
 _WIDTH: Final = 4096
@@ -78,6 +86,8 @@ class ReleaseFunctions:
             get_last_loc_triton=kernels.last_loc,
             get_last_loc_triton_safe=kernels.last_loc,
             page_interleave_shard_size=lambda allocator: 1,
+            # No pinned host memory on a CPU-only machine (DFLASH's length buffers ask).
+            is_pin_memory_available=lambda device=None: False,
         )
         self.tree = TreeSource(root, "sglang", overrides=overrides)
         self._writes: list[Callable[[list[kernels.RowWrite]], None]] = []
@@ -114,6 +124,21 @@ class ReleaseFunctions:
             ],
         )
         self.cache_members = self.tree.members(_PREFIX_CACHE, "BasePrefixCache", ["free_kv_row"])
+        # The draft inputs whose own `prepare_for_decode` SGLang's dispatcher calls instead of
+        # `eagle_prepare_for_decode` (0.5.23 speculative/spec_utils.py:1259-1270), where the
+        # release has them.
+        self.draft_inputs: dict[str, type] = {}
+        for algorithm, module, class_name, names in (
+            (
+                "dflash",
+                _DFLASH,
+                "DFlashDraftInputV2",
+                ["prepare_for_decode", "_ensure_prepare_length_buffers"],
+            ),
+            ("uno", _UNO, "UnoDraftInput", ["prepare_for_decode"]),
+        ):
+            if self.tree.has(module, f"{class_name}.prepare_for_decode"):
+                self.draft_inputs[algorithm] = self.tree.members(module, class_name, names)
 
     def _assign(self, *args: Any) -> None:
         """`assign_req_to_token_pool_func`: the kernel's CPU equivalent, then the binding."""
@@ -125,6 +150,12 @@ class ReleaseAllocation:
     """The release's own allocation path for one scenario (module docstring)."""
 
     def __init__(self, config: Config, functions: ReleaseFunctions) -> None:
+        if config.adaptive and config.algorithm not in ADAPTIVE_ALGORITHMS:
+            raise UnsupportedTargetError(
+                f"SGLang runs adaptive speculation for {' and '.join(ADAPTIVE_ALGORITHMS)} only "
+                f"(adaptive_spec_params.py, adaptive_unsupported_reason), not "
+                f"{config.algorithm}: judge it with --no-adaptive or --allocation-path model"
+            )
         self.config = config
         self.functions = functions
         self.pool = KvPool(config.page_size, config.pool_pages)
@@ -166,10 +197,18 @@ class ReleaseAllocation:
         self._settle()
 
     def prepare_decode(self, reqs: list[FakeReq], stride: int) -> None:
-        """The release's decode launch at `stride` (module docstring)."""
+        """The release's decode launch at `stride` (module docstring): DFLASH's and UNO's own
+        draft input's `prepare_for_decode` where the release has one, else
+        `eagle_prepare_for_decode` (EAGLE, EAGLE3, n-gram), as SGLang's dispatcher routes."""
         self.pool.check_launch([req.rid for req in reqs])
         batch = self._batch(reqs, stride)
-        self._call(self.functions.prepare_for_decode, batch)
+        draft_input = self.functions.draft_inputs.get(self.config.algorithm)
+        if draft_input is None:
+            self._call(self.functions.prepare_for_decode, batch)
+            return
+        fake = _DRAFT_INPUT_FAKES[self.config.algorithm]
+        spec_info = type("DraftInput", (fake, draft_input), {})(len(reqs))
+        self._call(spec_info.prepare_for_decode, batch)
 
     def estimate_decode(self, reqs: list[FakeReq], stride: int) -> int:
         """The release's estimate of the next launch, in pages."""
@@ -180,10 +219,8 @@ class ReleaseAllocation:
         return int(tokens or 0) // self.pool.page_size
 
     def admission_pages(self, req: FakeReq, stride: int) -> int:
-        """kvcheck's own (SGLang's `PrefillAdder` is not driven)."""
-        fill = len(req.origin_input_ids) + len(req.output_ids)
-        reserve = 2 * max(stride, self.settings.max_draft_tokens)
-        return self.pool.slots(fill + reserve)
+        """kvcheck's own, by the config's rule (SGLang's `PrefillAdder` is not driven)."""
+        return admission_pages(self.pool, req, decode_reserve(self.config, stride))
 
     def release(self, req: FakeReq) -> None:
         """Finish: the release's `release_kv_cache(req, tree_cache, checkpoint=True)`."""
@@ -286,6 +323,8 @@ class _ReqView(Strict):
     _fields = frozenset(
         {"kv", "decode_batch_idx", "lock", "skip_radix_cache_insert", "reasoning_tokens"}
     )
+    # Greedy sampling: what DFLASH's and UNO's launches read to size their tree.
+    sampling_params = Bag("req.sampling_params", top_k=1)
 
     def __init__(self, req: FakeReq, kv: _KvView) -> None:
         self._req = req
@@ -320,6 +359,7 @@ class _BatchView(Strict):
             "req_to_token_pool",
             "req_pool_indices",
             "seq_lens_cpu",
+            "seq_lens_sum",
             "max_seq_len_host",
         }
     )
@@ -336,12 +376,105 @@ class _BatchView(Strict):
     def maybe_evict_swa(self) -> None:
         """No sliding-window attention is modelled."""
 
+    def batch_size(self) -> int:
+        """The requests in the batch."""
+        return len(self.reqs)
 
-def release_allocation_factory(root: Path) -> Callable[[Config], ReleaseAllocation]:
-    """The `Target.allocation` of a release tree: compiles once, a path per scenario."""
-    functions = ReleaseFunctions(root)
 
-    def build(config: Config) -> ReleaseAllocation:
-        return ReleaseAllocation(config, functions)
+class _DflashInput(Strict):
+    """DFLASH's draft input at a decode launch: its length buffers, grown by its own code."""
 
-    return build
+    _owner = "batch.spec_info"
+    _fields = frozenset(
+        {
+            "_prepare_batch_seq_lens_cpu_buf",
+            "_prepare_cur_kv_lens_cpu_buf",
+            "_prepare_nxt_kv_lens_cpu_buf",
+            "_prepare_cur_kv_lens_gpu_buf",
+            "_prepare_nxt_kv_lens_gpu_buf",
+            "max_top_k",
+            "uniform_top_k_value",
+            "nxt_kv_lens_cpu",
+            "nxt_kv_lens_sum",
+        }
+    )
+
+    def __init__(self, batch_size: int) -> None:
+        for name in self._fields:
+            setattr(self, name, None)
+
+
+class _UnoInput(Strict):
+    """UNO's draft input at a decode launch: one future index per request (what the overlap
+    scheduler's result carries), and what its launch records."""
+
+    _owner = "batch.spec_info"
+    _fields = frozenset(
+        {
+            "future_indices",
+            "bonus_tokens",
+            "new_seq_lens",
+            "max_top_k",
+            "uniform_top_k_value",
+            "reserved_seq_lens_cpu",
+            "reserved_seq_lens_sum",
+        }
+    )
+
+    def __init__(self, batch_size: int) -> None:
+        import torch
+
+        for name in self._fields:
+            setattr(self, name, None)
+        self.future_indices = torch.zeros(batch_size, dtype=torch.int64)
+
+
+_DRAFT_INPUT_FAKES: Final[dict[str, type]] = {"dflash": _DflashInput, "uno": _UnoInput}
+
+
+class ReleaseAllocationCode:
+    """The `Target.allocation` of a release tree (`sglang==V`, a checkout, a package
+    directory): the release's own allocation path, a fresh one per scenario.
+
+    `root` (a callable, so that `sglang==V` unpacks its allocation files only when they are
+    used) gives the directory holding the tree's `sglang` package. Nothing is compiled until
+    `unavailable()` or the first scenario asks: judging a release tree by kvcheck's own model
+    (`--allocation-path model`) costs nothing more than before."""
+
+    def __init__(self, root: Callable[[], Path], where: str) -> None:
+        self._root = root
+        self.where = where
+        self._functions: ReleaseFunctions | None = None
+        self._error: TargetLoadError | None = None
+
+    def functions(self) -> ReleaseFunctions:
+        """The compiled functions; `TargetLoadError` (the same one each time) when the tree
+        cannot give them."""
+        if self._functions is None:
+            if self._error is not None:
+                raise self._error
+            try:
+                self._functions = ReleaseFunctions(self._root())
+            except TargetLoadError as exc:
+                self._error = exc
+                raise
+        return self._functions
+
+    def unavailable(self) -> str | None:
+        """Why this tree's own allocation path cannot run (None: it can)."""
+        try:
+            self.functions()
+        except TargetLoadError as exc:
+            return str(exc)
+        return None
+
+    def __call__(self, config: Config) -> ReleaseAllocation:
+        """A fresh path for one scenario of `config`."""
+        return ReleaseAllocation(config, self.functions())
+
+
+def release_allocation_factory(root: Path) -> ReleaseAllocationCode:
+    """The release allocation code of the tree at `root`, compiled now."""
+    code = ReleaseAllocationCode(lambda: root, str(root))
+    code.functions()
+    return code
