@@ -240,14 +240,14 @@ class ReqToTokenPool(Strict):
     def free(self, req: Any) -> None:
         """SGLang's `req_to_token_pool.free(req)`: the row back, `req_pool_idx = None`. The
         row's contents stay readable, as on the device."""
-        row = req.kv.req_pool_idx
+        row = req._row_index()
         rid = self._holder.pop(row, None)
         if rid is None:
             self._pool.fault("double-free", None, f"row {row} is freed while no request holds it")
         else:
             self._pool.free_row(rid)
             self.free_slots.append(row)
-        req.kv.req_pool_idx = None
+        req._set_row_index(None)
 
     def write(self, indices: Any, values: Any) -> None:
         """`req_to_token[indices] = values` for `(row, slice)` indices, bound like a kernel's."""
@@ -364,6 +364,13 @@ class DisabledTreeCache(Strict):
     def evictable_size(self) -> int:
         """Nothing is evictable."""
         return 0
+
+    def available_and_evictable_str(self) -> str:
+        """What an out-of-memory message of the release's code says of the pool."""
+        return (
+            f"Available tokens: {self.token_to_kv_pool_allocator.available_size()}, "
+            "evictable tokens: 0"
+        )
 
     def protected_size(self) -> int:
         """Nothing is protected."""

@@ -1,13 +1,16 @@
 """`ReleaseAllocation`: an `AllocationPath` that drives a release's own allocation functions
 (issue 21) over the fakes of `kvcheck.families.sglang.real.objects`, on kvcheck's `KvPool`.
 
-This first slice drives the 0.5.19+ layout (`ReqKvInfo` always present; checked on 0.5.23):
+It drives the 0.5.16-0.5.18 layout (C and the row on `Req`, Al in a `ReqKvInfo` dropped at
+release) and the 0.5.19+ layout (`ReqKvInfo` holding C, Al and the row; checked on 0.5.23):
 
-- a decode launch: the release's `eagle_prepare_for_decode(batch)` (speculative/eagle_utils.py),
-  which sizes with its `page_aligned_decode_alloc_lens` and allocates with its
-  `alloc_for_spec_decode`; the launch's draft count is installed in the runtime settings first;
-- finish and retraction: its `release_kv_cache(req, tree_cache, checkpoint=...)`
-  (mem_cache/common.py), with its `Req.owned_kv_len` and `ReqKvInfo.mark_kv_released`;
+- a decode launch: the release's `eagle_prepare_for_decode(batch)` (speculative/eagle_utils.py)
+  for EAGLE, EAGLE3 and n-gram, DFLASH's and UNO's own draft input's `prepare_for_decode` where
+  the release has one, each allocating with its `alloc_for_spec_decode`; the launch's draft
+  count is installed in the runtime settings first;
+- finish and retraction: its `release_kv_cache` (mem_cache/common.py), with its `Req.owned_kv_len`
+  and `ReqKvInfo.mark_kv_released` (0.5.19+) or its chunk cache's `cache_finished_req` and
+  `Req.effective_kv_committed_len` (0.5.16-0.5.18);
 - the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`.
 
 Admission stays kvcheck's (`alloc_for_extend` is the next slice): a row and token indices for
@@ -15,6 +18,7 @@ Admission stays kvcheck's (`alloc_for_extend` is the next slice): a row and toke
 are `kvcheck.families.sglang.real.kernels`. An exception the release's code raises is a `pool`
 fault at that call (the target's doing); one raised in kvcheck's fakes is kvcheck's
 (`KvcheckInternalError`), and an unmodelled access is `UnsupportedTargetError`: never a verdict.
+docs/release-allocation.md says what each release needed and what the path found.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ _COMMON: Final = "sglang.srt.mem_cache.common"
 _BATCH: Final = "sglang.srt.managers.schedule_batch"
 _BASE_ALLOCATOR: Final = "sglang.srt.mem_cache.allocator.base"
 _PREFIX_CACHE: Final = "sglang.srt.mem_cache.base_prefix_cache"
+_CHUNK_CACHE: Final = "sglang.srt.mem_cache.chunk_cache"
 # The algorithms SGLang runs adaptive speculation for: any other falls back to static draft
 # counts at startup (0.5.16 and 0.5.23 speculative/adaptive_spec_params.py,
 # `adaptive_unsupported_reason`, lines 54 and 61). A scenario switching strides under another
@@ -88,6 +93,10 @@ class ReleaseFunctions:
             page_interleave_shard_size=lambda allocator: 1,
             # No pinned host memory on a CPU-only machine (DFLASH's length buffers ask).
             is_pin_memory_available=lambda device=None: False,
+            # The mamba row pool, which 0.5.16-0.5.18's release tests the row pool against
+            # (mem_cache/common.py, `release_kv_cache`): kvcheck's full-attention pool never
+            # is one, and compiling its module would reach platform probes.
+            HybridReqToTokenPool=type("HybridReqToTokenPool", (), {}),
         )
         self.tree = TreeSource(root, "sglang", overrides=overrides)
         self._writes: list[Callable[[list[kernels.RowWrite]], None]] = []
@@ -96,34 +105,59 @@ class ReleaseFunctions:
             if not self.tree.has(module, name):
                 raise TargetLoadError(
                     f"{self.tree.file_of(module)} defines no {name}: kvcheck drives the "
-                    "release's own allocation code for 0.5.19+ layouts only so far"
+                    "release's own allocation code for the 0.5.16+ layouts only so far"
                 )
+        # 0.5.19+ keeps a request's lengths and row in its `ReqKvInfo` record and releases
+        # with `mark_kv_released`; 0.5.16-0.5.18 keep C and the row on `Req`, Al in a
+        # `ReqKvInfo(kv_allocated_len, swa_evicted_seqlen)` dropped at release (`req.kv = None`).
+        self.kv_record = self.tree.has(_BATCH, "ReqKvInfo.mark_kv_released")
         self.prepare_for_decode = self.tree.function(_EAGLE, "eagle_prepare_for_decode")
         self.release_kv_cache = self.tree.function(_COMMON, "release_kv_cache")
-        self.req_members = self.tree.members(
-            _BATCH, "Req", ["owned_kv_len", "output_ids_through_stop"]
-        )
-        self.kv_members = self.tree.members(
-            _BATCH,
-            "ReqKvInfo",
-            ["holds_kv", "is_kv_released", "mark_kv_released", "get_evicted_seqlen", "swa_dead_lo"],
-        )
         self.batch_members = self.tree.members(
             _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2"]
         )
-        self.allocator_members = self.tree.members(
-            _BASE_ALLOCATOR,
-            "BaseTokenToKVPoolAllocator",
-            [
-                "free_segments",
-                "free_full_segments",
-                "get_extend_allocation_demand",
-                "evict_to_free_tokens",
-                "free_group_begin",
-                "free_group_end",
-            ],
-        )
-        self.cache_members = self.tree.members(_PREFIX_CACHE, "BasePrefixCache", ["free_kv_row"])
+        self.req_members: type
+        self.kv_members: type
+        self.allocator_members: type
+        self.cache_members: type
+        if self.kv_record:
+            self.req_members = self.tree.members(
+                _BATCH, "Req", ["owned_kv_len", "output_ids_through_stop"]
+            )
+            self.kv_members = self.tree.members(
+                _BATCH,
+                "ReqKvInfo",
+                [
+                    "holds_kv",
+                    "is_kv_released",
+                    "mark_kv_released",
+                    "get_evicted_seqlen",
+                    "swa_dead_lo",
+                ],
+            )
+            self.allocator_members = self.tree.members(
+                _BASE_ALLOCATOR,
+                "BaseTokenToKVPoolAllocator",
+                [
+                    "free_segments",
+                    "free_full_segments",
+                    "get_extend_allocation_demand",
+                    "evict_to_free_tokens",
+                    "free_group_begin",
+                    "free_group_end",
+                ],
+            )
+            self.cache_members = self.tree.members(
+                _PREFIX_CACHE, "BasePrefixCache", ["free_kv_row"]
+            )
+        else:
+            self.req_members = self.tree.members(_BATCH, "Req", ["effective_kv_committed_len"])
+            self.kv_members = type("ReqKvInfo", (), {})
+            self.allocator_members = type("BaseTokenToKVPoolAllocator", (), {})
+            # The chunk cache's own release entry point (mem_cache/chunk_cache.py).
+            self.cache_members = self.tree.members(
+                _CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]
+            )
         # The draft inputs whose own `prepare_for_decode` SGLang's dispatcher calls instead of
         # `eagle_prepare_for_decode` (0.5.23 speculative/spec_utils.py:1259-1270), where the
         # release has them.
@@ -172,8 +206,11 @@ class ReleaseAllocation:
         self.rows = ReqToTokenPool(self.pool, self.allocator, _ROWS, _WIDTH)
         self.tree_cache = cache_class(self.allocator, self.rows)
         self._views: dict[str, Any] = {}
-        self._req_class = type("Req", (_ReqView, functions.req_members), {})
-        self._kv_class = type("ReqKvInfo", (_KvView, functions.kv_members), {})
+        req_view, kv_view = (
+            (_ReqView, _KvView) if functions.kv_record else (_ReqFieldsView, _AllocatedLenView)
+        )
+        self._req_class = type("Req", (req_view, functions.req_members), {})
+        self._kv_class = type("ReqKvInfo", (kv_view, functions.kv_members), {})
         self._batch_class = type("ScheduleBatch", (_BatchView, functions.batch_members), {})
 
     # -- what the engine calls ------------------------------------------------------------------
@@ -188,12 +225,15 @@ class ReleaseAllocation:
     def admit(self, req: FakeReq) -> None:
         """kvcheck's admission: a row and indices for `[0, C)`, bound as SGLang writes them."""
         view = self.view(req)
-        view.kv.req_pool_idx = self.rows.take(req.rid)
+        if view.kv is None:  # 0.5.16-0.5.18 drop the record at release: a fresh one
+            view.kv = self._kv_class(req)
+        row = self.rows.take(req.rid)
+        view._set_row_index(row)
         length = req.kv_allocated_len
         if length > 0:
             out = self.allocator.alloc(length)
             if out is not None:
-                self.rows.write((view.kv.req_pool_idx, slice(0, length)), out)
+                self.rows.write((row, slice(0, length)), out)
         self._settle()
 
     def prepare_decode(self, reqs: list[FakeReq], stride: int) -> None:
@@ -223,7 +263,8 @@ class ReleaseAllocation:
         return admission_pages(self.pool, req, decode_reserve(self.config, stride))
 
     def release(self, req: FakeReq) -> None:
-        """Finish: the release's `release_kv_cache(req, tree_cache, checkpoint=True)`."""
+        """Finish: the release's `release_kv_cache(req, tree_cache, checkpoint=True)`
+        (`is_insert=True` before 0.5.19)."""
         if is_finished(req):
             self.pool.reading.discard(req.rid)
         if not self.pool.has_row(req.rid):
@@ -232,8 +273,8 @@ class ReleaseAllocation:
         self._release(req, checkpoint=True)
 
     def retract(self, req: FakeReq) -> None:
-        """Retraction's release: `release_kv_cache(..., checkpoint=False)` (the engine then
-        resets the request, as before)."""
+        """Retraction's release: `release_kv_cache(..., checkpoint=False)` (`is_insert=False`
+        before 0.5.19; the engine then resets the request, as before)."""
         self.pool.reading.discard(req.rid)
         self._release(req, checkpoint=False)
 
@@ -243,9 +284,8 @@ class ReleaseAllocation:
         view = self.view(req)
         self.allocator._acting = req.rid
         try:
-            self._call(
-                self.functions.release_kv_cache, view, self.tree_cache, checkpoint=checkpoint
-            )
+            flag = "checkpoint" if self.functions.kv_record else "is_insert"
+            self._call(self.functions.release_kv_cache, view, self.tree_cache, **{flag: checkpoint})
         finally:
             self.allocator._acting = None
 
@@ -260,11 +300,8 @@ class ReleaseAllocation:
             token_to_kv_pool_allocator=self.allocator,
             tree_cache=self.tree_cache,
             req_to_token_pool=self.rows,
-            req_pool_indices=torch.tensor(
-                [v.kv.req_pool_idx if v.kv.req_pool_idx is not None else 0 for v in views],
-                dtype=torch.int64,
-            ),
-            seq_lens_cpu=torch.tensor([v.kv.kv_committed_len for v in views], dtype=torch.int64),
+            req_pool_indices=torch.tensor([v._row_index() or 0 for v in views], dtype=torch.int64),
+            seq_lens_cpu=torch.tensor([r.kv_committed_len for r in reqs], dtype=torch.int64),
         )
         return batch
 
@@ -346,6 +383,85 @@ class _ReqView(Strict):
     def refresh_fill_ids(self) -> None:
         """The fill ids feed the tree's keys, which a disabled cache never uses."""
 
+    def _row_index(self) -> int | None:
+        return self.kv.req_pool_idx
+
+    def _set_row_index(self, row: int | None) -> None:
+        self.kv.req_pool_idx = row
+
+
+class _AllocatedLenView(Strict):
+    """`req.kv` of 0.5.16-0.5.18: `ReqKvInfo(kv_allocated_len, swa_evicted_seqlen)`."""
+
+    _owner = "req.kv"
+    _fields = frozenset({"swa_evicted_seqlen"})
+
+    def __init__(self, req: FakeReq) -> None:
+        self._req = req
+        self.swa_evicted_seqlen = 0
+
+    kv_allocated_len = property(
+        lambda self: self._req._allocated,
+        lambda self, value: setattr(self._req, "_allocated", value),
+    )
+
+
+class _ReqFieldsView(Strict):
+    """A request of 0.5.16-0.5.18: C, the row and the cache fields on `Req` itself, Al in its
+    `kv` record, which release drops (`req.kv = None`: no allocated length, as Al = 0)."""
+
+    _owner = "req"
+    _fields = frozenset(
+        {
+            "req_pool_idx",
+            "cache_protected_len",
+            "swa_evict_floor",
+            "decode_batch_idx",
+            "lock",
+            "skip_radix_cache_insert",
+            "reasoning_tokens",
+        }
+    )
+    sampling_params = _ReqView.sampling_params
+
+    def __init__(self, req: FakeReq, kv: _AllocatedLenView) -> None:
+        self._req = req
+        self._kv: _AllocatedLenView | None = kv
+        self.req_pool_idx: int | None = None
+        self.cache_protected_len = 0
+        self.swa_evict_floor = 0
+        self.decode_batch_idx = 0
+        self.lock = None
+        self.skip_radix_cache_insert = False
+        self.reasoning_tokens = 0
+
+    @property
+    def kv(self) -> _AllocatedLenView | None:
+        """The allocated-length record; None once released."""
+        return self._kv
+
+    @kv.setter
+    def kv(self, record: _AllocatedLenView | None) -> None:
+        if record is None:
+            self._req._allocated = 0
+        self._kv = record
+
+    kv_committed_len = property(
+        lambda self: self._req.kv_committed_len,
+        lambda self, value: setattr(self._req, "kv_committed_len", value),
+    )
+    rid = _ReqView.rid
+    origin_input_ids = _ReqView.origin_input_ids
+    output_ids = _ReqView.output_ids
+    finished_len = _ReqView.finished_len
+    finished = _ReqView.finished
+
+    def _row_index(self) -> int | None:
+        return self.req_pool_idx
+
+    def _set_row_index(self, row: int | None) -> None:
+        self.req_pool_idx = row
+
 
 class _BatchView(Strict):
     """The `ScheduleBatch` a decode launch and the memory check run on."""
@@ -394,8 +510,10 @@ class _DflashInput(Strict):
             "_prepare_nxt_kv_lens_gpu_buf",
             "max_top_k",
             "uniform_top_k_value",
-            "nxt_kv_lens_cpu",
+            "nxt_kv_lens_cpu",  # what its launch records: 0.5.23's names
             "nxt_kv_lens_sum",
+            "reserved_seq_lens_cpu",  # and 0.5.16-0.5.18's
+            "reserved_seq_lens_sum",
         }
     )
 

@@ -26,6 +26,12 @@ class _Req:
     def __init__(self, row: int) -> None:
         self.kv = _Kv(row)
 
+    def _row_index(self) -> int | None:
+        return self.kv.req_pool_idx
+
+    def _set_row_index(self, row: int | None) -> None:
+        self.kv.req_pool_idx = row
+
 
 def _setup(page_size: int, pages: int = 0) -> tuple[KvPool, TokenAllocator, ReqToTokenPool]:
     pool = KvPool(page_size, pages)
