@@ -379,6 +379,29 @@ class DisabledTreeCache(Strict):
 
 # -- runtime settings ---------------------------------------------------------------------------
 
+# The runtime context's namespace accessors kvcheck gives nothing for (0.5.17+
+# runtime_context.py): unpublished, the release's own would raise as if it were misconfigured.
+UNMODELLED_NAMESPACES: Final = (
+    "get_context",
+    "get_flags",
+    "get_resources",
+    "get_forward",
+    "get_device",
+    "get_model",
+    "get_memory",
+    "get_lora",
+    "get_mm",
+    "get_disagg",
+    "get_observability",
+)
+
+
+def _refuse(name: str) -> Any:
+    def accessor(*args: Any, **kwargs: Any) -> Any:
+        raise UnmodeledAttributeError("runtime settings", f"{name}()", supported=())
+
+    return accessor
+
 
 class RuntimeSettings:
     """The runtime context a launch runs under: what SGLang's settings accessors answer.
@@ -436,13 +459,26 @@ class RuntimeSettings:
         )
 
     def accessors(self) -> dict[str, Any]:
-        """The release's module-level settings names and what kvcheck gives for them."""
-        return {
+        """The release's module-level settings names and what kvcheck gives for them; the
+        runtime context's other namespaces are refused (`UNMODELLED_NAMESPACES`), so a
+        release reading one is kvcheck's gap, never the release's fault."""
+        refused = {name: _refuse(name) for name in UNMODELLED_NAMESPACES}
+        return refused | {
             "get_spec": self.spec,
             "get_global_server_args": self.server_args,
             "get_server_args": self.server_args,
             "get_schedule": lambda: Bag("get_schedule()", page_size=self.page_size),
             "get_parallel": lambda: Bag("get_parallel()", attn_dcp_size=1, attn_cp_size=1),
+            "get_exec": lambda: Bag(
+                "get_exec()",
+                kernel=Bag("get_exec().kernel", attention_backend="triton"),
+                mamba=Bag(
+                    "get_exec().mamba",
+                    enable_mamba_extra_buffer=False,
+                    enable_mamba_extra_buffer_lazy=False,
+                ),
+                features=Bag("get_exec().features", enable_memory_saver=False),
+            ),
             "get_serving": lambda: Bag("get_serving()", strip_thinking_cache=False),
             "max_speculative_num_draft_tokens": lambda: self.max_draft_tokens,
             "attention_backends": lambda: ("triton", "triton"),

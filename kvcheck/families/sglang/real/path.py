@@ -23,6 +23,7 @@ docs/release-allocation.md says what each release needed and what the path found
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -113,18 +114,26 @@ class ReleaseFunctions:
         self.kv_record = self.tree.has(_BATCH, "ReqKvInfo.mark_kv_released")
         self.prepare_for_decode = self.tree.function(_EAGLE, "eagle_prepare_for_decode")
         self.release_kv_cache = self.tree.function(_COMMON, "release_kv_cache")
+        # Whether the tree keeps what it can key: `is_insert` up to 0.5.21, `checkpoint` after.
+        parameters = inspect.signature(self.release_kv_cache).parameters
+        self.release_flag = "checkpoint" if "checkpoint" in parameters else "is_insert"
         self.batch_members = self.tree.members(
             _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2"]
         )
         self.req_members: type
         self.kv_members: type
         self.allocator_members: type
-        self.cache_members: type
+        self.cache_members: tuple[type, ...]
         if self.kv_record:
-            self.req_members = self.tree.members(
-                _BATCH, "Req", ["owned_kv_len", "output_ids_through_stop"]
+            # Each release of the layout has some of these (0.5.19-0.5.20 no `owned_kv_len`,
+            # 0.5.21-0.5.22 fewer segment methods): what it has runs, and a name it calls that
+            # is neither there nor modelled is kvcheck's gap (exit 2), never a verdict.
+            self.req_members = self._present(
+                _BATCH,
+                "Req",
+                ["owned_kv_len", "output_ids_through_stop", "effective_kv_committed_len"],
             )
-            self.kv_members = self.tree.members(
+            self.kv_members = self._present(
                 _BATCH,
                 "ReqKvInfo",
                 [
@@ -135,10 +144,11 @@ class ReleaseFunctions:
                     "swa_dead_lo",
                 ],
             )
-            self.allocator_members = self.tree.members(
+            self.allocator_members = self._present(
                 _BASE_ALLOCATOR,
                 "BaseTokenToKVPoolAllocator",
                 [
+                    "free_segment",
                     "free_segments",
                     "free_full_segments",
                     "get_extend_allocation_demand",
@@ -147,16 +157,23 @@ class ReleaseFunctions:
                     "free_group_end",
                 ],
             )
-            self.cache_members = self.tree.members(
-                _PREFIX_CACHE, "BasePrefixCache", ["free_kv_row"]
+            # The chunk cache's own `cache_finished_req` where release still calls it
+            # (0.5.19-0.5.20), over the base cache's `free_kv_row`.
+            self.cache_members = (
+                self._present(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
+                self._present(_PREFIX_CACHE, "BasePrefixCache", ["free_kv_row"]),
             )
         else:
             self.req_members = self.tree.members(_BATCH, "Req", ["effective_kv_committed_len"])
             self.kv_members = type("ReqKvInfo", (), {})
-            self.allocator_members = type("BaseTokenToKVPoolAllocator", (), {})
+            # The base allocator's segment methods where the release has them (0.5.17-0.5.18
+            # free the tail with `free_segment`, mem_cache/common.py:201 in 0.5.17).
+            self.allocator_members = self._present(
+                _BASE_ALLOCATOR, "BaseTokenToKVPoolAllocator", ["free_segment", "free_segments"]
+            )
             # The chunk cache's own release entry point (mem_cache/chunk_cache.py).
-            self.cache_members = self.tree.members(
-                _CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]
+            self.cache_members = (
+                self.tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
             )
         # The draft inputs whose own `prepare_for_decode` SGLang's dispatcher calls instead of
         # `eagle_prepare_for_decode` (0.5.23 speculative/spec_utils.py:1259-1270), where the
@@ -173,6 +190,13 @@ class ReleaseFunctions:
         ):
             if self.tree.has(module, f"{class_name}.prepare_for_decode"):
                 self.draft_inputs[algorithm] = self.tree.members(module, class_name, names)
+
+    def _present(self, module: str, class_name: str, names: list[str]) -> type:
+        """The members of `class_name` among `names` that this release's file defines."""
+        present = [name for name in names if self.tree.has(module, f"{class_name}.{name}")]
+        if not present:
+            return type(class_name, (), {})
+        return self.tree.members(module, class_name, present)
 
     def _assign(self, *args: Any) -> None:
         """`assign_req_to_token_pool_func`: the kernel's CPU equivalent, then the binding."""
@@ -201,7 +225,7 @@ class ReleaseAllocation:
             max_draft_tokens=max(config.stride, config.max_stride or config.stride),
         )
         allocator_class = type("Allocator", (TokenAllocator, functions.allocator_members), {})
-        cache_class = type("TreeCache", (DisabledTreeCache, functions.cache_members), {})
+        cache_class = type("TreeCache", (DisabledTreeCache, *functions.cache_members), {})
         self.allocator = allocator_class(self.pool)
         self.rows = ReqToTokenPool(self.pool, self.allocator, _ROWS, _WIDTH)
         self.tree_cache = cache_class(self.allocator, self.rows)
@@ -264,7 +288,7 @@ class ReleaseAllocation:
 
     def release(self, req: FakeReq) -> None:
         """Finish: the release's `release_kv_cache(req, tree_cache, checkpoint=True)`
-        (`is_insert=True` before 0.5.19)."""
+        (`is_insert=True` up to 0.5.21)."""
         if is_finished(req):
             self.pool.reading.discard(req.rid)
         if not self.pool.has_row(req.rid):
@@ -274,7 +298,7 @@ class ReleaseAllocation:
 
     def retract(self, req: FakeReq) -> None:
         """Retraction's release: `release_kv_cache(..., checkpoint=False)` (`is_insert=False`
-        before 0.5.19; the engine then resets the request, as before)."""
+        up to 0.5.21; the engine then resets the request, as before)."""
         self.pool.reading.discard(req.rid)
         self._release(req, checkpoint=False)
 
@@ -284,8 +308,12 @@ class ReleaseAllocation:
         view = self.view(req)
         self.allocator._acting = req.rid
         try:
-            flag = "checkpoint" if self.functions.kv_record else "is_insert"
-            self._call(self.functions.release_kv_cache, view, self.tree_cache, **{flag: checkpoint})
+            self._call(
+                self.functions.release_kv_cache,
+                view,
+                self.tree_cache,
+                **{self.functions.release_flag: checkpoint},
+            )
         finally:
             self.allocator._acting = None
 
@@ -333,7 +361,13 @@ class _KvView(Strict):
 
     _owner = "req.kv"
     _fields = frozenset(
-        {"req_pool_idx", "cache_protected_len", "swa_evict_floor", "component_evicted_seqlens"}
+        {
+            "req_pool_idx",
+            "cache_protected_len",
+            "swa_evict_floor",
+            "component_evicted_seqlens",
+            "swa_evicted_seqlen",  # 0.5.19-0.5.20's name for what SWA eviction freed
+        }
     )
 
     def __init__(self, req: FakeReq) -> None:
@@ -342,6 +376,7 @@ class _KvView(Strict):
         self.cache_protected_len = 0
         self.swa_evict_floor = 0
         self.component_evicted_seqlens: dict[Any, int] = {}
+        self.swa_evicted_seqlen = 0
 
     kv_committed_len = property(
         lambda self: self._req.kv_committed_len,
