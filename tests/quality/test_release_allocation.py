@@ -89,3 +89,21 @@ def test_single_line_bugs_in_a_copy_of_the_tree_show(
         assert allocated != [12, 12]
     else:
         assert fault in kinds
+
+
+def test_0_5_16_sizes_and_releases_with_its_own_code() -> None:
+    allocated, kinds = _run(_tree("0.5.16"))
+    assert allocated == [12, 12]  # the same sizing, inline in its eagle_prepare_for_decode
+    assert kinds == []
+
+
+def test_configs_no_release_runs_keep_kvcheck_model() -> None:
+    from kvcheck.families.sglang.allocation import RuleAllocation
+    from kvcheck.families.sglang.real.path import ReleaseAllocation
+
+    code = release_allocation_factory(_tree("0.5.23"))
+    adaptive = {"allocation": "0.5.16", "adaptive": True, "max_stride": 6, "stride": 3}
+    # SGLang switches strides for EAGLE and EAGLE3 only (adaptive_spec_params.py:61).
+    assert isinstance(code(Config(algorithm="eagle3", **adaptive)), ReleaseAllocation)  # type: ignore[arg-type]
+    assert type(code(Config(algorithm="dflash", **adaptive))) is RuleAllocation  # type: ignore[arg-type]
+    assert isinstance(code(Config(algorithm="dflash", allocation="0.5.16")), ReleaseAllocation)

@@ -33,7 +33,6 @@ from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.allocation_rules import RULES, allocation_features
 from kvcheck.families.sglang.cli import SglangFrontDoor
 from kvcheck.families.sglang.judging import SglangJudging
-from kvcheck.families.sglang.real.path import ADAPTIVE_ALGORITHMS
 from kvcheck.families.sglang.release import OUT_OF_SCOPE_BRANCHES
 from kvcheck.families.sglang.scenario import (
     ALGORITHMS,
@@ -147,15 +146,11 @@ def scenario_space(target: Target, options: SglangJudging) -> ScenarioSpace:
             f"{target.description} is judged under allocation {', '.join(rules)} only "
             f"({shape.allocation_reason}), and {problems[0]}"
         )
-    algorithms = shape.algorithms
-    if options.allocation_path == "release" and options.adaptive:
-        # A release runs adaptive speculation for these only (their own code refuses others).
-        algorithms = tuple(a for a in algorithms if a in ADAPTIVE_ALGORITHMS) or ("eagle",)
     return space_of(
         convention=options.convention,
         global_counters=options.global_counters,
         adaptive=options.adaptive,
-        algorithms=algorithms,
+        algorithms=shape.algorithms,
         block_cap=shape.block_cap,
         grammar=shape.grammar,
         allocation=rules,

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from kvcheck.core.calls import TargetCalls
-from kvcheck.errors import TargetLoadError, UnsupportedTargetError
-from kvcheck.families.sglang.allocation import admission_pages, decode_reserve
+from kvcheck.errors import TargetLoadError
+from kvcheck.families.sglang.allocation import RuleAllocation, admission_pages, decode_reserve
 from kvcheck.families.sglang.fakes import FakeReq, UnmodeledAttributeError, is_finished
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.real import kernels
@@ -57,7 +57,7 @@ _CHUNK_CACHE: Final = "sglang.srt.mem_cache.chunk_cache"
 # The algorithms SGLang runs adaptive speculation for: any other falls back to static draft
 # counts at startup (0.5.16 and 0.5.23 speculative/adaptive_spec_params.py,
 # `adaptive_unsupported_reason`, lines 54 and 61). A scenario switching strides under another
-# algorithm is one no release runs, and its own code is not judged there.
+# algorithm is one no release runs: its allocation stays kvcheck's model (`runs_adaptively`).
 ADAPTIVE_ALGORITHMS: Final = ("eagle", "eagle3")
 # Rows of `req_to_token` kvcheck's fakes start with; the table grows when a scenario needs more.
 _ROWS: Final = 8
@@ -208,12 +208,6 @@ class ReleaseAllocation:
     """The release's own allocation path for one scenario (module docstring)."""
 
     def __init__(self, config: Config, functions: ReleaseFunctions) -> None:
-        if config.adaptive and config.algorithm not in ADAPTIVE_ALGORITHMS:
-            raise UnsupportedTargetError(
-                f"SGLang runs adaptive speculation for {' and '.join(ADAPTIVE_ALGORITHMS)} only "
-                f"(adaptive_spec_params.py, adaptive_unsupported_reason), not "
-                f"{config.algorithm}: judge it with --no-adaptive or --allocation-path model"
-            )
         self.config = config
         self.functions = functions
         self.pool = KvPool(config.page_size, config.pool_pages)
@@ -621,9 +615,21 @@ class ReleaseAllocationCode:
             return str(exc)
         return None
 
-    def __call__(self, config: Config) -> ReleaseAllocation:
-        """A fresh path for one scenario of `config`."""
-        return ReleaseAllocation(config, self.functions())
+    def __call__(self, config: Config) -> ReleaseAllocation | RuleAllocation:
+        """A fresh path for one scenario of `config`: the release's own, except where no
+        release runs the config (`runs_adaptively`), where kvcheck's model keeps judging the
+        resolver as it always did."""
+        functions = self.functions()
+        if not runs_adaptively(config):
+            return RuleAllocation(config)
+        return ReleaseAllocation(config, functions)
+
+
+def runs_adaptively(config: Config) -> bool:
+    """Whether a release can run `config`'s stride switching: adaptive speculation runs for
+    `ADAPTIVE_ALGORITHMS` only, and a release started with another algorithm keeps static
+    draft counts (no switch, no adaptive maximum above them)."""
+    return not config.adaptive or config.algorithm in ADAPTIVE_ALGORITHMS
 
 
 def release_allocation_factory(root: Path) -> ReleaseAllocationCode:
