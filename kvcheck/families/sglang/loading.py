@@ -19,6 +19,7 @@ code 2.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from pathlib import Path
@@ -33,6 +34,7 @@ from kvcheck.families.sglang.builtins import BUILTINS
 from kvcheck.families.sglang.names import STAND_INS
 from kvcheck.families.sglang.probe import probe_target
 from kvcheck.families.sglang.real.path import ReleaseAllocationCode
+from kvcheck.families.sglang.real.tree import allocation_tree
 from kvcheck.targets.loading import import_object
 from kvcheck.targets.source import load_from_source
 
@@ -123,12 +125,7 @@ def _load_release(spec: str, allow_unavailable: bool, deadline: float | None) ->
     package = sglang_release.release_package(version)
     what = f"SGLang {version} (package index)"
     target = _load_sglang(spec, package, what, allow_unavailable, deadline)
-
-    def root() -> Path:
-        from kvcheck.families.sglang.real.tree import allocation_tree
-
-        return allocation_tree(version)
-
+    root = functools.partial(allocation_tree, version)  # unpacked on first use
     return attrs.evolve(target, allocation=ReleaseAllocationCode(root, what))
 
 
@@ -136,7 +133,8 @@ def _load_package(spec: str, allow_unavailable: bool, deadline: float | None) ->
     package = sglang_release.package_dir(_expanded(spec))
     what = f"the SGLang package at {spec}"
     target = _load_sglang(spec, package, what, allow_unavailable, deadline)
-    return attrs.evolve(target, allocation=ReleaseAllocationCode(lambda: package.parent, what))
+    root = functools.partial(Path, package.parent)
+    return attrs.evolve(target, allocation=ReleaseAllocationCode(root, what))
 
 
 def _load_sglang(

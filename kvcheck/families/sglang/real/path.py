@@ -607,6 +607,11 @@ class ReleaseAllocationCode:
                 raise
         return self._functions
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a target sent to a worker) without what was compiled: a worker compiles
+        the tree again on first use."""
+        return {**self.__dict__, "_functions": None, "_error": None}
+
     def unavailable(self) -> str | None:
         """Why this tree's own allocation path cannot run (None: it can)."""
         try:
