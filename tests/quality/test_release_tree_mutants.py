@@ -22,12 +22,15 @@ import pytest
 from kvcheck.errors import KvcheckUsageError
 from tests.helpers import run_cli
 
-# The invariants an allocation bug must break (not the resolver's).
+# The invariants an allocation or retraction bug must break (not the resolver's alone).
 ALLOCATION_INVARIANTS = (
     "alloc-",
     "kv-",
     "pool",
+    "committed-retracted-zero",
 )
+# Bugs are searched with a fixed seed, so a run is reproducible (docs/release-allocation.md gives
+# how many scenarios each took over several seeds).
 OPTIONS = ["--global-counters", "sglang", "--no-database", "--no-save", "--json"]
 SIZING = "sglang/srt/mem_cache/allocation_sizing.py"
 ALLOCATION = "sglang/srt/mem_cache/allocation.py"
@@ -91,6 +94,13 @@ BUGS_0_5_23 = [
         BATCH,
         "total += ceil_align(nxt, page_size) - ceil_align(cur, page_size)",
         "total += nxt - cur",
+    ),
+    (  # the retraction reset keeps the committed length (release_req -> reset_for_retract)
+        "retraction-keeps-committed",
+        BATCH,
+        '        assert not self.kv.holds_kv, "expect it is already released"\n'
+        "        self.kv.kv_committed_len = 0\n",
+        '        assert not self.kv.holds_kv, "expect it is already released"\n',
     ),
 ]
 
@@ -163,6 +173,13 @@ BUGS_0_5_16 = [
         "",
     ),
     ("allocated-kept-after-release", COMMON, "    req.kv = None\n", ""),
+    (
+        "retraction-keeps-committed",
+        BATCH,
+        '        assert self.kv is None, "expect it is already released"\n'
+        "        self.kv_committed_len = 0\n",
+        '        assert self.kv is None, "expect it is already released"\n',
+    ),
     (
         "estimate-unaligned",
         BATCH,
@@ -237,7 +254,7 @@ def test_single_line_bugs_are_caught(
     line: str,
     bug: str,
 ) -> None:
-    report = check(capsys, mutated_copy(tmp_path, version, file, line, bug))
+    report = check(capsys, mutated_copy(tmp_path, version, file, line, bug), "--seed", "1")
     assert report["verdict"] == "fail", name
     violation = report["violation"]
     assert isinstance(violation, dict)

@@ -25,6 +25,10 @@ class AllocationPath(Protocol):
     """What the engine calls; every method works on the requests' fakes and `pool`."""
 
     pool: KvPool
+    # Whether `retract` also resets the request as SGLang's `reset_for_retract` does (C = 0,
+    # `is_retracted`, the retraction count; Al = 0 is release's): the release's own code does,
+    # and the engine then leaves it to it; kvcheck's path leaves the reset to the engine.
+    resets_retracted: bool
 
     def admit(self, req: Any) -> None:
         """Prefill: the row and pages for positions [0, C), with `Al = C` already assigned."""
@@ -43,7 +47,8 @@ class AllocationPath(Protocol):
         """Pages a prefill of `req` needs to be admitted (its fill plus one decode reserve)."""
 
     def retract(self, req: Any) -> None:
-        """Retraction: release without caching; the engine then zeroes `C` and `Al`."""
+        """Retraction: release without caching; the engine then zeroes `C` and `Al` unless
+        the path `resets_retracted`."""
 
 
 def decode_reserve(config: Config, stride: int) -> int:
@@ -65,6 +70,8 @@ def admission_pages(pool: KvPool, req: Any, reserve: int) -> int:
 
 class RuleAllocation:
     """kvcheck's correct allocation path for `config.allocation` (module docstring)."""
+
+    resets_retracted = False
 
     def __init__(self, config: Config, pool: KvPool | None = None) -> None:
         self.config = config

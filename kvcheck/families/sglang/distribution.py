@@ -135,6 +135,10 @@ def scenario_space(target: Target, options: SglangJudging) -> ScenarioSpace:
     that can run it."""
     shape = target.shape
     rules = allocation_rules(target)
+    if options.allocation_path == "release":
+        # The release's own code runs under a rule that allocates: drawing none ("off", which
+        # a target never touching `kv_allocated_len` allows) would leave it idle.
+        rules = tuple(rule for rule in rules if allocation_features(rule).allocates) or rules
     # Without a pinned overlap, rule 0.5.12 runs adaptive switching with overlap off.
     pinned_on = options.overlap is True
     problems = [

@@ -391,7 +391,6 @@ UNMODELLED_NAMESPACES: Final = (
     "get_memory",
     "get_lora",
     "get_mm",
-    "get_disagg",
     "get_observability",
 )
 
@@ -480,6 +479,11 @@ class RuntimeSettings:
                 features=Bag("get_exec().features", enable_memory_saver=False),
             ),
             "get_serving": lambda: Bag("get_serving()", strip_thinking_cache=False),
+            "get_disagg": lambda: Bag(
+                "get_disagg()",
+                disaggregation_mode="null",
+                disaggregation_decode_retraction_backup=False,
+            ),
             "max_speculative_num_draft_tokens": lambda: self.max_draft_tokens,
             "attention_backends": lambda: ("triton", "triton"),
             "is_cpu": lambda: False,

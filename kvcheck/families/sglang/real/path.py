@@ -11,6 +11,8 @@ release) and the 0.5.19+ layout (`ReqKvInfo` holding C, Al and the row; checked 
 - finish and retraction: its `release_kv_cache` (mem_cache/common.py), with its `Req.owned_kv_len`
   and `ReqKvInfo.mark_kv_released` (0.5.19+) or its chunk cache's `cache_finished_req` and
   `Req.effective_kv_committed_len` (0.5.16-0.5.18);
+- retraction: its `release_req` (release without caching, then the request's own
+  `reset_for_retract`, which the engine then leaves the reset to: `resets_retracted`);
 - the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`.
 
 Admission stays kvcheck's (`alloc_for_extend` is the next slice): a row and token indices for
@@ -120,6 +122,13 @@ class ReleaseFunctions:
         self.batch_members = self.tree.members(
             _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2"]
         )
+        # Retraction: the module-level `release_req` (release, then the request's own
+        # `reset_for_retract`; 0.5.16+ schedule_batch.py), where the release has both.
+        self.release_req: Callable[..., Any] | None = None
+        self.reset_members: type = type("Req", (), {})
+        if self.tree.has(_BATCH, "release_req") and self.tree.has(_BATCH, "Req.reset_for_retract"):
+            self.release_req = self.tree.function(_BATCH, "release_req")
+            self.reset_members = self.tree.members(_BATCH, "Req", ["reset_for_retract"])
         self.req_members: type
         self.kv_members: type
         self.allocator_members: type
@@ -227,7 +236,11 @@ class ReleaseAllocation:
         req_view, kv_view = (
             (_ReqView, _KvView) if functions.kv_record else (_ReqFieldsView, _AllocatedLenView)
         )
-        self._req_class = type("Req", (req_view, functions.req_members), {})
+        self._req_class = type(
+            "Req", (req_view, functions.req_members, functions.reset_members), {}
+        )
+        # With the release's own `release_req`, its `reset_for_retract` resets the request.
+        self.resets_retracted = functions.release_req is not None
         self._kv_class = type("ReqKvInfo", (kv_view, functions.kv_members), {})
         self._batch_class = type("ScheduleBatch", (_BatchView, functions.batch_members), {})
 
@@ -291,10 +304,37 @@ class ReleaseAllocation:
         self._release(req, checkpoint=True)
 
     def retract(self, req: FakeReq) -> None:
-        """Retraction's release: `release_kv_cache(..., checkpoint=False)` (`is_insert=False`
-        up to 0.5.21; the engine then resets the request, as before)."""
+        """Retraction: the release's `release_req` (its `release_kv_cache` without caching,
+        then the request's own `reset_for_retract`, which zeroes C and counts the
+        retraction), or `release_kv_cache` alone where the release has no `release_req`
+        (the engine then resets the request)."""
         self.pool.reading.discard(req.rid)
-        self._release(req, checkpoint=False)
+        release_req = self.functions.release_req
+        if release_req is None:
+            self._release(req, checkpoint=False)
+            return
+        view = self.view(req)
+        given = {
+            "req": view,
+            "remaing_req_count": 0,  # spelled so; it sizes an eviction a disabled cache skips
+            "server_args": self.settings.server_args(),
+            "req_to_token_pool": self.rows,
+            "token_to_kv_pool_allocator": self.allocator,
+            "tree_cache": self.tree_cache,
+            "hisparse_coordinator": None,
+        }
+        parameters = inspect.signature(release_req).parameters
+        arguments = {name: value for name, value in given.items() if name in parameters}
+        records = [record for record in (view, view.kv) if record is not None]
+        self.allocator._acting = req.rid
+        for record in records:
+            record._retracting = True
+        try:
+            self._call(release_req, **arguments)
+        finally:
+            self.allocator._acting = None
+            for record in records:
+                record._retracting = False
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -350,7 +390,28 @@ class ReleaseAllocation:
             self.allocator.free_pages(unbound)
 
 
-class _KvView(Strict):
+class _Resettable(Strict):
+    """A release-side view whose request the release's `reset_for_retract` resets: while
+    `_retracting`, a write to a field kvcheck does not model (the dozens of prefix, logprob,
+    mamba and grammar fields the reset clears) is kept aside in `_reset_writes`; reading one
+    back stays unmodelled. What kvcheck judges (C, Al, `is_retracted`, the retraction count)
+    goes to the request as always."""
+
+    _retracting = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if (
+            self._retracting
+            and not name.startswith("_")
+            and name not in self._fields
+            and not hasattr(type(self), name)
+        ):
+            self.__dict__.setdefault("_reset_writes", {})[name] = value
+            return
+        super().__setattr__(name, value)
+
+
+class _KvView(_Resettable):
     """`req.kv` for the release's code: C and Al are the fake request's; the rest its own."""
 
     _owner = "req.kv"
@@ -382,7 +443,7 @@ class _KvView(Strict):
     )
 
 
-class _ReqView(Strict):
+class _ReqView(_Resettable):
     """A request as the release's allocation code sees it (its `Req`'s own methods mixed in)."""
 
     _owner = "req"
@@ -404,6 +465,16 @@ class _ReqView(Strict):
     origin_input_ids = property(lambda self: self._req.origin_input_ids)
     output_ids = property(lambda self: self._req.output_ids)
     finished_len = property(lambda self: self._req.finished_len)
+    # What `reset_for_retract` counts and sets, kept on the request the engine judges.
+    retraction_count = property(
+        lambda self: self._req.retraction_count,
+        lambda self, value: setattr(self._req, "retraction_count", value),
+    )
+    is_retracted = property(
+        lambda self: self._req.is_retracted,
+        lambda self, value: setattr(self._req, "is_retracted", value),
+    )
+    input_embeds = None  # token ids only: the reset keeps the outputs
 
     def finished(self) -> bool:
         """Whether the scheduler is done with it."""
@@ -435,7 +506,7 @@ class _AllocatedLenView(Strict):
     )
 
 
-class _ReqFieldsView(Strict):
+class _ReqFieldsView(_Resettable):
     """A request of 0.5.16-0.5.18: C, the row and the cache fields on `Req` itself, Al in its
     `kv` record, which release drops (`req.kv = None`: no allocated length, as Al = 0)."""
 
@@ -480,6 +551,9 @@ class _ReqFieldsView(Strict):
         lambda self, value: setattr(self._req, "kv_committed_len", value),
     )
     rid = _ReqView.rid
+    retraction_count = _ReqView.retraction_count
+    is_retracted = _ReqView.is_retracted
+    input_embeds = _ReqView.input_embeds
     origin_input_ids = _ReqView.origin_input_ids
     output_ids = _ReqView.output_ids
     finished_len = _ReqView.finished_len
