@@ -134,6 +134,16 @@ class Verdict:
         return str(self._field("adaptive_reason") or "")
 
     @property
+    def allocation_path(self) -> Any:
+        """Whose allocation code ran: the target's release (`release`) or kvcheck's model."""
+        return self._field("allocation_path")
+
+    @property
+    def allocation_reason(self) -> str:
+        """Why that allocation code ran."""
+        return str(self._field("allocation_reason") or "")
+
+    @property
     def stopped(self) -> str | None:
         """`time limit` or `interrupted` when a search was cut short (what it established still
         stands: a violation found, or none in the scenarios run); None when every search ran."""

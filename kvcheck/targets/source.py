@@ -482,7 +482,17 @@ class _CannotProvide(Exception):
     """Internal: why one candidate binding of a name cannot be provided."""
 
 
-def _import_binding(imp: _Import, stand_ins: Mapping[tuple[str, str], object]) -> object:
+# Resolves `from M import N` against the target's own tree (`load_from_tree`): the object, or
+# `_NOT_IN_TREE` when M is not one of the tree's modules.
+_TreeImports = Callable[[str, str | None], object]
+_NOT_IN_TREE: Final = object()
+
+
+def _import_binding(
+    imp: _Import,
+    stand_ins: Mapping[tuple[str, str], object],
+    tree_imports: _TreeImports | None = None,
+) -> object:
     if imp.type_checking_only:
         raise _CannotProvide(
             f"(imported from {imp.module} only under TYPE_CHECKING), which does not exist at "
@@ -495,6 +505,10 @@ def _import_binding(imp: _Import, stand_ins: Mapping[tuple[str, str], object]) -
         )
     if imp.attr is not None and (imp.module, imp.attr) in stand_ins:
         return stand_ins[(imp.module, imp.attr)]
+    if tree_imports is not None:
+        found = tree_imports(imp.module, imp.attr)
+        if found is not _NOT_IN_TREE:
+            return found
     top = imp.module.partition(".")[0]
     if top not in sys.stdlib_module_names and top not in _SAFE_THIRD_PARTY:
         raise _CannotProvide(
@@ -538,12 +552,27 @@ class _Loader:
         tree: ast.Module,
         allow_unavailable: bool,
         stand_ins: Mapping[tuple[str, str], object],
-        parameters: tuple[str, ...],
+        parameters: tuple[str, ...] | None,
+        *,
+        overrides: Mapping[str, object] | None = None,
+        tree_imports: _TreeImports | None = None,
+        module_name: str | None = None,
     ) -> None:
+        """`parameters`: what the target must accept (None: any signature, for code that is
+        not a resolver). `overrides`: module-level names given before compiling, in place of
+        what the file binds them to (a Triton wrapper's CPU equivalent). `tree_imports`:
+        resolves imports from the target's own tree (`load_from_tree`)."""
         self._file = file
         self._stand_ins = stand_ins
         self._parameters = parameters
-        self._signature = f"({', '.join(parameters)})"
+        self._signature = f"({', '.join(parameters or ())})"
+        self._overrides = dict(overrides or {})
+        self._tree_imports = tree_imports
+        self._module_name = module_name or _module_name(file)
+        self._module: types.ModuleType | None = None
+        self._executed: set[int] = set()
+        # Class members compiled for a tree target (`provide_members`), by qualname.
+        self._member_spans: dict[str, _FunctionNode] = {}
         self._filename = str(file)
         self._shown = shown
         self._tree = tree
@@ -777,6 +806,8 @@ class _Loader:
                     f"{where} is decorated with @{name}; a resolver is a plain method "
                     f"{self._signature}"
                 )
+        if self._parameters is None:
+            return
         args = node.args
         positional = [*args.posonlyargs, *args.args]
         if len(positional) != len(self._parameters) or args.vararg or args.kwarg or args.kwonlyargs:
@@ -790,7 +821,80 @@ class _Loader:
     def _strip(self, node: ast.stmt) -> None:
         if id(node) not in self._stripped:
             self._stripper.visit(node)
+            if self._tree_imports is not None:
+                _LocalImports().visit(node)
             self._stripped.add(id(node))
+
+    def _local_import(self, module: str, level: int, names: tuple[str, ...]) -> Any:
+        """What a function-local `from module import names` (rewritten by `_LocalImports`)
+        binds, resolved as the file's own imports are; a name that cannot be provided is a
+        `TargetLoadError` at the call that reached it."""
+        imp = self._absolute(_Import("." * level + module, None, False, False))
+        values = []
+        for name in names:
+            if name in self._overrides:
+                values.append(self._overrides[name])
+                continue
+            try:
+                values.append(
+                    _import_binding(
+                        attrs.evolve(imp, attr=name), self._stand_ins, self._tree_imports
+                    )
+                )
+            except _CannotProvide as exc:
+                raise TargetLoadError(
+                    f"a function in {self._shown} imports {name!r} {exc} (reached at run time)"
+                ) from None
+        return values[0] if len(values) == 1 else tuple(values)
+
+    # ---- a tree's module, compiled name by name (`load_from_tree`) ---------------------------
+
+    def provide(self, name: str) -> Any:
+        """The module-level `name` of this file, compiled into the one namespace this file's
+        code shares, with what it reaches (`load_from_tree`)."""
+        if name not in self._provided:
+            self._resolve_name(name, name)
+        self.provide_namespace()
+        module = self._module
+        assert module is not None
+        if name in module.__dict__:
+            return module.__dict__[name]
+        raise TargetLoadError(f"{self._shown} binds no {name!r} kvcheck can compile")
+
+    def provide_members(self, class_name: str, names: Sequence[str]) -> type:
+        """A bare class holding the members `names` of the top-level class `class_name` and
+        every sibling they reach through `self`, properties included, compiled from this file
+        into its shared namespace (for a fake to inherit: the release's own methods on
+        kvcheck's fields)."""
+        self._target_qualname = f"{class_name}.{names[0]}"
+        _, _, classes = self._lookup([class_name, names[0]])
+        earlier, self._methods = self._methods, {}
+        for name in names:
+            self._add_methods(classes, name)
+        self.provide_namespace()
+        assert self._module is not None
+        built = self._build_class(classes, self._module, self._target_qualname)
+        self._member_spans.update(
+            {f"{class_name}.{name}": node for name, node in self._methods.items()}
+        )
+        self._methods = earlier
+        return built
+
+    def provide_namespace(self) -> None:
+        """Compile what the names resolved so far need into this file's shared namespace."""
+        module = self._module
+        if module is None:
+            module = self._module = types.ModuleType(self._module_name)
+            module.__dict__.update(__file__=self._filename, __builtins__=builtins)
+            module.__dict__[_LOCAL_IMPORT] = self._local_import
+        module.__dict__.update(self._provided)
+        pending = [
+            d
+            for d in sorted(self._statements.values(), key=lambda d: d.order)
+            if id(d.node) not in self._executed
+        ]
+        self._executed.update(id(d.node) for d in pending)
+        self._run([d.node for d in pending], module, module.__dict__, self._shown)
 
     def _add_methods(self, classes: list[ast.ClassDef], name: str) -> None:
         """Include method `name` of the innermost class, its `self.X` siblings (transitively)
@@ -832,7 +936,10 @@ class _Loader:
             self._resolve_name(name, user)
 
     def _resolve_name(self, name: str, user: str) -> None:
-        if name in self._provided or name in _MODULE_DUNDERS:
+        if name in self._provided or name in _MODULE_DUNDERS or name == _LOCAL_IMPORT:
+            return
+        if name in self._overrides:
+            self._provided[name] = self._overrides[name]
             return
         candidates = self._bindings.get(name)
         if candidates is None:
@@ -848,12 +955,24 @@ class _Loader:
                 self._include_statement(candidate, name)
                 return
             try:
-                self._provided[name] = _import_binding(candidate, self._stand_ins)
+                self._provided[name] = _import_binding(
+                    self._absolute(candidate), self._stand_ins, self._tree_imports
+                )
             except _CannotProvide as exc:
                 reasons.append(str(exc))
             else:
                 return
         self._unprovidable(name, user, f" {reasons[0]}")
+
+    def _absolute(self, imp: _Import) -> _Import:
+        """A relative import made absolute from this file's module name, for a tree target
+        (a resolver's file keeps refusing relative imports: it has no package to read)."""
+        if self._tree_imports is None or not imp.module.startswith("."):
+            return imp
+        level = len(imp.module) - len(imp.module.lstrip("."))
+        base = self._module_name.split(".")[:-level]
+        rest = imp.module.lstrip(".")
+        return attrs.evolve(imp, module=".".join([*base, rest] if rest else base))
 
     def _unprovidable(self, name: str, user: str, reason: str) -> None:
         via = "" if user == self._target_qualname else f" (used by {user})"
@@ -946,6 +1065,50 @@ class _Loader:
 
 
 _TYPING_MODULES: Final = frozenset({"typing", "typing_extensions"})
+# The name a function-local import is rewritten to call (`_LocalImports`).
+_LOCAL_IMPORT: Final = "__kvcheck_import__"
+
+
+class _LocalImports(ast.NodeTransformer):
+    """Rewrite `from M import a as b` inside function bodies into `b = __kvcheck_import__("M",
+    level, ("a",))`, so a tree target's function-local imports resolve as its file's own do
+    (the same tree, stand-ins, overrides), when the function runs. Module-level imports are
+    indexed, never executed, and stay as they are."""
+
+    def __init__(self) -> None:
+        self._depth = 0
+
+    def _function(self, node: ast.AST) -> ast.AST:
+        self._depth += 1
+        try:
+            return self.generic_visit(node)
+        finally:
+            self._depth -= 1
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        if (
+            self._depth == 0
+            or node.module == "__future__"
+            or any(a.name == "*" for a in node.names)
+        ):
+            return node
+        targets: list[ast.expr] = [ast.Name(a.asname or a.name, ast.Store()) for a in node.names]
+        call = ast.Call(
+            ast.Name(_LOCAL_IMPORT, ast.Load()),
+            [
+                ast.Constant(node.module or ""),
+                ast.Constant(node.level),
+                ast.Tuple([ast.Constant(a.name) for a in node.names], ast.Load()),
+            ],
+            [],
+        )
+        target: ast.expr = targets[0] if len(targets) == 1 else ast.Tuple(targets, ast.Store())
+        return ast.copy_location(ast.Assign([target], call), node)
+
+
 _MODULE_DUNDERS: Final = frozenset(
     {"__name__", "__file__", "__doc__", "__builtins__", "super", "__class__"}
 )
@@ -995,3 +1158,156 @@ def _adapt_class(function: Callable[..., Any]) -> Callable[..., Any]:
         return function(type(self), *args, **kwargs)
 
     return method
+
+
+# --------------------------------------------------------------------------------------------
+# A whole package tree as the target (a release's own allocation code).
+
+
+class TreeSource:
+    """Functions and class members of a package tree on disk (an SGLang release), each read
+    from source as `load_from_source` reads a resolver, with what a tree's code needs beyond a
+    resolver's (issue 21):
+
+    - any signature, and class members that are properties;
+    - `from <package>.M import N` resolved against the same tree: N is compiled from M's file
+      (one shared namespace per file, so the functions of a file see each other);
+    - function-local imports, resolved the same way when they run;
+    - `overrides`: names given instead of what any file of the tree binds them to (a Triton
+      kernel's CPU equivalent, a settings accessor), substituted before compiling;
+    - a name one release lacks: `has` says so, and `function` refuses it in one line.
+
+    Names nothing reaches are never looked at; what cannot be provided becomes a placeholder
+    that raises `TargetLoadError` when reached at run time (`allow_unavailable`).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        package: str,
+        *,
+        overrides: Mapping[str, object] | None = None,
+        family_name: str = DEFAULT_FAMILY,
+    ) -> None:
+        """`root` is the directory holding the package directory `package` (the unpacked
+        release, or a checkout's `python/`)."""
+        self.root = root
+        self.package = package
+        self._overrides = dict(overrides or {})
+        self._stand_ins = family(family_name).targets.stand_ins
+        self._loaders: dict[str, _Loader] = {}
+        self._in_progress: set[tuple[str, str]] = set()
+
+    def file_of(self, module: str) -> Path:
+        """The source file of a dotted module of the tree (which may not exist)."""
+        base = self.root.joinpath(*module.split("."))
+        package_init = base / "__init__.py"
+        return package_init if package_init.is_file() else base.with_suffix(".py")
+
+    def has(self, module: str, name: str) -> bool:
+        """Whether `module`'s file defines the top-level `name` (`Class.member` for a member)."""
+        file = self.file_of(module)
+        if not file.is_file():
+            return False
+        loader = self._loader(module)
+        head, _, member = name.partition(".")
+        definitions = [b for b in loader._bindings.get(head, []) if isinstance(b, _Definition)]
+        if not definitions:
+            return False
+        if not member:
+            return True
+        node = definitions[-1].node
+        return isinstance(node, ast.ClassDef) and _class_member(node, member) is not None
+
+    def function(self, module: str, name: str) -> Any:
+        """The top-level `name` of `module`, compiled with what it reaches."""
+        if not self.has(module, name):
+            raise TargetLoadError(
+                f"{self.file_of(module)} defines no {name}, which kvcheck drives in this release"
+            )
+        return self._loader(module).provide(name)
+
+    def members(self, module: str, class_name: str, names: Sequence[str]) -> type:
+        """A bare class with the members `names` of `module`'s `class_name` and the siblings
+        they reach through `self` (properties included), for a fake to inherit."""
+        for name in names:
+            if not self.has(module, f"{class_name}.{name}"):
+                raise TargetLoadError(
+                    f"{self.file_of(module)} defines no {class_name}.{name}, which kvcheck "
+                    "drives in this release"
+                )
+        return self._loader(module).provide_members(class_name, names)
+
+    def code(self) -> tuple[CodeSpan, ...]:
+        """Where the compiled functions of every file live, by file and line (coverage)."""
+        spans: list[CodeSpan] = []
+        for loader in self._loaders.values():
+            file = os.path.abspath(loader._filename)
+            for definition in loader._statements.values():
+                node = definition.node
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    spans.append(
+                        CodeSpan(
+                            file,
+                            node.name,
+                            node.lineno,
+                            node.body[0].lineno,
+                            node.end_lineno or node.body[-1].lineno,
+                        )
+                    )
+            for name, method in loader._member_spans.items():
+                spans.append(
+                    CodeSpan(
+                        file,
+                        name,
+                        method.lineno,
+                        method.body[0].lineno,
+                        method.end_lineno or method.body[-1].lineno,
+                    )
+                )
+        return tuple(sorted(spans, key=lambda s: (s.file, s.first)))
+
+    def _loader(self, module: str) -> _Loader:
+        loader = self._loaders.get(module)
+        if loader is None:
+            file = self.file_of(module)
+            source = _read(file, str(file))
+            try:
+                tree = ast.parse(source, filename=str(file))
+            except SyntaxError as exc:
+                raise TargetLoadError(
+                    f"{file} is not valid Python: {exc.msg} (line {exc.lineno})"
+                ) from None
+            loader = self._loaders[module] = _Loader(
+                file,
+                str(file),
+                tree,
+                True,
+                self._stand_ins,
+                None,
+                overrides=self._overrides,
+                tree_imports=self._import,
+                module_name=module,
+            )
+        return loader
+
+    def _import(self, module: str, attr: str | None) -> object:
+        """`from module import attr` for a module of this tree (`_NOT_IN_TREE` otherwise)."""
+        if module != self.package and not module.startswith(self.package + "."):
+            return _NOT_IN_TREE
+        if attr is None:
+            raise _CannotProvide(f"(module {module} of the target's tree, imported whole)")
+        if not self.file_of(module).is_file() and self.file_of(f"{module}.{attr}").is_file():
+            raise _CannotProvide(f"(submodule {module}.{attr} of the target's tree)")
+        if not self.has(module, attr):
+            raise _CannotProvide(f"(from {module}, which does not define it in this tree)")
+        key = (module, attr)
+        if key in self._in_progress:
+            raise _CannotProvide(f"(from {module}: an import cycle kvcheck does not follow)")
+        self._in_progress.add(key)
+        try:
+            return self._loader(module).provide(attr)
+        except TargetLoadError as exc:
+            raise _CannotProvide(f"(from {module}: {exc})") from None
+        finally:
+            self._in_progress.discard(key)

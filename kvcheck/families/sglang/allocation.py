@@ -25,6 +25,10 @@ class AllocationPath(Protocol):
     """What the engine calls; every method works on the requests' fakes and `pool`."""
 
     pool: KvPool
+    # Whether `retract` also resets the request as SGLang's `reset_for_retract` does (C = 0,
+    # `is_retracted`, the retraction count; Al = 0 is release's): the release's own code does,
+    # and the engine then leaves it to it; kvcheck's path leaves the reset to the engine.
+    resets_retracted: bool
 
     def admit(self, req: Any) -> None:
         """Prefill: the row and pages for positions [0, C), with `Al = C` already assigned."""
@@ -43,11 +47,31 @@ class AllocationPath(Protocol):
         """Pages a prefill of `req` needs to be admitted (its fill plus one decode reserve)."""
 
     def retract(self, req: Any) -> None:
-        """Retraction: release without caching; the engine then zeroes `C` and `Al`."""
+        """Retraction: release without caching; the engine then zeroes `C` and `Al` unless
+        the path `resets_retracted`."""
+
+
+def decode_reserve(config: Config, stride: int) -> int:
+    """R = 2A under `config`'s allocation rule: A is the launch's draft count (to 0.5.12) or the
+    adaptive maximum (0.5.13+), plus one for UNO's extra root position."""
+    drafts = stride
+    if config.allocation_rule.reserve_from == "adaptive-max":
+        drafts = max(drafts, config.max_stride or config.stride)
+    return 2 * (drafts + 1 if config.algorithm == "uno" else drafts)
+
+
+def admission_pages(pool: KvPool, req: Any, reserve: int) -> int:
+    """Pages a prefill of `req` needs to be admitted: its fill plus one decode `reserve`
+    (`decode_reserve`), in pages. kvcheck's for every path: SGLang's `PrefillAdder` is not
+    driven (docs/release-allocation.md)."""
+    fill = len(req.origin_input_ids) + len(req.output_ids)
+    return pool.slots(fill + reserve)
 
 
 class RuleAllocation:
     """kvcheck's correct allocation path for `config.allocation` (module docstring)."""
+
+    resets_retracted = False
 
     def __init__(self, config: Config, pool: KvPool | None = None) -> None:
         self.config = config
@@ -57,12 +81,8 @@ class RuleAllocation:
         self.pool.exclusive = pool is None and type(self) is RuleAllocation
 
     def reserve(self, stride: int) -> int:
-        """R = 2A: A is the launch's draft count (to 0.5.12) or the adaptive maximum (0.5.13+),
-        plus one for UNO's extra root position."""
-        drafts = stride
-        if self.config.allocation_rule.reserve_from == "adaptive-max":
-            drafts = max(drafts, self.config.max_stride or self.config.stride)
-        return 2 * (drafts + 1 if self.config.algorithm == "uno" else drafts)
+        """See `decode_reserve`."""
+        return decode_reserve(self.config, stride)
 
     def sized(self, req: Any, reserve: int) -> int:
         """The allocated length a decode launch gives `req` (docs/semantics.md §2.3)."""
@@ -89,8 +109,7 @@ class RuleAllocation:
 
     def admission_pages(self, req: Any, stride: int) -> int:
         """See `AllocationPath.admission_pages`."""
-        fill = len(req.origin_input_ids) + len(req.output_ids)
-        return self.pool.slots(fill + self.reserve(stride))
+        return admission_pages(self.pool, req, self.reserve(stride))
 
     def admit(self, req: Any) -> None:
         """See `AllocationPath.admit`."""

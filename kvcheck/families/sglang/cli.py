@@ -13,14 +13,16 @@ from typing import Any, Final
 
 from kvcheck.core.target import Target
 from kvcheck.families.sglang import release
-from kvcheck.families.sglang.judging import SglangJudging
+from kvcheck.families.sglang.judging import NO_RELEASE_CODE, SglangJudging
 from kvcheck.families.sglang.scenario import (
+    ALLOCATION_PATHS,
     GLOBAL_COUNTER_MODES,
 )
 from kvcheck.families.sglang.spellings import spellings_table
 from kvcheck.families.sglang.target import ApiShape
 
 CONVENTION_CHOICES: Final = ("auto", "preclaim", "honest")
+ALLOCATION_PATH_CHOICES: Final = ("auto", *ALLOCATION_PATHS)
 
 # --- the command line ---------------------------------------------------------------------
 
@@ -54,6 +56,14 @@ def add_options(
     parser.add_argument(
         "--adaptive", action=argparse.BooleanOptionalAction, default=None, help=adaptive_help
     )
+    parser.add_argument(
+        "--allocation-path",
+        choices=ALLOCATION_PATH_CHOICES,
+        default="auto",
+        help="whose code allocates and releases KV under an allocation rule: release (the "
+        "release tree's own functions), model (kvcheck's) or auto (default: release for "
+        "sglang==VERSION, a checkout or a package directory, model otherwise)",
+    )
 
 
 def requested(args: argparse.Namespace) -> dict[str, Any]:
@@ -63,6 +73,7 @@ def requested(args: argparse.Namespace) -> dict[str, Any]:
         "convention": args.convention,
         "global_counters": args.global_counters,
         "adaptive": args.adaptive,
+        "allocation_path": args.allocation_path,
     }
     return {name: value for name, value in asked.items() if value is not None}
 
@@ -95,6 +106,14 @@ def add_plugin_options(group: Any) -> None:
         choices=GLOBAL_COUNTER_MODES,
         default="ideal",
         help="how the batch-global counter is judged (default: ideal, stale rows excluded)",
+    )
+    group.addoption(
+        "--kvcheck-allocation-path",
+        dest="kvcheck_allocation_path",
+        choices=ALLOCATION_PATH_CHOICES,
+        default="auto",
+        help="whose code allocates under an allocation rule: auto (default: a release tree's "
+        "own, else kvcheck's model), release or model",
     )
 
 
@@ -131,6 +150,7 @@ def plugin_items(option: Callable[[str], Any]) -> list[tuple[str, dict[str, Any]
                     "global_counters": global_counters,
                     "adaptive": adaptive,
                     "overlap": overlap,
+                    "allocation_path": option("kvcheck_allocation_path"),
                 }
                 items.append(("-".join(axes), asked))
     return items
@@ -141,7 +161,8 @@ def describe(options: SglangJudging, reason: str) -> str:
     if not reason.startswith("convention "):
         reason = f"convention {options.convention}, {reason}"
     overlap = "" if options.overlap is None else f"overlap {'on' if options.overlap else 'off'}, "
-    return f"{reason}; {overlap}adaptive {'on' if options.adaptive else 'off'}"
+    allocation = "" if options.allocation_path == "model" else "; the release's allocation code"
+    return f"{reason}; {overlap}adaptive {'on' if options.adaptive else 'off'}{allocation}"
 
 
 def _options_lines(options: SglangJudging, reason: str, adaptive_reason: str) -> list[str]:
@@ -155,12 +176,22 @@ def _options_lines(options: SglangJudging, reason: str, adaptive_reason: str) ->
     ]
 
 
+def _allocation_lines(options: SglangJudging) -> list[str]:
+    """Whose allocation code judged (the release's own or kvcheck's model) and why, unless
+    kvcheck's model judged a target that brings no release code (nothing to choose)."""
+    if options.allocation_path == "model" and options.allocation_reason in ("", NO_RELEASE_CODE):
+        return []
+    why = options.allocation_reason
+    return [f"allocation  {options.allocation_path}" + (f"  ({why})" if why else "")]
+
+
 def verdict_lines(options: SglangJudging, reason: str, shape: ApiShape | None) -> list[str]:
     """`kvcheck check`'s lines on the convention (and why), the other options, and the API
     shape the probe showed (None: not probed). Adaptive switching's reason is shown when the
     target's shape decided it, not when it was given."""
     auto = options.adaptive_reason.startswith("auto")
     lines = _options_lines(options, reason, options.adaptive_reason if auto else "")
+    lines += _allocation_lines(options)
     if shape is not None:
         lines.append(f"api shape   {shape.summary()}")
     return lines
@@ -169,7 +200,7 @@ def verdict_lines(options: SglangJudging, reason: str, shape: ApiShape | None) -
 def campaign_lines(options: SglangJudging, reason: str) -> list[str]:
     """`kvcheck fuzz`'s lines on the convention (and why) and the other options: as `check`'s,
     with adaptive switching's reason shown when it was given too ("given")."""
-    return _options_lines(options, reason, options.adaptive_reason)
+    return _options_lines(options, reason, options.adaptive_reason) + _allocation_lines(options)
 
 
 def report_fields(options: SglangJudging, reason: str) -> dict[str, Any]:
@@ -182,6 +213,8 @@ def report_fields(options: SglangJudging, reason: str) -> dict[str, Any]:
         "global_counters": options.global_counters,
         "adaptive": options.adaptive,
         "adaptive_reason": options.adaptive_reason,
+        "allocation_path": options.allocation_path,
+        "allocation_reason": options.allocation_reason,
     }
 
 

@@ -41,6 +41,7 @@ from kvcheck.families.sglang.scenario import (
     Abort,
     Admit,
     Algorithm,
+    AllocationPathKind,
     AllocationRule,
     Config,
     Convention,
@@ -121,6 +122,8 @@ class ScenarioSpace:
     grammar: bool = False
     allocation: tuple[AllocationRule, ...] = ()
     overlap: bool | None = None
+    # Whose allocation code runs under those rules (every config drawn carries it).
+    allocation_path: AllocationPathKind = "model"
 
 
 def scenario_space(target: Target, options: SglangJudging) -> ScenarioSpace:
@@ -132,6 +135,10 @@ def scenario_space(target: Target, options: SglangJudging) -> ScenarioSpace:
     that can run it."""
     shape = target.shape
     rules = allocation_rules(target)
+    if options.allocation_path == "release":
+        # The release's own code runs under a rule that allocates: drawing none ("off", which
+        # a target never touching `kv_allocated_len` allows) would leave it idle.
+        rules = tuple(rule for rule in rules if allocation_features(rule).allocates) or rules
     # Without a pinned overlap, rule 0.5.12 runs adaptive switching with overlap off.
     pinned_on = options.overlap is True
     problems = [
@@ -152,6 +159,7 @@ def scenario_space(target: Target, options: SglangJudging) -> ScenarioSpace:
         grammar=shape.grammar,
         allocation=rules,
         overlap=options.overlap,
+        allocation_path=options.allocation_path,
     )
 
 
@@ -166,6 +174,7 @@ def space_of(
     grammar: bool = False,
     allocation: bool | Sequence[AllocationRule] = False,
     overlap: bool | None = None,
+    allocation_path: AllocationPathKind = "model",
 ) -> ScenarioSpace:
     """The `ScenarioSpace` of `kvcheck.strategies.scenarios()`'s arguments: `algorithms`,
     `block_cap` and `grammar` say what the target's API generation supports
@@ -189,6 +198,7 @@ def space_of(
         grammar=grammar,
         allocation=rules,
         overlap=overlap,
+        allocation_path=allocation_path,
     )
 
 
@@ -234,6 +244,7 @@ def _draw_config(draws: Draws, space: ScenarioSpace) -> Config:
         space.global_counters,
         algorithm,
         block_cap,
+        space.allocation_path,
     )
 
 
@@ -248,6 +259,7 @@ def _config(
     global_counters: GlobalCounterMode,
     algorithm: Algorithm,
     block_cap: bool,
+    allocation_path: AllocationPathKind,
 ) -> Config:
     return Config(
         convention=convention,
@@ -257,6 +269,7 @@ def _config(
         global_counters=global_counters,
         algorithm=algorithm,
         block_cap=block_cap,
+        allocation_path=allocation_path,
     )
 
 
@@ -563,7 +576,11 @@ def witnesses(space: ScenarioSpace) -> tuple[Scenario, ...]:
     switch and overlap may be on."""
     if not space.adaptive or space.overlap is False:
         return ()
-    return (stride_switch_witness(space.convention, space.global_counters, space.allocation),)
+    witness = stride_switch_witness(space.convention, space.global_counters, space.allocation)
+    if space.allocation_path == "model":
+        return (witness,)
+    config = attrs.evolve(witness.config, allocation_path=space.allocation_path)
+    return (attrs.evolve(witness, config=config),)
 
 
 def with_overlap(

@@ -554,11 +554,12 @@ class Engine:
         self.running.remove(req)
         if self.allocation is not None:
             self.allocation.retract(req)
-        req.retraction_count += 1
-        req.is_retracted = True
-        req.kv_committed_len = 0
-        if self.allocation is not None:
-            req.kv_allocated_len = 0
+        if self.allocation is None or not self.allocation.resets_retracted:
+            req.retraction_count += 1
+            req.is_retracted = True
+            req.kv_committed_len = 0
+            if self.allocation is not None:
+                req.kv_allocated_len = 0
         self.waiting.append(req)
 
     def _prepare_for_decode(self, step: Step) -> _EngineLaunch:

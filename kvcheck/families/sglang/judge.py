@@ -9,17 +9,28 @@ from typing import Final
 import attrs
 
 from kvcheck.core.target import Target
+from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.engine import Engine
 from kvcheck.families.sglang.invariants import INVARIANTS, check_event
 from kvcheck.families.sglang.judging import SglangJudging, judging
 from kvcheck.families.sglang.model import ReferenceModel
-from kvcheck.families.sglang.scenario import CONVENTIONS, Config, Convention
-from kvcheck.families.sglang.target import allocation_path, allocation_rules
+from kvcheck.families.sglang.scenario import (
+    ALLOCATION_PATHS,
+    CONVENTIONS,
+    AllocationPathKind,
+    Config,
+    Convention,
+)
+from kvcheck.families.sglang.target import allocation_path, allocation_rules, release_code
 
 # What a replay may choose (docs/replay.md): the committed-length convention, besides "auto" (the
 # file's for its saved target, the target's own, from its probed API shape, for another one) and
-# "file" (always the file's).
-REPLAY_CHOICES: Final[Mapping[str, tuple[str, ...]]] = {"convention": CONVENTIONS}
+# "file" (always the file's); and whose allocation code runs (auto: the file's when the target
+# has it, else kvcheck's model).
+REPLAY_CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
+    "convention": CONVENTIONS,
+    "allocation_path": ALLOCATION_PATHS,
+}
 
 
 def engine_for(config: Config, target: Target) -> Engine:
@@ -36,7 +47,13 @@ def engine_for(config: Config, target: Target) -> Engine:
 
 def judging_of(config: Config) -> SglangJudging:
     """The options a scenario of `config` is judged by: they are its config's."""
-    return SglangJudging(config.convention, config.global_counters, config.adaptive, config.overlap)
+    return SglangJudging(
+        config.convention,
+        config.global_counters,
+        config.adaptive,
+        config.overlap,
+        allocation_path=config.allocation_path,
+    )
 
 
 def rejudged(
@@ -70,11 +87,47 @@ def rejudged(
             f"the file's allocation rule {config.allocation} is not one {target.spec} is "
             f"judged under ({target.shape.allocation_reason})"
         )
+    path, path_note = _replayed_allocation_path(config, requested["allocation_path"], target)
+    if path_note:
+        notes.append(path_note)
     if notes and not saved_target:
         notes.append(f"global counters {config.global_counters}, as the file")
-    if used != config.convention:
-        config = attrs.evolve(config, convention=used)
+    if used != config.convention or path != config.allocation_path:
+        config = attrs.evolve(config, convention=used, allocation_path=path)
     return config, "; ".join(notes) or None
+
+
+def _replayed_allocation_path(
+    config: Config, choice: str, target: Target
+) -> tuple[AllocationPathKind, str | None]:
+    """Whose allocation code a replay runs (`choice`: auto, file, model or release) and what
+    to say about it. Auto keeps the file's, except the release's code on a target without it
+    (another target than a release tree's), which runs kvcheck's model and says so; `file` and
+    `release` ask for what the target must have (`KvcheckUsageError` otherwise)."""
+    if not config.allocation_rule.allocates:
+        return config.allocation_path, None
+    if choice in ALLOCATION_PATHS:
+        wanted: AllocationPathKind = "release" if choice == "release" else "model"
+    else:
+        wanted = config.allocation_path
+    if wanted == "release":
+        code = release_code(target)
+        why_not = "it is no release tree" if code is None else code.unavailable()
+        if why_not is not None:
+            if choice == "auto":
+                return "model", (
+                    f"the file ran the release's own allocation code, which {target.spec} has "
+                    f"not ({why_not}): this replay runs kvcheck's model"
+                )
+            raise KvcheckUsageError(
+                f"{target.spec} cannot run a release's own allocation code: {why_not}"
+            )
+    if wanted != config.allocation_path:
+        return wanted, (
+            f"allocation by {'the release' if wanted == 'release' else 'kvcheck'}'s code as "
+            f"given; the file ran {config.allocation_path}"
+        )
+    return wanted, None
 
 
 class SglangJudge:

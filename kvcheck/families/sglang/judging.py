@@ -13,11 +13,14 @@ from kvcheck.core.family import Judging
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.scenario import (
+    ALLOCATION_PATHS,
     CONVENTIONS,
     GLOBAL_COUNTER_MODES,
+    AllocationPathKind,
     Convention,
     GlobalCounterMode,
 )
+from kvcheck.families.sglang.target import release_code
 
 
 @attrs.frozen
@@ -36,6 +39,9 @@ class SglangJudging:
     adaptive: bool = False
     overlap: bool | None = None
     adaptive_reason: str = attrs.field(default="", eq=False)
+    # Whose allocation code runs under an allocation rule (`AllocationPathKind`), and why.
+    allocation_path: AllocationPathKind = "model"
+    allocation_reason: str = attrs.field(default="", eq=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The options as JSON, by their command-line names."""
@@ -44,7 +50,9 @@ class SglangJudging:
     def key_parts(self) -> tuple[str, ...]:
         """In the order example-database keys have always joined them, so databases saved
         before the record existed still hit."""
-        return (self.convention, self.global_counters, str(self.adaptive), str(self.overlap))
+        parts = (self.convention, self.global_counters, str(self.adaptive), str(self.overlap))
+        # kvcheck's own allocation path adds nothing: databases of before the choice still hit.
+        return parts if self.allocation_path == "model" else (*parts, self.allocation_path)
 
 
 # What may be asked for, with what `kvcheck.check()` assumes when it is not: the convention
@@ -55,6 +63,7 @@ REQUESTED_DEFAULTS: Final[dict[str, Any]] = {
     "global_counters": "ideal",
     "adaptive": None,
     "overlap": None,
+    "allocation_path": "auto",
 }
 
 
@@ -101,9 +110,17 @@ def judging(requested: Mapping[str, Any], target: Target) -> Judging:
     else:
         adaptive_reason = "given"
 
+    allocation_path, allocation_reason = chosen_allocation_path(asked["allocation_path"], target)
+
     def options(convention: Convention) -> SglangJudging:
         return SglangJudging(
-            convention, global_counters, adaptive, asked["overlap"], adaptive_reason
+            convention,
+            global_counters,
+            adaptive,
+            asked["overlap"],
+            adaptive_reason,
+            allocation_path,
+            allocation_reason,
         )
 
     if convention != "auto":
@@ -113,3 +130,39 @@ def judging(requested: Mapping[str, Any], target: Target) -> Judging:
     return Judging(
         options(first), shape.convention_reason, ((options(second), "the other convention"),)
     )
+
+
+# Why kvcheck's own allocation path judges a target that is no release tree (the usual case, which
+# reports leave unsaid).
+NO_RELEASE_CODE: Final = "auto: kvcheck's RuleAllocation (the target is no release tree)"
+
+
+def chosen_allocation_path(asked: str, target: Target) -> tuple[AllocationPathKind, str]:
+    """Whose allocation code judges `target` when `asked` (auto, release or model) is asked
+    for, and why. Auto: a release tree's own code when it has it (`sglang==V`, a checkout, a
+    package directory whose layout kvcheck drives), kvcheck's model otherwise (builtins, single
+    functions, the corpus). `KvcheckUsageError` for an unknown choice, and for `release` on a
+    target without release code or whose layout kvcheck does not drive yet."""
+    if asked not in ("auto", *ALLOCATION_PATHS):
+        raise KvcheckUsageError(
+            f"unknown allocation path {asked!r}; choose auto, {', '.join(ALLOCATION_PATHS)}"
+        )
+    if asked == "model":
+        return "model", "given"
+    code = release_code(target)
+    if code is None:
+        if asked == "release":
+            raise KvcheckUsageError(
+                f"{target.description} brings no release allocation code (only a release "
+                "tree does: sglang==VERSION, a checkout, a package directory); use "
+                "--allocation-path model"
+            )
+        return "model", NO_RELEASE_CODE
+    why_not = code.unavailable()
+    if why_not is not None:
+        if asked == "release":
+            raise KvcheckUsageError(f"--allocation-path release: {why_not}")
+        return "model", f"auto: kvcheck's RuleAllocation ({why_not})"
+    if asked == "release":
+        return "release", "given"
+    return "release", f"auto: the release's own allocation code, from {code.where}"

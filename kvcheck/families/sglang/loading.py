@@ -19,6 +19,7 @@ code 2.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from pathlib import Path
@@ -32,6 +33,8 @@ from kvcheck.families.sglang import release as sglang_release
 from kvcheck.families.sglang.builtins import BUILTINS
 from kvcheck.families.sglang.names import STAND_INS
 from kvcheck.families.sglang.probe import probe_target
+from kvcheck.families.sglang.real.path import ReleaseAllocationCode
+from kvcheck.families.sglang.real.tree import allocation_tree
 from kvcheck.targets.loading import import_object
 from kvcheck.targets.source import load_from_source
 
@@ -123,13 +126,17 @@ def _load_release(spec: str, allow_unavailable: bool, deadline: float | None) ->
     version = sglang_release.parse_spec(spec)
     package = sglang_release.release_package(version)
     what = f"SGLang {version} (package index)"
-    return _load_sglang(spec, package, what, allow_unavailable, deadline)
+    target = _load_sglang(spec, package, what, allow_unavailable, deadline)
+    root = functools.partial(allocation_tree, version)  # unpacked on first use
+    return attrs.evolve(target, allocation=ReleaseAllocationCode(root, what))
 
 
 def _load_package(spec: str, allow_unavailable: bool, deadline: float | None) -> Target:
     package = sglang_release.package_dir(_expanded(spec))
     what = f"the SGLang package at {spec}"
-    return _load_sglang(spec, package, what, allow_unavailable, deadline)
+    target = _load_sglang(spec, package, what, allow_unavailable, deadline)
+    root = functools.partial(Path, package.parent)
+    return attrs.evolve(target, allocation=ReleaseAllocationCode(root, what))
 
 
 def _load_sglang(

@@ -59,6 +59,10 @@ Algorithm: TypeAlias = Literal["eagle", "eagle3", "ngram", "dflash", "uno"]
 FAMILY_NAME: Final = "sglang"
 ALGORITHMS: Final[tuple[Algorithm, ...]] = ("eagle", "eagle3", "ngram", "dflash", "uno")
 GlobalCounterMode: TypeAlias = Literal["ideal", "sglang", "off"]
+# Whose code allocates and releases under an allocation rule: kvcheck's own `RuleAllocation`
+# (`model`) or the release tree's own functions (`release`, `kvcheck.families.sglang.real`).
+AllocationPathKind: TypeAlias = Literal["model", "release"]
+ALLOCATION_PATHS: Final[tuple[AllocationPathKind, ...]] = ("model", "release")
 CONVENTIONS: Final[tuple[Convention, ...]] = ("preclaim", "honest")
 GLOBAL_COUNTER_MODES: Final[tuple[GlobalCounterMode, ...]] = ("ideal", "sglang", "off")
 MIN_STRIDE: Final = 1
@@ -113,6 +117,11 @@ class Config:
     # A fixed pool of this many pages (0: unbounded). The scheduler then checks memory before a
     # decode launch, retracts when the launch does not fit, and admits only what fits.
     pool_pages: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    # Whose code allocates under the rule (`AllocationPathKind`): what a counterexample file
+    # records, so its replay runs the same path.
+    allocation_path: AllocationPathKind = attrs.field(
+        default="model", validator=attrs.validators.in_(ALLOCATION_PATHS)
+    )
 
     def __attrs_post_init__(self) -> None:
         rule = self.allocation_rule
@@ -224,6 +233,8 @@ _V3_CONFIG_DEFAULTS: Final[dict[str, object]] = {
     "allocation": "off",
     "max_stride": None,
     "pool_pages": 0,
+    # Written only for the release's own allocation path (no kvcheck before it reads it).
+    "allocation_path": "model",
 }
 
 
@@ -435,6 +446,8 @@ def describe_config(config: Config) -> str:
             parts.append(f"max stride {config.max_stride}")
         if config.pool_pages:
             parts.append(f"pool of {config.pool_pages} pages")
+        if config.allocation_path == "release":
+            parts.append("the release's own allocation code")
     return ", ".join(parts)
 
 
@@ -476,6 +489,7 @@ _CONFIG_FIELD_TYPES: Final[dict[str, _FieldType]] = {
     "allocation": "str",
     "max_stride": "int?",
     "pool_pages": "int",
+    "allocation_path": "str",
 }
 _EVENT_FIELD_TYPES: Final[dict[str, dict[str, _FieldType]]] = {
     "admit": {

@@ -72,10 +72,11 @@ from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.allocation_rules import allocation_features
 from kvcheck.families.sglang.engine import Engine
 from kvcheck.families.sglang.fakes import FakeKvInfo, is_finished
-from kvcheck.families.sglang.judging import SglangJudging
+from kvcheck.families.sglang.judging import SglangJudging, chosen_allocation_path
 from kvcheck.families.sglang.model import Expectation, Launch, ReferenceModel
 from kvcheck.families.sglang.scenario import (
     ALGORITHMS,
+    ALLOCATION_PATHS,
     ALLOCATION_RULES,
     CONVENTIONS,
     EVENT_KINDS,
@@ -414,12 +415,14 @@ def default_adaptive(bounds: Bounds) -> bool:
     return "switch_stride" in bounds.kinds and len(set(bounds.strides)) > 1
 
 
-_SEARCH_OPTIONS: Final = ("convention", "global_counters", "adaptive")
+_SEARCH_OPTIONS: Final = ("convention", "global_counters", "adaptive", "allocation_path")
 
 
 def search_options(requested: Mapping[str, Any], bounds: Bounds) -> SglangJudging:
-    """The options of `exhaust(convention=..., global_counters=..., adaptive=...)`: preclaim,
-    ideal and (None) switching when `default_adaptive` unless given."""
+    """The options of `exhaust(convention=..., global_counters=..., adaptive=...,
+    allocation_path=...)`: preclaim, ideal, (None) switching when `default_adaptive` and
+    kvcheck's model of allocation unless given (`check_bounds` refuses `release` for a target
+    without release code)."""
     for name in requested:
         if name not in _SEARCH_OPTIONS:
             raise TypeError(f"exhaust() got an unexpected keyword argument {name!r}")
@@ -433,13 +436,27 @@ def search_options(requested: Mapping[str, Any], bounds: Bounds) -> SglangJudgin
         )
     adaptive = requested.get("adaptive")
     adaptive = default_adaptive(bounds) if adaptive is None else adaptive
-    return SglangJudging(convention, global_counters, adaptive)
+    allocation_path = requested.get("allocation_path", "model")
+    if allocation_path not in ALLOCATION_PATHS:
+        raise KvcheckUsageError(
+            f"unknown allocation path {allocation_path!r}; choose {', '.join(ALLOCATION_PATHS)}"
+        )
+    return SglangJudging(
+        convention,
+        global_counters,
+        adaptive,
+        allocation_path=allocation_path,
+        allocation_reason="given",
+    )
 
 
 def check_bounds(target: Target, bounds: Bounds, options: SglangJudging) -> None:
     """`KvcheckUsageError` for allocation rules the target may not be judged under, and for
-    bounds whose every (rule, overlap) pair cannot run with the options' switching."""
+    bounds whose every (rule, overlap) pair cannot run with the options' switching, and for
+    the release's own allocation code on a target without it."""
     refuse_other_allocation_rules(target, bounds.allocations)
+    if options.allocation_path == "release":
+        chosen_allocation_path("release", target)
     skipped = skipped_allocations(bounds, options.adaptive)
     if len(skipped) == len(set(bounds.allocations)) * len(set(bounds.overlap)):
         rule, overlap = skipped[0]
@@ -481,6 +498,7 @@ def start_configs(bounds: Bounds, options: SglangJudging) -> list[Config]:
                 block_cap=block_cap,
                 allocation=allocation,
                 max_stride=maximum if reserves_for_maximum else None,
+                allocation_path=options.allocation_path,
             )
         )
     return configs
@@ -964,8 +982,19 @@ def search_judging(
             if adaptive
             else "no stride switches within the bounds"
         )
-    options = SglangJudging(convention, global_counters, adaptive)
-    return options, {"convention": convention_reason, "adaptive": adaptive_reason}
+    allocation_path, allocation_reason = chosen_allocation_path(args.allocation_path, target)
+    options = SglangJudging(
+        convention,
+        global_counters,
+        adaptive,
+        allocation_path=allocation_path,
+        allocation_reason=allocation_reason,
+    )
+    return options, {
+        "convention": convention_reason,
+        "adaptive": adaptive_reason,
+        "allocation_path": allocation_reason,
+    }
 
 
 def options_to_dict(options: SglangJudging) -> dict[str, Any]:
@@ -974,6 +1003,7 @@ def options_to_dict(options: SglangJudging) -> dict[str, Any]:
         "convention": options.convention,
         "global_counters": options.global_counters,
         "adaptive": options.adaptive,
+        "allocation_path": options.allocation_path,
     }
 
 
@@ -985,6 +1015,7 @@ def describe_options(options: SglangJudging, reasons: Mapping[str, str]) -> list
         f"convention  {options.convention}{conv}",
         f"options     global counters {options.global_counters}, "
         f"adaptive {'on' if options.adaptive else 'off'}{why}",
+        f"allocation  {options.allocation_path}  ({options.allocation_reason or 'given'})",
     ]
 
 

@@ -17,6 +17,7 @@ from kvcheck.core.target import CodeSpan as CodeSpan
 from kvcheck.core.target import Target as Target
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.allocation import AllocationPath
+from kvcheck.families.sglang.real.path import ReleaseAllocationCode
 from kvcheck.families.sglang.scenario import (
     ALLOCATION_RULES,
     Algorithm,
@@ -114,10 +115,29 @@ class ApiShape:
         }
 
 
+def release_code(target: Target) -> ReleaseAllocationCode | None:
+    """The release's own allocation code `target` was read with (a release tree's), else None
+    (builtins, single functions, the corpus)."""
+    code = target.allocation
+    return code if isinstance(code, ReleaseAllocationCode) else None
+
+
 def allocation_path(target: Target, config: Config) -> AllocationPath | None:
-    """The allocation path the engine runs for `config`: the target's own when it brings one
-    and the config names an allocation rule, else None (the engine's default)."""
-    if target.allocation is None or not config.allocation_rule.allocates:
+    """The allocation path the engine runs for `config` (None: the engine's default, kvcheck's
+    own `RuleAllocation`): when the config names an allocation rule, the release's own code for
+    `allocation_path="release"`, a path the target brings (the corpus's broken ones) otherwise.
+    `KvcheckUsageError` when the config asks for a release's code `target` does not have."""
+    if not config.allocation_rule.allocates:
+        return None
+    code = release_code(target)
+    if config.allocation_path == "release":
+        if code is None:
+            raise KvcheckUsageError(
+                f"{target.description} brings no release allocation code (only release trees "
+                "do); judge it with --allocation-path model"
+            )
+        return code(config)
+    if target.allocation is None or code is not None:
         return None
     path: AllocationPath = target.allocation(config)
     return path
@@ -136,7 +156,7 @@ def refuse_other_allocation_rules(target: Target, rules: Iterable[AllocationRule
     of another generation's rule shows it states its own release never has (issue 23). A
     target bringing its own allocation path (kvcheck's corpus) runs under any rule named: that
     path, a `RuleAllocation` variant, is what is judged, and it implements every rule."""
-    if target.allocation is not None:
+    if target.allocation is not None and release_code(target) is None:
         return
     allowed = allocation_rules(target)
     outside = [rule for rule in dict.fromkeys(rules) if rule not in allowed]

@@ -137,6 +137,7 @@ def test_fuzz_json_keeps_sglangs_fields_and_adds_family_and_options(
         "global_counters": "ideal",
         "adaptive": True,
         "overlap": None,
+        "allocation_path": "model",
     }
 
 
@@ -161,6 +162,7 @@ def test_check_json_keeps_sglangs_fields_and_adds_family_and_options(
         "global_counters": "ideal",
         "adaptive": False,
         "overlap": None,
+        "allocation_path": "model",
     }
     assert report["api_shape"]["convention"] == "preclaim"
 
@@ -221,6 +223,7 @@ def test_sglangs_mutants_list_json_names_the_family_and_its_options(
         "global_counters": entry["global_counters"],
         "adaptive": entry["adaptive"],
         "overlap": None,
+        "allocation_path": "model",
     }
 
 

@@ -50,6 +50,32 @@ def test_example_database_keys_stay_what_they_were() -> None:
     assert scenarios_key(REFERENCE, pinned).endswith(b"|honest|sglang|True|False")
 
 
+def test_the_release_allocation_path_has_its_own_database_key() -> None:
+    # kvcheck's model adds nothing to the key (above); the release's own code is another search.
+    release = SglangJudging("honest", "sglang", True, False, allocation_path="release")
+    assert scenarios_key(REFERENCE, release).endswith(b"|honest|sglang|True|False|release")
+
+
+def test_a_builtin_is_judged_on_kvcheck_allocation_model() -> None:
+    chosen = judging({}, REFERENCE).options
+    assert chosen.allocation_path == "model"
+    assert chosen.allocation_reason.startswith("auto: kvcheck's RuleAllocation")
+    with pytest.raises(KvcheckUsageError, match="brings no release allocation code"):
+        judging({"allocation_path": "release"}, REFERENCE)
+    with pytest.raises(KvcheckUsageError, match="unknown allocation path 'mine'"):
+        judging({"allocation_path": "mine"}, REFERENCE)
+
+
+def test_the_allocation_path_is_recorded_only_when_it_is_the_release() -> None:
+    model = Config(allocation="0.5.16", page_size=2)
+    release = Config(allocation="0.5.16", page_size=2, allocation_path="release")
+    assert "allocation_path" not in sglang_scenario.config_to_dict(model)
+    saved = sglang_scenario.config_to_dict(release)
+    assert saved["allocation_path"] == "release"
+    assert sglang_scenario.config_from_dict(saved) == release
+    assert "the release's own allocation code" in sglang_scenario.describe_config(release)
+
+
 def test_the_reason_is_no_option() -> None:
     given_ = SglangJudging("preclaim", adaptive_reason="given")
     assert given_ == SglangJudging("preclaim") and hash(given_) == hash(SglangJudging("preclaim"))
@@ -58,6 +84,7 @@ def test_the_reason_is_no_option() -> None:
         "global_counters": "ideal",
         "adaptive": False,
         "overlap": None,
+        "allocation_path": "model",
     }
 
 

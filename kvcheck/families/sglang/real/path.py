@@ -1,0 +1,718 @@
+"""`ReleaseAllocation`: an `AllocationPath` that drives a release's own allocation functions
+(issue 21) over the fakes of `kvcheck.families.sglang.real.objects`, on kvcheck's `KvPool`.
+
+It drives the 0.5.16-0.5.18 layout (C and the row on `Req`, Al in a `ReqKvInfo` dropped at
+release) and the 0.5.19+ layout (`ReqKvInfo` holding C, Al and the row; checked on 0.5.23):
+
+- a decode launch: the release's `eagle_prepare_for_decode(batch)` (speculative/eagle_utils.py)
+  for EAGLE, EAGLE3 and n-gram, DFLASH's and UNO's own draft input's `prepare_for_decode` where
+  the release has one, each allocating with its `alloc_for_spec_decode`; the launch's draft
+  count is installed in the runtime settings first;
+- finish and retraction: its `release_kv_cache` (mem_cache/common.py), with its `Req.owned_kv_len`
+  and `ReqKvInfo.mark_kv_released` (0.5.19+) or its chunk cache's `cache_finished_req` and
+  `Req.effective_kv_committed_len` (0.5.16-0.5.18);
+- retraction: its `release_req` (release without caching, then the request's own
+  `reset_for_retract`, which the engine then leaves the reset to: `resets_retracted`);
+- the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`.
+
+Admission stays kvcheck's (`alloc_for_extend` is the next slice): a row and token indices for
+`[0, C)`, bound through the fakes as SGLang's `write_cache_indices` would. The Triton kernels
+are `kvcheck.families.sglang.real.kernels`. An exception the release's code raises is a `pool`
+fault at that call (the target's doing); one raised in kvcheck's fakes is kvcheck's
+(`KvcheckInternalError`), and an unmodelled access is `UnsupportedTargetError`: never a verdict.
+docs/release-allocation.md says what each release needed and what the path found.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from kvcheck.core.calls import TargetCalls
+from kvcheck.errors import TargetLoadError
+from kvcheck.families.sglang.allocation import RuleAllocation, admission_pages, decode_reserve
+from kvcheck.families.sglang.fakes import FakeReq, UnmodeledAttributeError, is_finished
+from kvcheck.families.sglang.pool import KvPool
+from kvcheck.families.sglang.real import kernels
+from kvcheck.families.sglang.real.objects import (
+    UNBOUND,
+    Bag,
+    DisabledTreeCache,
+    ReqToTokenPool,
+    RuntimeSettings,
+    Strict,
+    TokenAllocator,
+)
+from kvcheck.families.sglang.scenario import Config
+from kvcheck.targets.source import TreeSource
+
+_EAGLE: Final = "sglang.srt.speculative.eagle_utils"
+_DFLASH: Final = "sglang.srt.speculative.dflash_info_v2"
+_UNO: Final = "sglang.srt.speculative.uno_info"
+_COMMON: Final = "sglang.srt.mem_cache.common"
+_BATCH: Final = "sglang.srt.managers.schedule_batch"
+_BASE_ALLOCATOR: Final = "sglang.srt.mem_cache.allocator.base"
+_PREFIX_CACHE: Final = "sglang.srt.mem_cache.base_prefix_cache"
+_CHUNK_CACHE: Final = "sglang.srt.mem_cache.chunk_cache"
+# The algorithms SGLang runs adaptive speculation for: any other falls back to static draft
+# counts at startup (0.5.16 and 0.5.23 speculative/adaptive_spec_params.py,
+# `adaptive_unsupported_reason`, lines 54 and 61). A scenario switching strides under another
+# algorithm is one no release runs: its allocation stays kvcheck's model (`runs_adaptively`).
+ADAPTIVE_ALGORITHMS: Final = ("eagle", "eagle3")
+# Rows of `req_to_token` kvcheck's fakes start with; the table grows when a scenario needs more.
+_ROWS: Final = 8
+_WIDTH: Final = 4096
+
+_run: Final = TargetCalls(
+    outside_model=(UnmodeledAttributeError,), not_faults=(kernels.KernelOutOfBounds,)
+).run
+
+
+class ReleaseFunctions:
+    """The release's own functions this path drives, compiled once per tree (module
+    docstring); `TargetLoadError` when the tree lacks one (a release this slice does not
+    drive yet)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.settings_box: list[RuntimeSettings] = []
+        box = self.settings_box
+        # What module-level code reads while the tree is compiled (`_is_hip = is_hip()`).
+        at_load = RuntimeSettings(
+            algorithm="eagle", page_size=1, draft_tokens=1, max_draft_tokens=1
+        )
+        accessors = at_load.accessors()
+
+        def accessor(name: str) -> Callable[..., Any]:
+            # Answers from the settings of the launch being run (installed per call).
+            return lambda *a, **k: (box[-1] if box else at_load).accessors()[name](*a, **k)
+
+        overrides: dict[str, Any] = {name: accessor(name) for name in accessors}
+        overrides.update(
+            get_last_loc_triton=kernels.last_loc,
+            get_last_loc_triton_safe=kernels.last_loc,
+            page_interleave_shard_size=lambda allocator: 1,
+            # No pinned host memory on a CPU-only machine (DFLASH's length buffers ask).
+            is_pin_memory_available=lambda device=None: False,
+            # The mamba row pool, which 0.5.16-0.5.18's release tests the row pool against
+            # (mem_cache/common.py, `release_kv_cache`): kvcheck's full-attention pool never
+            # is one, and compiling its module would reach platform probes.
+            HybridReqToTokenPool=type("HybridReqToTokenPool", (), {}),
+        )
+        self.tree = TreeSource(root, "sglang", overrides=overrides)
+        self._writes: list[Callable[[list[kernels.RowWrite]], None]] = []
+        self.tree._overrides["assign_req_to_token_pool_func"] = self._assign
+        for module, name in ((_EAGLE, "eagle_prepare_for_decode"), (_COMMON, "release_kv_cache")):
+            if not self.tree.has(module, name):
+                raise TargetLoadError(
+                    f"{self.tree.file_of(module)} defines no {name}: kvcheck drives the "
+                    "release's own allocation code for the 0.5.16+ layouts only so far"
+                )
+        # 0.5.19+ keeps a request's lengths and row in its `ReqKvInfo` record and releases
+        # with `mark_kv_released`; 0.5.16-0.5.18 keep C and the row on `Req`, Al in a
+        # `ReqKvInfo(kv_allocated_len, swa_evicted_seqlen)` dropped at release (`req.kv = None`).
+        self.kv_record = self.tree.has(_BATCH, "ReqKvInfo.mark_kv_released")
+        self.prepare_for_decode = self.tree.function(_EAGLE, "eagle_prepare_for_decode")
+        self.release_kv_cache = self.tree.function(_COMMON, "release_kv_cache")
+        # Whether the tree keeps what it can key: `is_insert` up to 0.5.21, `checkpoint` after.
+        parameters = inspect.signature(self.release_kv_cache).parameters
+        self.release_flag = "checkpoint" if "checkpoint" in parameters else "is_insert"
+        self.batch_members = self.tree.members(
+            _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2"]
+        )
+        # Retraction: the module-level `release_req` (release, then the request's own
+        # `reset_for_retract`; 0.5.16+ schedule_batch.py), where the release has both.
+        self.release_req: Callable[..., Any] | None = None
+        self.reset_members: type = type("Req", (), {})
+        if self.tree.has(_BATCH, "release_req") and self.tree.has(_BATCH, "Req.reset_for_retract"):
+            self.release_req = self.tree.function(_BATCH, "release_req")
+            self.reset_members = self.tree.members(_BATCH, "Req", ["reset_for_retract"])
+        self.req_members: type
+        self.kv_members: type
+        self.allocator_members: type
+        self.cache_members: tuple[type, ...]
+        if self.kv_record:
+            # Each release of the layout has some of these (0.5.19-0.5.20 no `owned_kv_len`,
+            # 0.5.21-0.5.22 fewer segment methods): what it has runs, and a name it calls that
+            # is neither there nor modelled is kvcheck's gap (exit 2), never a verdict.
+            self.req_members = self._present(
+                _BATCH,
+                "Req",
+                ["owned_kv_len", "output_ids_through_stop", "effective_kv_committed_len"],
+            )
+            self.kv_members = self._present(
+                _BATCH,
+                "ReqKvInfo",
+                [
+                    "holds_kv",
+                    "is_kv_released",
+                    "mark_kv_released",
+                    "get_evicted_seqlen",
+                    "swa_dead_lo",
+                ],
+            )
+            self.allocator_members = self._present(
+                _BASE_ALLOCATOR,
+                "BaseTokenToKVPoolAllocator",
+                [
+                    "free_segment",
+                    "free_segments",
+                    "free_full_segments",
+                    "get_extend_allocation_demand",
+                    "evict_to_free_tokens",
+                    "free_group_begin",
+                    "free_group_end",
+                ],
+            )
+            # The chunk cache's own `cache_finished_req` where release still calls it
+            # (0.5.19-0.5.20), over the base cache's `free_kv_row`.
+            self.cache_members = (
+                self._present(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
+                self._present(_PREFIX_CACHE, "BasePrefixCache", ["free_kv_row"]),
+            )
+        else:
+            self.req_members = self.tree.members(_BATCH, "Req", ["effective_kv_committed_len"])
+            self.kv_members = type("ReqKvInfo", (), {})
+            # The base allocator's segment methods where the release has them (0.5.17-0.5.18
+            # free the tail with `free_segment`, mem_cache/common.py:201 in 0.5.17).
+            self.allocator_members = self._present(
+                _BASE_ALLOCATOR, "BaseTokenToKVPoolAllocator", ["free_segment", "free_segments"]
+            )
+            # The chunk cache's own release entry point (mem_cache/chunk_cache.py).
+            self.cache_members = (
+                self.tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
+            )
+        # The draft inputs whose own `prepare_for_decode` SGLang's dispatcher calls instead of
+        # `eagle_prepare_for_decode` (0.5.23 speculative/spec_utils.py:1259-1270), where the
+        # release has them.
+        self.draft_inputs: dict[str, type] = {}
+        for algorithm, module, class_name, names in (
+            (
+                "dflash",
+                _DFLASH,
+                "DFlashDraftInputV2",
+                ["prepare_for_decode", "_ensure_prepare_length_buffers"],
+            ),
+            ("uno", _UNO, "UnoDraftInput", ["prepare_for_decode"]),
+        ):
+            if self.tree.has(module, f"{class_name}.prepare_for_decode"):
+                self.draft_inputs[algorithm] = self.tree.members(module, class_name, names)
+
+    def _present(self, module: str, class_name: str, names: list[str]) -> type:
+        """The members of `class_name` among `names` that this release's file defines."""
+        present = [name for name in names if self.tree.has(module, f"{class_name}.{name}")]
+        if not present:
+            return type(class_name, (), {})
+        return self.tree.members(module, class_name, present)
+
+    def _assign(self, *args: Any) -> None:
+        """`assign_req_to_token_pool_func`: the kernel's CPU equivalent, then the binding."""
+        writes = kernels.assign_req_to_token_pool(*args)
+        self._writes[-1](writes)
+
+
+class ReleaseAllocation:
+    """The release's own allocation path for one scenario (module docstring)."""
+
+    def __init__(self, config: Config, functions: ReleaseFunctions) -> None:
+        self.config = config
+        self.functions = functions
+        self.pool = KvPool(config.page_size, config.pool_pages)
+        self.pool.exclusive = False
+        self.settings = RuntimeSettings(
+            algorithm=config.algorithm,
+            page_size=config.page_size,
+            draft_tokens=config.stride,
+            max_draft_tokens=max(config.stride, config.max_stride or config.stride),
+        )
+        allocator_class = type("Allocator", (TokenAllocator, functions.allocator_members), {})
+        cache_class = type("TreeCache", (DisabledTreeCache, *functions.cache_members), {})
+        self.allocator = allocator_class(self.pool)
+        self.rows = ReqToTokenPool(self.pool, self.allocator, _ROWS, _WIDTH)
+        self.tree_cache = cache_class(self.allocator, self.rows)
+        self._views: dict[str, Any] = {}
+        req_view, kv_view = (
+            (_ReqView, _KvView) if functions.kv_record else (_ReqFieldsView, _AllocatedLenView)
+        )
+        self._req_class = type(
+            "Req", (req_view, functions.req_members, functions.reset_members), {}
+        )
+        # With the release's own `release_req`, its `reset_for_retract` resets the request.
+        self.resets_retracted = functions.release_req is not None
+        self._kv_class = type("ReqKvInfo", (kv_view, functions.kv_members), {})
+        self._batch_class = type("ScheduleBatch", (_BatchView, functions.batch_members), {})
+
+    # -- what the engine calls ------------------------------------------------------------------
+
+    def view(self, req: FakeReq) -> Any:
+        """The release-side request of `req` (made once per request)."""
+        view = self._views.get(req.rid)
+        if view is None:
+            view = self._views[req.rid] = self._req_class(req, self._kv_class(req))
+        return view
+
+    def admit(self, req: FakeReq) -> None:
+        """kvcheck's admission: a row and indices for `[0, C)`, bound as SGLang writes them."""
+        view = self.view(req)
+        if view.kv is None:  # 0.5.16-0.5.18 drop the record at release: a fresh one
+            view.kv = self._kv_class(req)
+        row = self.rows.take(req.rid)
+        view._set_row_index(row)
+        length = req.kv_allocated_len
+        if length > 0:
+            out = self.allocator.alloc(length)
+            if out is not None:
+                self.rows.write((row, slice(0, length)), out)
+        self._settle()
+
+    def prepare_decode(self, reqs: list[FakeReq], stride: int) -> None:
+        """The release's decode launch at `stride` (module docstring): DFLASH's and UNO's own
+        draft input's `prepare_for_decode` where the release has one, else
+        `eagle_prepare_for_decode` (EAGLE, EAGLE3, n-gram), as SGLang's dispatcher routes."""
+        self.pool.check_launch([req.rid for req in reqs])
+        batch = self._batch(reqs, stride)
+        draft_input = self.functions.draft_inputs.get(self.config.algorithm)
+        if draft_input is None:
+            self._call(self.functions.prepare_for_decode, batch)
+            return
+        fake = _DRAFT_INPUT_FAKES[self.config.algorithm]
+        spec_info = type("DraftInput", (fake, draft_input), {})(len(reqs))
+        self._call(spec_info.prepare_for_decode, batch)
+
+    def estimate_decode(self, reqs: list[FakeReq], stride: int) -> int:
+        """The release's estimate of the next launch, in pages."""
+        batch = self._batch(reqs, stride)
+        tokens = self._call(
+            batch._new_tokens_required_next_decode_spec_v2, batch.reqs, self.pool.page_size
+        )
+        return int(tokens or 0) // self.pool.page_size
+
+    def admission_pages(self, req: FakeReq, stride: int) -> int:
+        """kvcheck's own, by the config's rule (SGLang's `PrefillAdder` is not driven)."""
+        return admission_pages(self.pool, req, decode_reserve(self.config, stride))
+
+    def release(self, req: FakeReq) -> None:
+        """Finish: the release's `release_kv_cache(req, tree_cache, checkpoint=True)`
+        (`is_insert=True` up to 0.5.21)."""
+        if is_finished(req):
+            self.pool.reading.discard(req.rid)
+        if not self.pool.has_row(req.rid):
+            self.pool.fault("double-free", req.rid, f"{req.rid} is released again")
+            return
+        self._release(req, checkpoint=True)
+
+    def retract(self, req: FakeReq) -> None:
+        """Retraction: the release's `release_req` (its `release_kv_cache` without caching,
+        then the request's own `reset_for_retract`, which zeroes C and counts the
+        retraction), or `release_kv_cache` alone where the release has no `release_req`
+        (the engine then resets the request)."""
+        self.pool.reading.discard(req.rid)
+        release_req = self.functions.release_req
+        if release_req is None:
+            self._release(req, checkpoint=False)
+            return
+        view = self.view(req)
+        given = {
+            "req": view,
+            "remaing_req_count": 0,  # spelled so; it sizes an eviction a disabled cache skips
+            "server_args": self.settings.server_args(),
+            "req_to_token_pool": self.rows,
+            "token_to_kv_pool_allocator": self.allocator,
+            "tree_cache": self.tree_cache,
+            "hisparse_coordinator": None,
+        }
+        parameters = inspect.signature(release_req).parameters
+        arguments = {name: value for name, value in given.items() if name in parameters}
+        records = [record for record in (view, view.kv) if record is not None]
+        self.allocator._acting = req.rid
+        for record in records:
+            record._retracting = True
+        try:
+            self._call(release_req, **arguments)
+        finally:
+            self.allocator._acting = None
+            for record in records:
+                record._retracting = False
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _release(self, req: FakeReq, *, checkpoint: bool) -> None:
+        view = self.view(req)
+        self.allocator._acting = req.rid
+        try:
+            self._call(
+                self.functions.release_kv_cache,
+                view,
+                self.tree_cache,
+                **{self.functions.release_flag: checkpoint},
+            )
+        finally:
+            self.allocator._acting = None
+
+    def _batch(self, reqs: list[FakeReq], stride: int) -> Any:
+        import torch
+
+        self.settings.draft_tokens = stride
+        views = [self.view(req) for req in reqs]
+        batch = self._batch_class()
+        batch._set(
+            reqs=views,
+            token_to_kv_pool_allocator=self.allocator,
+            tree_cache=self.tree_cache,
+            req_to_token_pool=self.rows,
+            req_pool_indices=torch.tensor([v._row_index() or 0 for v in views], dtype=torch.int64),
+            seq_lens_cpu=torch.tensor([r.kv_committed_len for r in reqs], dtype=torch.int64),
+        )
+        return batch
+
+    def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.functions.settings_box.append(self.settings)
+        self.functions._writes.append(self.rows.bind)
+        try:
+            returned, error = _run(lambda: function(*args, **kwargs))
+        finally:
+            self.functions.settings_box.pop()
+            self.functions._writes.pop()
+        if error is not None and not self.pool.faults:
+            self.pool.fault(
+                "pool", None, f"SGLang's {getattr(function, '__name__', 'code')} raised {error}"
+            )
+        self._settle()
+        return returned
+
+    def _settle(self) -> None:
+        """Pages allocated and bound to no row by the end of a call are leaked."""
+        unbound = [page for page, holder in self.pool.owner.items() if holder == UNBOUND]
+        if unbound:
+            self.pool.fault("leak", None, f"pages {unbound} were allocated and never bound")
+            self.allocator.free_pages(unbound)
+
+
+class _Resettable(Strict):
+    """A release-side view whose request the release's `reset_for_retract` resets: while
+    `_retracting`, a write to a field kvcheck does not model (the dozens of prefix, logprob,
+    mamba and grammar fields the reset clears) is kept aside in `_reset_writes`; reading one
+    back stays unmodelled. What kvcheck judges (C, Al, `is_retracted`, the retraction count)
+    goes to the request as always."""
+
+    _retracting = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if (
+            self._retracting
+            and not name.startswith("_")
+            and name not in self._fields
+            and not hasattr(type(self), name)
+        ):
+            self.__dict__.setdefault("_reset_writes", {})[name] = value
+            return
+        super().__setattr__(name, value)
+
+
+class _KvView(_Resettable):
+    """`req.kv` for the release's code: C and Al are the fake request's; the rest its own."""
+
+    _owner = "req.kv"
+    _fields = frozenset(
+        {
+            "req_pool_idx",
+            "cache_protected_len",
+            "swa_evict_floor",
+            "component_evicted_seqlens",
+            "swa_evicted_seqlen",  # 0.5.19-0.5.20's name for what SWA eviction freed
+        }
+    )
+
+    def __init__(self, req: FakeReq) -> None:
+        self._req = req
+        self.req_pool_idx: int | None = None
+        self.cache_protected_len = 0
+        self.swa_evict_floor = 0
+        self.component_evicted_seqlens: dict[Any, int] = {}
+        self.swa_evicted_seqlen = 0
+
+    kv_committed_len = property(
+        lambda self: self._req.kv_committed_len,
+        lambda self, value: setattr(self._req, "kv_committed_len", value),
+    )
+    kv_allocated_len = property(
+        lambda self: self._req._allocated,
+        lambda self, value: setattr(self._req, "_allocated", value),
+    )
+
+
+class _ReqView(_Resettable):
+    """A request as the release's allocation code sees it (its `Req`'s own methods mixed in)."""
+
+    _owner = "req"
+    _fields = frozenset(
+        {"kv", "decode_batch_idx", "lock", "skip_radix_cache_insert", "reasoning_tokens"}
+    )
+    # Greedy sampling: what DFLASH's and UNO's launches read to size their tree.
+    sampling_params = Bag("req.sampling_params", top_k=1)
+
+    def __init__(self, req: FakeReq, kv: _KvView) -> None:
+        self._req = req
+        self.kv = kv
+        self.decode_batch_idx = 0
+        self.lock = None
+        self.skip_radix_cache_insert = False
+        self.reasoning_tokens = 0
+
+    rid = property(lambda self: self._req.rid)
+    origin_input_ids = property(lambda self: self._req.origin_input_ids)
+    output_ids = property(lambda self: self._req.output_ids)
+    finished_len = property(lambda self: self._req.finished_len)
+    # What `reset_for_retract` counts and sets, kept on the request the engine judges.
+    retraction_count = property(
+        lambda self: self._req.retraction_count,
+        lambda self, value: setattr(self._req, "retraction_count", value),
+    )
+    is_retracted = property(
+        lambda self: self._req.is_retracted,
+        lambda self, value: setattr(self._req, "is_retracted", value),
+    )
+    input_embeds = None  # token ids only: the reset keeps the outputs
+
+    def finished(self) -> bool:
+        """Whether the scheduler is done with it."""
+        return is_finished(self._req)
+
+    def refresh_fill_ids(self) -> None:
+        """The fill ids feed the tree's keys, which a disabled cache never uses."""
+
+    def _row_index(self) -> int | None:
+        return self.kv.req_pool_idx
+
+    def _set_row_index(self, row: int | None) -> None:
+        self.kv.req_pool_idx = row
+
+
+class _AllocatedLenView(Strict):
+    """`req.kv` of 0.5.16-0.5.18: `ReqKvInfo(kv_allocated_len, swa_evicted_seqlen)`."""
+
+    _owner = "req.kv"
+    _fields = frozenset({"swa_evicted_seqlen"})
+
+    def __init__(self, req: FakeReq) -> None:
+        self._req = req
+        self.swa_evicted_seqlen = 0
+
+    kv_allocated_len = property(
+        lambda self: self._req._allocated,
+        lambda self, value: setattr(self._req, "_allocated", value),
+    )
+
+
+class _ReqFieldsView(_Resettable):
+    """A request of 0.5.16-0.5.18: C, the row and the cache fields on `Req` itself, Al in its
+    `kv` record, which release drops (`req.kv = None`: no allocated length, as Al = 0)."""
+
+    _owner = "req"
+    _fields = frozenset(
+        {
+            "req_pool_idx",
+            "cache_protected_len",
+            "swa_evict_floor",
+            "decode_batch_idx",
+            "lock",
+            "skip_radix_cache_insert",
+            "reasoning_tokens",
+        }
+    )
+    sampling_params = _ReqView.sampling_params
+
+    def __init__(self, req: FakeReq, kv: _AllocatedLenView) -> None:
+        self._req = req
+        self._kv: _AllocatedLenView | None = kv
+        self.req_pool_idx: int | None = None
+        self.cache_protected_len = 0
+        self.swa_evict_floor = 0
+        self.decode_batch_idx = 0
+        self.lock = None
+        self.skip_radix_cache_insert = False
+        self.reasoning_tokens = 0
+
+    @property
+    def kv(self) -> _AllocatedLenView | None:
+        """The allocated-length record; None once released."""
+        return self._kv
+
+    @kv.setter
+    def kv(self, record: _AllocatedLenView | None) -> None:
+        if record is None:
+            self._req._allocated = 0
+        self._kv = record
+
+    kv_committed_len = property(
+        lambda self: self._req.kv_committed_len,
+        lambda self, value: setattr(self._req, "kv_committed_len", value),
+    )
+    rid = _ReqView.rid
+    retraction_count = _ReqView.retraction_count
+    is_retracted = _ReqView.is_retracted
+    input_embeds = _ReqView.input_embeds
+    origin_input_ids = _ReqView.origin_input_ids
+    output_ids = _ReqView.output_ids
+    finished_len = _ReqView.finished_len
+    finished = _ReqView.finished
+
+    def _row_index(self) -> int | None:
+        return self.req_pool_idx
+
+    def _set_row_index(self, row: int | None) -> None:
+        self.req_pool_idx = row
+
+
+class _BatchView(Strict):
+    """The `ScheduleBatch` a decode launch and the memory check run on."""
+
+    _owner = "batch"
+    _fields = frozenset(
+        {
+            "reqs",
+            "token_to_kv_pool_allocator",
+            "tree_cache",
+            "req_to_token_pool",
+            "req_pool_indices",
+            "seq_lens_cpu",
+            "seq_lens_sum",
+            "max_seq_len_host",
+        }
+    )
+    device = "cpu"
+    hisparse_coordinator = None
+    sampling_info = Bag(
+        "batch.sampling_info",
+        penalizer_orchestrator=Bag("batch.sampling_info.penalizer_orchestrator", is_required=False),
+    )
+
+    def _set(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+    def maybe_evict_swa(self) -> None:
+        """No sliding-window attention is modelled."""
+
+    def batch_size(self) -> int:
+        """The requests in the batch."""
+        return len(self.reqs)
+
+
+class _DflashInput(Strict):
+    """DFLASH's draft input at a decode launch: its length buffers, grown by its own code."""
+
+    _owner = "batch.spec_info"
+    _fields = frozenset(
+        {
+            "_prepare_batch_seq_lens_cpu_buf",
+            "_prepare_cur_kv_lens_cpu_buf",
+            "_prepare_nxt_kv_lens_cpu_buf",
+            "_prepare_cur_kv_lens_gpu_buf",
+            "_prepare_nxt_kv_lens_gpu_buf",
+            "max_top_k",
+            "uniform_top_k_value",
+            "nxt_kv_lens_cpu",  # what its launch records: 0.5.23's names
+            "nxt_kv_lens_sum",
+            "reserved_seq_lens_cpu",  # and 0.5.16-0.5.18's
+            "reserved_seq_lens_sum",
+        }
+    )
+
+    def __init__(self, batch_size: int) -> None:
+        for name in self._fields:
+            setattr(self, name, None)
+
+
+class _UnoInput(Strict):
+    """UNO's draft input at a decode launch: one future index per request (what the overlap
+    scheduler's result carries), and what its launch records."""
+
+    _owner = "batch.spec_info"
+    _fields = frozenset(
+        {
+            "future_indices",
+            "bonus_tokens",
+            "new_seq_lens",
+            "max_top_k",
+            "uniform_top_k_value",
+            "reserved_seq_lens_cpu",
+            "reserved_seq_lens_sum",
+        }
+    )
+
+    def __init__(self, batch_size: int) -> None:
+        import torch
+
+        for name in self._fields:
+            setattr(self, name, None)
+        self.future_indices = torch.zeros(batch_size, dtype=torch.int64)
+
+
+_DRAFT_INPUT_FAKES: Final[dict[str, type]] = {"dflash": _DflashInput, "uno": _UnoInput}
+
+
+class ReleaseAllocationCode:
+    """The `Target.allocation` of a release tree (`sglang==V`, a checkout, a package
+    directory): the release's own allocation path, a fresh one per scenario.
+
+    `root` (a callable, so that `sglang==V` unpacks its allocation files only when they are
+    used) gives the directory holding the tree's `sglang` package. Nothing is compiled until
+    `unavailable()` or the first scenario asks: judging a release tree by kvcheck's own model
+    (`--allocation-path model`) costs nothing more than before."""
+
+    def __init__(self, root: Callable[[], Path], where: str) -> None:
+        self._root = root
+        self.where = where
+        self._functions: ReleaseFunctions | None = None
+        self._error: TargetLoadError | None = None
+
+    def functions(self) -> ReleaseFunctions:
+        """The compiled functions; `TargetLoadError` (the same one each time) when the tree
+        cannot give them."""
+        if self._functions is None:
+            if self._error is not None:
+                raise self._error
+            try:
+                self._functions = ReleaseFunctions(self._root())
+            except TargetLoadError as exc:
+                self._error = exc
+                raise
+        return self._functions
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a target sent to a worker) without what was compiled: a worker compiles
+        the tree again on first use."""
+        return {**self.__dict__, "_functions": None, "_error": None}
+
+    def unavailable(self) -> str | None:
+        """Why this tree's own allocation path cannot run (None: it can)."""
+        try:
+            self.functions()
+        except TargetLoadError as exc:
+            return str(exc)
+        return None
+
+    def __call__(self, config: Config) -> ReleaseAllocation | RuleAllocation:
+        """A fresh path for one scenario of `config`: the release's own, except where no
+        release runs the config (`runs_adaptively`), where kvcheck's model keeps judging the
+        resolver as it always did."""
+        functions = self.functions()
+        if not runs_adaptively(config):
+            return RuleAllocation(config)
+        return ReleaseAllocation(config, functions)
+
+
+def runs_adaptively(config: Config) -> bool:
+    """Whether a release can run `config`'s stride switching: adaptive speculation runs for
+    `ADAPTIVE_ALGORITHMS` only, and a release started with another algorithm keeps static
+    draft counts (no switch, no adaptive maximum above them)."""
+    return not config.adaptive or config.algorithm in ADAPTIVE_ALGORITHMS
+
+
+def release_allocation_factory(root: Path) -> ReleaseAllocationCode:
+    """The release allocation code of the tree at `root`, compiled now."""
+    code = ReleaseAllocationCode(lambda: root, str(root))
+    code.functions()
+    return code

@@ -1,0 +1,99 @@
+"""A release's allocation code on disk: the files of its wheel that its own allocation path
+compiles (issue 21), unpacked beside the resolver's in kvcheck's cache.
+
+They go to `$KVCHECK_CACHE/sglang-tree/VERSION/`, a folder of their own with its own marker
+(`release.MARKER`: `sha256  path` per file), so the resolver's cache entry
+(`kvcheck.families.sglang.release`) keeps its format and kvcheck versions sharing a cache do not
+unpack each other's entries again. A damaged or half-written tree is unpacked again from the
+cached wheel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+from typing import Final
+
+from kvcheck.errors import TargetLoadError
+from kvcheck.families.sglang import release as sglang_release
+
+# The folders and files of the `sglang` package the allocation path compiles from, and what
+# their code imports from its own tree.
+ALLOCATION_TREES: Final = (
+    "srt/mem_cache/",
+    "srt/speculative/",
+    "srt/managers/",
+    "srt/runtime_context.py",
+    "srt/environ.py",
+    "srt/utils/",
+    "kernels/ops/memory/",
+)
+
+
+def allocation_tree(version: str, *, cache: Path | None = None) -> Path:
+    """The directory holding the `sglang` package folder of `version`'s allocation files,
+    unpacked from the release's wheel on first use."""
+    cache = cache or sglang_release.cache_dir()
+    root = cache / "sglang-tree" / version
+    if _intact(root):
+        return root
+    sglang_release.release_package(version, cache=cache)  # fetches the wheel when missing
+    wheels = sorted((cache / "wheels").glob(f"sglang-{version}-*.whl"))
+    if not wheels:
+        raise TargetLoadError(f"the wheel of SGLang {version} is not in {cache / 'wheels'}")
+    try:
+        _unpack(wheels[0], root)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise TargetLoadError(
+            f"cannot unpack SGLang {version}'s allocation code into {root}: {exc}"
+        ) from None
+    return root
+
+
+def _wanted(name: str) -> bool:
+    relative = name.removeprefix("sglang/")
+    return (
+        name.startswith("sglang/")
+        and relative.endswith(".py")
+        and relative.startswith(ALLOCATION_TREES)
+    )
+
+
+def _unpack(wheel: Path, root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    marker = root / sglang_release.MARKER
+    marker.unlink(missing_ok=True)
+    lines = []
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if not _wanted(name):
+                continue
+            content = archive.read(name)
+            target = root / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            temporary.write_bytes(content)
+            temporary.replace(target)
+            lines.append(f"{hashlib.sha256(content).hexdigest()}  {name}\n")
+        for package in {Path(name).parent for name in archive.namelist() if _wanted(name)}:
+            for parent in [package, *package.parents]:
+                init = root / parent / "__init__.py"
+                if parent != Path(".") and not init.exists():
+                    init.write_text("")
+    temporary = root / f"{sglang_release.MARKER}.{os.getpid()}.tmp"
+    temporary.write_text("".join(sorted(lines)))
+    temporary.replace(marker)
+
+
+def _intact(root: Path) -> bool:
+    marker = root / sglang_release.MARKER
+    if not marker.is_file():
+        return False
+    for line in marker.read_text(encoding="utf-8", errors="replace").splitlines():
+        digest, _, name = line.partition("  ")
+        file = root / name
+        if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != digest:
+            return False
+    return True

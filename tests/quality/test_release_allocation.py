@@ -1,0 +1,109 @@
+"""The release's own allocation path on a real wheel (issue 21): 0.5.23's decode launch and
+release run over kvcheck's fakes; a single-line bug injected into a copy of its tree shows."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.fakes import FakeReq, FinishLength
+from kvcheck.families.sglang.real.path import release_allocation_factory
+from kvcheck.families.sglang.scenario import Config
+
+
+def _tree(version: str) -> Path:
+    try:
+        from kvcheck.families.sglang.real.tree import allocation_tree
+
+        return allocation_tree(version)
+    except KvcheckUsageError as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"SGLang {version}'s wheel cannot be fetched here: {exc}")
+
+
+def _run(root: Path) -> tuple[list[int], list[str]]:
+    path = release_allocation_factory(root)(Config(allocation="0.5.16", page_size=4, stride=3))
+    reqs = [FakeReq("a", 5, 10), FakeReq("b", 3, 10)]
+    for req in reqs:
+        req.kv_committed_len = req.kv_allocated_len = len(req.origin_input_ids)
+        path.admit(req)
+    path.prepare_decode(reqs, 3)
+    allocated = [req.kv_allocated_len for req in reqs]
+    reqs[0].output_ids += [1, 2]
+    reqs[0].kv_committed_len += 2
+    reqs[0].finished_reason, reqs[0].finished_len = FinishLength(2), 2
+    path.release(reqs[0])
+    path.retract(reqs[1])
+    kinds = [fault.kind for fault in path.pool.state().faults]
+    assert path.pool.owner == {} or kinds
+    return allocated, kinds
+
+
+def test_0_5_23_sizes_and_releases_with_its_own_code() -> None:
+    allocated, kinds = _run(_tree("0.5.23"))
+    assert allocated == [12, 12]  # ceil_page(C + 2 * 3) for C = 5 and 3, page 4
+    assert kinds == []
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "mutated", "fault"),
+    [
+        (  # the tail never freed
+            "sglang/srt/mem_cache/common.py",
+            "    _release_overallocated_kv_indices(\n"
+            "        req, owned_kv_len, req.kv.kv_allocated_len, tree_cache\n    )\n",
+            "",
+            "leak",
+        ),
+        (  # page rounding down
+            "sglang/srt/mem_cache/allocation_sizing.py",
+            "(r.kv.kv_committed_len + reserve + page_size - 1) // page_size * page_size,",
+            "(r.kv.kv_committed_len + reserve) // page_size * page_size,",
+            None,
+        ),
+        (  # the tail freed from the committed length, unaligned: the release's own
+            # `free_segments` asserts page-aligned starts, so its code raises (a `pool` fault)
+            "sglang/srt/mem_cache/common.py",
+            "    if page_size > 1:\n        start_p = ceil_align(start_p, page_size)\n",
+            "",
+            "pool",
+        ),
+    ],
+)
+def test_single_line_bugs_in_a_copy_of_the_tree_show(
+    tmp_path: Path, file: str, line: str, mutated: str, fault: str | None
+) -> None:
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.23"), copy)
+    target = copy / file
+    text = target.read_text()
+    assert line in text
+    target.write_text(text.replace(line, mutated, 1))
+    allocated, kinds = _run(copy)
+    if fault is None:
+        assert allocated != [12, 12]
+    else:
+        assert fault in kinds
+
+
+def test_0_5_16_sizes_and_releases_with_its_own_code() -> None:
+    allocated, kinds = _run(_tree("0.5.16"))
+    assert allocated == [12, 12]  # the same sizing, inline in its eagle_prepare_for_decode
+    assert kinds == []
+
+
+def test_configs_no_release_runs_keep_kvcheck_model() -> None:
+    from kvcheck.families.sglang.allocation import RuleAllocation
+    from kvcheck.families.sglang.real.path import ReleaseAllocation
+
+    code = release_allocation_factory(_tree("0.5.23"))
+    adaptive = {"allocation": "0.5.16", "adaptive": True, "max_stride": 6, "stride": 3}
+    # SGLang switches strides for EAGLE and EAGLE3 only (adaptive_spec_params.py:61).
+    assert isinstance(code(Config(algorithm="eagle3", **adaptive)), ReleaseAllocation)  # type: ignore[arg-type]
+    assert type(code(Config(algorithm="dflash", **adaptive))) is RuleAllocation  # type: ignore[arg-type]
+    assert isinstance(code(Config(algorithm="dflash", allocation="0.5.16")), ReleaseAllocation)
