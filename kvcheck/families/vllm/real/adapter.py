@@ -9,6 +9,7 @@ cache manager is `fakes.BlockPool` (a finite pool, so allocation fails and the r
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -106,7 +107,11 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         else None
     )
     vllm_config = _config(
-        "VllmConfig", speculative_config=speculative_config, kv_transfer_config=None
+        "VllmConfig",
+        speculative_config=speculative_config,
+        kv_transfer_config=None,
+        # 0.34.0 (`S:2516`): output watermarking, off.
+        watermark_config=None,
     )
     parallel_config = _config(
         "ParallelConfig",
@@ -413,9 +418,12 @@ class ReleaseScheduler:
             full[new.req_id] = tuple(new.prompt_token_ids if sent is None else sent)
             computed[new.req_id] = new.num_computed_tokens
         cached = output.scheduled_cached_reqs
+        # 0.34.0 re-sends a resumed request in full among the new ones (`S:1619-1626`
+        # @0.34.0): its `CachedRequestData` has no resumed ids at all.
+        resumed_are_cached = "resumed_req_ids" in {f.name for f in dataclasses.fields(cached)}
         for index, rid in enumerate(cached.req_ids):
             computed[rid] = cached.num_computed_tokens[index]
-            if rid in cached.resumed_req_ids and rid in cached.all_token_ids:
+            if resumed_are_cached and rid in cached.resumed_req_ids and rid in cached.all_token_ids:
                 full[rid] = tuple(cached.all_token_ids[rid])
         return [
             ScheduledRequest(

@@ -87,6 +87,12 @@ def _strip_covered_mm_data(mm_features: Any, num_computed_tokens: int, **options
     return mm_features
 
 
+def _gc_untrack(container: Any) -> Any:
+    """vLLM's `gc_untrack` (0.34.0): hides a container from the cyclic garbage collector, a
+    memory hint with no effect on what the container holds; the container as is."""
+    return container
+
+
 def _bc_linter_include(cls: Any) -> Any:
     """vLLM's `bc_linter_include` (0.11-0.16): a marker for its API linter, the class as is."""
     return cls
@@ -125,6 +131,7 @@ EngineCoreOutput = fakes.record_type(
         "prompt_token_id_logprobs",
         "error",
         "num_preemptions",
+        "watermarking",  # 0.34.0 (`S:2599`)
     ),
 )
 EngineCoreOutputs = fakes.record_type(
@@ -156,6 +163,9 @@ def _base_stand_ins() -> dict[tuple[str, str], object]:
         ("vllm.v1.metrics.stats", "PrefillStats"): fakes.PrefillStats,
         ("vllm.multimodal.utils", "strip_covered_mm_data"): _strip_covered_mm_data,
         ("vllm._bc_linter", "bc_linter_include"): _bc_linter_include,
+        ("vllm.utils.gc_utils", "gc_untrack"): _gc_untrack,
+        ("vllm.v1.token_buffer", "TokenBuffer"): fakes.TokenBuffer,
+        ("vllm.v1.token_buffer", "extend_from_slice"): fakes.extend_from_slice,
     }
 
 
