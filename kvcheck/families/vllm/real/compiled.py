@@ -55,6 +55,9 @@ class CompiledRelease:
     # How many values the scheduler unpacks from `kv_cache_manager.get_computed_blocks(...)`:
     # (blocks, tokens) through 0.25, (blocks, tokens, shared prefix) after.
     computed_blocks_arity: int = 3
+    # Whether the runner's sampled rows are numpy arrays the scheduler turns into lists
+    # (`sampled_token_ids[i].tolist()`, 0.11.x: `v1/outputs.py:161` @0.11.1) rather than lists.
+    sampled_rows_are_arrays: bool = False
 
 
 class _NullContext:
@@ -212,13 +215,17 @@ def compile_release(
     )
     for name, value in output.items():
         stand_ins[("vllm.v1.core.sched.output", name)] = value
-    interface = load_definitions(
-        package / _SCHED / "interface.py",
-        ["PauseState"],
-        stand_ins=stand_ins,
-        allow_unavailable=True,
-    )
-    stand_ins[("vllm.v1.core.sched.interface", "PauseState")] = interface["PauseState"]
+    # `PauseState` arrives in 0.17.0 (the scheduler's pause, `interface.py`); the releases
+    # before neither define nor import it.
+    interface: dict[str, Any] = {}
+    if _class_node(package / _SCHED / "interface.py", "PauseState") is not None:
+        interface = load_definitions(
+            package / _SCHED / "interface.py",
+            ["PauseState"],
+            stand_ins=stand_ins,
+            allow_unavailable=True,
+        )
+        stand_ins[("vllm.v1.core.sched.interface", "PauseState")] = interface["PauseState"]
     queue = load_definitions(
         package / _SCHED / "request_queue.py",
         ["SchedulingPolicy", "create_request_queue"],
@@ -264,6 +271,21 @@ def compile_release(
         init_values=init_assignments(sync_file, "Scheduler"),
         async_init_values=init_assignments(async_file, async_class),
         computed_blocks_arity=unpacked_arity(sync_file, "get_computed_blocks") or 3,
+        sampled_rows_are_arrays=_converts_sampled_rows(sync_file),
+    )
+
+
+def _converts_sampled_rows(file: Path) -> bool:
+    """Whether the code of `file` calls `.tolist()` on a row of `sampled_token_ids`."""
+    tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "tolist"
+        and isinstance(node.func.value, ast.Subscript)
+        and isinstance(node.func.value.value, ast.Name)
+        and node.func.value.value.id == "sampled_token_ids"
+        for node in ast.walk(tree)
     )
 
 

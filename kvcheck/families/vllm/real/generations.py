@@ -15,6 +15,7 @@ from typing import Final
 
 import attrs
 
+from kvcheck.families.vllm.scenario import RUNNERS, Runner
 from kvcheck.targets.wheels import version_key
 
 # Row 7 of the survey's table: judged only when asked (`--placeholder-drafts`), on every release.
@@ -96,6 +97,21 @@ GENERATIONS: Final = (
     # The override merged into the scheduler (S:2744-2770 @0.33.0).
     Generation("0.33.0", "0.34.0", _MERGED, {"vllm-placeholder-drafts": _PLACEHOLDER_DRAFTS}),
 )
+
+# The first release whose async scheduling runs deeper than two batches: the V2 runner's
+# `pp_size + 1` (`config/vllm.py:497-507` @0.23.0). Before, `max_concurrent_batches` is 2 with
+# async scheduling and PP 1 (`v1/executor/multiproc_executor.py:412-415` @0.11.1, :475-478
+# @0.22.0), and with PP > 1 the V1 runner's PP-deep pipeline, which kvcheck does not model.
+DEEPER_PIPELINES: Final = "0.23.0"
+
+
+def runners_of(version: str) -> tuple[Runner, ...]:
+    """The runners kvcheck may put `version` behind: the V1 runner's depth 2 alone before
+    0.23.0, both after."""
+    if version_key(version) < version_key(DEEPER_PIPELINES):
+        return ("v1",)
+    return RUNNERS
+
 
 # The bug column of a release that passed (or has no verdict).
 NO_BUG: Final = "-"
