@@ -23,7 +23,7 @@ from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.vllm.engine import Observation, VllmEngine
-from kvcheck.families.vllm.real import generations
+from kvcheck.families.vllm.real import RELEASES, generations
 from kvcheck.families.vllm.real.adapter import ReleaseScheduler
 from kvcheck.families.vllm.real.compiled import compile_release
 from kvcheck.families.vllm.real.release import release_package
@@ -278,3 +278,33 @@ def test_the_oldest_and_newest_run_the_survey_s_sequences_clean(version: str) ->
         _true_output("r1", 4, 12)
     )
     assert _first_violation(target, ROOMY, RESET) is None
+
+
+def test_kvcheck_releases_family_vllm_rows_name_generation_and_bug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for version in ("0.26.0", "0.27.0"):
+        _package(version)
+    # The index is not asked: the two cached releases are the range.
+    monkeypatch.setattr(
+        type(RELEASES), "available_versions", staticmethod(lambda: ["0.26.0", "0.27.0"])
+    )
+    argv = ["releases", "--family", "vllm", "--from", "0.26.0", "--max-examples", "60"]
+    argv.append("--no-coverage")
+    assert main([*argv, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["releases"]
+    assert [(r["version"], r["verdict_vllm"], r["first_broken"], r["bug"]) for r in rows] == [
+        ("0.26.0", "fail", "vllm-exactly-once", "vllm#49620"),
+        ("0.27.0", "pass", None, "-"),
+    ]
+    assert [r["generation"] for r in rows] == ["0.25.0-0.26.0", "0.27.0-0.32.0"]
+    assert list(rows[0])[list(rows[0]).index("first_broken") + 1 :][:3] == [
+        "generation",
+        "bug",
+        "resolves",
+    ]
+    assert main(argv) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["release", "convention", "api", "shape"]
+    assert "generation" in header and "bug" in header
+    assert "vllm#49620" in lines[0] and lines[0].split()[0] == "0.26.0"
