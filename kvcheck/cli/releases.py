@@ -1,11 +1,15 @@
-"""`kvcheck releases`: every SGLang release in a range checked as it was published, one row each.
+"""`kvcheck releases`: every release of an engine family in a range checked as it was published,
+one row each.
 
-The releases are the default family's (`kvcheck.core.family.Releases`, SGLang's). Each release's
-resolver is fetched from the package index into kvcheck's cache (`sglang==V`) and judged in each
-of the family's modes: SGLang's with the batch-global counters as every SGLang release keeps them
-(`sglang`) and as they should be (`ideal`, stale rows excluded). This is how docs/sglang.md shows
-what kvcheck finds in SGLang's history. Each row also says how much of the release's resolver
-code (the resolver, its siblings and helpers) the searches ran together.
+The releases are the chosen family's (`--family`, default the default family, SGLang;
+`kvcheck.core.family.Releases`). Each release's code is fetched from the package index into
+kvcheck's cache and judged in each of the family's modes: SGLang's with the batch-global counters
+as every SGLang release keeps them (`sglang`) and as they should be (`ideal`, stale rows
+excluded); vLLM's once at its default options (`vllm`). A family may add columns of its own
+(`Releases.facts`: vLLM's generation, the functions it runs and the upstream bug a FAIL is).
+This is how docs/sglang.md and docs/vllm-generations.md show what kvcheck finds in each
+engine's history. Each row also says how much of the release's code the searches ran together,
+where the family's targets are measured.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from kvcheck.cli.options import (
     positive_int,
     seed,
 )
-from kvcheck.core.family import DEFAULT_FAMILY, Releases, distribution_of
+from kvcheck.core.family import DEFAULT_FAMILY, Releases, distribution_of, family_names
 from kvcheck.errors import KvcheckUsageError, TargetLoadError
 from kvcheck.targets.loading import load_target
 from kvcheck.wording import plural
@@ -36,35 +40,43 @@ from kvcheck.wording import plural
 DEFAULT_RELEASE_EXAMPLES = 200
 
 
-def releases() -> Releases:
-    """The default family's releases (SGLang's)."""
-    found = distribution_of(DEFAULT_FAMILY).front.releases
+def releases(name: str = DEFAULT_FAMILY) -> Releases:
+    """The releases of the family registered as `name` (by default SGLang's)."""
+    found = distribution_of(name).front.releases
     if found is None:
-        raise KvcheckUsageError(f"engine family {DEFAULT_FAMILY!r} has no releases to check")
+        raise KvcheckUsageError(f"engine family {name!r} has no releases to check")
     return found
 
 
 def add_parser(commands: Any) -> None:
     """Register `releases` on the front door's subparsers."""
-    oldest = releases().oldest
     parser = commands.add_parser(
         "releases",
-        help="check every SGLang release in a range, fetched from the package index",
+        help="check every release of an engine family (default: SGLang) in a range, fetched "
+        "from the package index",
         description=(
-            "Fetches each SGLang release's resolver (cached under $KVCHECK_CACHE, default "
-            "~/.cache/kvcheck) and checks it with SGLang's global counters and with ideal ones. "
-            "Prints one row per release. Exit 0 once every release has a verdict; 2 when the "
-            "index cannot be reached, a range bound is not a release, the range is empty, or a "
-            "release could not be loaded or judged (its row names the error; the others are "
-            "still checked)."
+            "Fetches each release of the chosen engine family (--family; cached under "
+            "$KVCHECK_CACHE, default ~/.cache/kvcheck) and checks it in each of the family's "
+            "modes (SGLang: with its global counters and with ideal ones; vLLM: at its default "
+            "options). Prints one row per release. Exit 0 once every release has a verdict; 2 "
+            "when the index cannot be reached, the family has no releases, a range bound is not "
+            "a release, the range is empty, or a release could not be loaded or judged (its row "
+            "names the error; the others are still checked)."
         ),
+    )
+    parser.add_argument(
+        "--family",
+        default=DEFAULT_FAMILY,
+        choices=list(family_names()),
+        help=f"the engine family whose releases to check (default: {DEFAULT_FAMILY})",
     )
     parser.add_argument(
         "--from",
         dest="first",
-        default=oldest,
+        default=None,
         metavar="V",
-        help=f"oldest release to check (default: {oldest})",
+        help="oldest release to check (default: the oldest the family checks; SGLang "
+        f"{releases().oldest})",
     )
     parser.add_argument(
         "--to",
@@ -91,7 +103,8 @@ def add_parser(commands: Any) -> None:
 
 @attrs.frozen
 class ReleaseRow:
-    """One release's verdicts, one per mode of the family's (SGLang's `sglang` and `ideal`)."""
+    """One release's verdicts, one per mode of the family's (SGLang's `sglang` and `ideal`,
+    vLLM's `vllm`), and the family's own columns (`Releases.facts`)."""
 
     version: str
     location: str
@@ -107,14 +120,25 @@ class ReleaseRow:
     # Why the release has no verdict (it could not be fetched, loaded or judged); None once it
     # has one. Such a row keeps the others' verdicts and makes the command exit 2 at the end.
     error: str | None = None
+    # The family's own columns, (name, value) in order (`Releases.facts`); SGLang has none.
+    facts: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as `--json` reports it (a `verdict_MODE` field per mode)."""
-        data = attrs.asdict(self, filter=lambda attribute, _: attribute.name != "verdicts")
+        """The row as `--json` reports it (a `verdict_MODE` field per mode, then the family's
+        own fields after `first_broken`)."""
+        data = attrs.asdict(
+            self, filter=lambda attribute, _: attribute.name not in ("verdicts", "facts")
+        )
         fields = list(data.items())
         place = [name for name, _ in fields].index("first_broken")
         verdicts = [(f"verdict_{mode}", verdict) for mode, verdict in self.verdicts]
-        return dict(fields[:place] + verdicts + fields[place:])
+        return dict(
+            fields[:place]
+            + verdicts
+            + fields[place : place + 1]
+            + list(self.facts)
+            + fields[place + 1 :]
+        )
 
     @property
     def coverage_column(self) -> str:
@@ -124,17 +148,18 @@ class ReleaseRow:
         return f"{self.coverage['lines_run']}/{self.coverage['lines_total']}"
 
     @classmethod
-    def failed(cls, version: str, error: str, seconds: float) -> ReleaseRow:
-        """The row of a release that has no verdict, with the reason."""
+    def failed(cls, index: Releases, version: str, error: str, seconds: float) -> ReleaseRow:
+        """The row of a release of `index` that has no verdict, with the reason."""
         return cls(
             version=version,
             location="",
             convention="-",
             api_shape="-",
-            verdicts=tuple((mode, _NO_VERDICT) for mode, _ in releases().modes),
+            verdicts=tuple((mode, _NO_VERDICT) for mode, _ in index.modes),
             first_broken=None,
             seconds=seconds,
             error=error,
+            facts=index.facts(version, None),
         )
 
 
@@ -146,19 +171,21 @@ def run(args: argparse.Namespace) -> int:
     """Check every release in the range, printing each row as it finishes."""
     from kvcheck.search.check import check  # Hypothesis: only when a check runs
 
-    versions = _versions_in_range(args.first, args.last)
+    index = releases(args.family)
+    versions = _versions_in_range(index, args.first or index.oldest, args.last)
     rows: list[ReleaseRow] = []
     if not args.json:
-        print(_header())
+        print(_header(index))
     for version in versions:
         started = time.perf_counter()
         try:
-            row = _check_release(version, args, check)
+            row = _check_release(index, version, args, check)
         except KvcheckUsageError as exc:
             # One release that cannot be fetched, loaded or judged must not cost the verdicts of
             # the others: it gets a row with its error, and the exit code says so at the end.
-            row = ReleaseRow.failed(version, str(exc), round(time.perf_counter() - started, 2))
-            print(f"kvcheck: error: SGLang {version}: {exc}", file=sys.stderr)
+            seconds = round(time.perf_counter() - started, 2)
+            row = ReleaseRow.failed(index, version, str(exc), seconds)
+            print(f"kvcheck: error: {index.engine} {version}: {exc}", file=sys.stderr)
         rows.append(row)
         if not args.json:
             print(_format_row(row), flush=True)
@@ -175,10 +202,11 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _check_release(version: str, args: argparse.Namespace, check: Any) -> ReleaseRow:
+def _check_release(
+    index: Releases, version: str, args: argparse.Namespace, check: Any
+) -> ReleaseRow:
     """Fetch, load and judge one release in each of the family's modes."""
     started = time.perf_counter()
-    index = releases()
     target = load_target(f"{index.spec_prefix}{version}", deadline=args.deadline)
     verdicts = {
         mode: check(
@@ -205,21 +233,23 @@ def _check_release(version: str, args: argparse.Namespace, check: Any) -> Releas
         first_broken=broken.invariant if broken is not None else None,
         seconds=round(time.perf_counter() - started, 2),
         coverage=coverage.to_dict() if coverage is not None else None,
+        facts=index.facts(version, broken.invariant if broken is not None else None),
     )
 
 
-def _versions_in_range(first: str, last: str | None) -> list[str]:
-    index = releases()
+def _versions_in_range(index: Releases, first: str, last: str | None) -> list[str]:
     known = index.available_versions()
     if not known:
+        distribution = index.spec_prefix.removesuffix("==")
         raise KvcheckUsageError(
-            "cannot list SGLang releases: the package index did not answer `pip index versions "
-            "sglang`"
+            f"cannot list {index.engine} releases: the package index did not answer `pip index "
+            f"versions {distribution}`"
         )
     for bound in (first, last):
         if bound is not None and bound not in known:
             raise TargetLoadError(
-                f"SGLang {bound} is not a release kvcheck can check; releases: {', '.join(known)}"
+                f"{index.engine} {bound} is not a release kvcheck can check; releases: "
+                f"{', '.join(known)}"
             )
     low = index.version_key(first)
     high = index.version_key(last) if last else None
@@ -236,18 +266,26 @@ def _versions_in_range(first: str, last: str | None) -> list[str]:
     ]
 
 
-def _header() -> str:
-    modes = " ".join(f"{mode:<6}" for mode, _ in releases().modes)
+# The width of a family's own column in the text table (`Releases.facts`); a longer value
+# runs over, as the last columns do.
+_FACT_WIDTH = 16
+
+
+def _header(index: Releases) -> str:
+    modes = " ".join(f"{mode:<6}" for mode, _ in index.modes)
+    facts = "".join(f"{name:<{_FACT_WIDTH}} " for name, _ in index.facts(index.oldest, None))
     return (
         f"{'release':<13} {'convention':<10} {'api shape':<13} {modes} "
-        f"{'first broken':<26} {'coverage':>8} {'time':>6}  resolver"
+        f"{'first broken':<26} {'coverage':>8} {'time':>6}  {facts}"
+        f"{'resolver' if not facts else 'code'}"
     )
 
 
 def _format_row(row: ReleaseRow) -> str:
     verdicts = " ".join(f"{verdict:<6}" for _, verdict in row.verdicts)
+    facts = "".join(f"{value:<{_FACT_WIDTH}} " for _, value in row.facts)
     return (
         f"{row.version:<13} {row.convention:<10} {row.api_shape:<13} {verdicts} "
         f"{row.first_broken or '-':<26} {row.coverage_column:>8} "
-        f"{row.seconds:>5.1f}s  {row.location if row.error is None else row.error}"
+        f"{row.seconds:>5.1f}s  {facts}{row.location if row.error is None else row.error}"
     )

@@ -440,6 +440,12 @@ class Releases(Protocol):
         """What a release's probe showed, in a word (the table's `api shape` column)."""
         ...
 
+    def facts(self, version: str, first_broken: str | None) -> tuple[tuple[str, str], ...]:
+        """The family's own columns of a release's row, each a (name, value) pair in order
+        (vLLM's: the functions it runs, its generation, the upstream bug a FAIL is); empty
+        when the family has none. `first_broken` is the invariant the release broke."""
+        ...
+
 
 # --- shrinking and exhaustive expansion (kvcheck.search.shrink, kvcheck.search.exhaust) ---
 

@@ -23,12 +23,15 @@ from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.vllm.engine import Observation, VllmEngine
+from kvcheck.families.vllm.real import RELEASES, generations
 from kvcheck.families.vllm.real.adapter import ReleaseScheduler
 from kvcheck.families.vllm.real.compiled import compile_release
 from kvcheck.families.vllm.real.release import release_package
 from kvcheck.families.vllm.scenario import Abort, Add, Drain, Reset, Step, VllmConfig, token_at
 from kvcheck.families.vllm.target import FrameOutput, NewRequest, SchedulerSettings
+from kvcheck.search.check import check
 from kvcheck.targets.loading import load_target
+from kvcheck.targets.wheels import version_key
 
 
 def _package(version: str) -> Path:
@@ -199,3 +202,109 @@ def test_kvcheck_check_fails_0_26_0_and_passes_0_33_0_at_default_options(
     assert main(["replay", str(files[0]), "--target", "vllm==0.33.0"]) == 0
     assert main(["check", "vllm==0.33.0", *saved]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+# Every vLLM release from 0.11.1, with the verdict `kvcheck check vllm==V` must reach at default
+# options and the invariant a FAIL breaks first, as docs/vllm-generations.md reasons them out
+# from each release's code (written here, not read from `generations`, which the test checks):
+# - 0.11.x: no discard, no reset of running requests, depth 2 only: nothing found;
+# - 0.12-0.24: a stale frame's rejected drafts come off the resumed request's PH (vllm#46066);
+# - 0.25-0.26: one frame dropped per discarded placeholder, a token lost (vllm#49620);
+# - 0.27 on: the stale-output mechanism: nothing found.
+_CLEAN: tuple[str, ...] = ("0.11.1", "0.11.2")
+_COUNTERS = [
+    "0.12.0",
+    "0.13.0",
+    "0.14.0",
+    "0.14.1",
+    "0.15.0",
+    "0.15.1",
+    "0.16.0",
+    "0.17.0",
+    "0.17.1",
+    "0.18.0",
+    "0.18.1",
+    "0.19.0",
+    "0.19.1",
+    "0.20.0",
+    "0.20.1",
+    "0.20.2",
+    "0.21.0",
+    "0.22.0",
+    "0.22.1",
+    "0.23.0",
+    "0.24.0",
+]
+_LOST = ("0.25.0", "0.25.1", "0.26.0")
+_FIXED = ["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
+EXPECTED_VERDICTS: dict[str, str | None] = {
+    **dict.fromkeys(_CLEAN + tuple(_FIXED), None),
+    **dict.fromkeys(_COUNTERS, "vllm-counters"),
+    **dict.fromkeys(_LOST, "vllm-exactly-once"),
+}
+# A clean release is searched this far (the FAIL ones stop at their first counterexample):
+# enough to reach the reset, preemption and resume sequences, and the 11 clean releases stay
+# within about 20 s of CPU together.
+_CLEAN_EXAMPLES = 80
+
+
+@pytest.mark.parametrize("version", sorted(EXPECTED_VERDICTS, key=version_key))
+def test_every_release_gets_the_verdict_its_generation_predicts(version: str) -> None:
+    target = _target(version)
+    expected = EXPECTED_VERDICTS[version]
+    verdict = check(
+        target,
+        max_examples=_CLEAN_EXAMPLES if expected is None else 300,
+        seed=0,
+        database=None,
+        measure_coverage=False,
+    )
+    broken = None if verdict.violation is None else verdict.violation.invariant
+    assert broken == expected, (version, verdict.violation)
+    # A FAIL is the generation's known bug, never `unexplained`.
+    bug = dict(generations.facts(version, broken))["bug"]
+    assert (bug == generations.NO_BUG) == (expected is None)
+    assert bug != generations.UNEXPLAINED
+
+
+@pytest.mark.parametrize("version", ["0.11.1", "0.34.0"])
+def test_the_oldest_and_newest_run_the_survey_s_sequences_clean(version: str) -> None:
+    """0.11.x has no `reset_running_requests` (its reset preempts nothing) and 0.34.0 re-sends a
+    resumed request among the new ones: on both, the resume and the reset lose nothing."""
+    target = _target(version)
+    shallow = attrs.evolve(PRESSURE, runner="v1", pp_size=1)
+    assert _first_violation(target, shallow, PREEMPT_THEN_RESUME) is None
+    assert _run_unjudged(target, shallow, PREEMPT_THEN_RESUME)[-1].emitted["r1"] == (
+        _true_output("r1", 4, 12)
+    )
+    assert _first_violation(target, ROOMY, RESET) is None
+
+
+def test_kvcheck_releases_family_vllm_rows_name_generation_and_bug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for version in ("0.26.0", "0.27.0"):
+        _package(version)
+    # The index is not asked: the two cached releases are the range.
+    monkeypatch.setattr(
+        type(RELEASES), "available_versions", staticmethod(lambda: ["0.26.0", "0.27.0"])
+    )
+    argv = ["releases", "--family", "vllm", "--from", "0.26.0", "--max-examples", "60"]
+    argv.append("--no-coverage")
+    assert main([*argv, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["releases"]
+    assert [(r["version"], r["verdict_vllm"], r["first_broken"], r["bug"]) for r in rows] == [
+        ("0.26.0", "fail", "vllm-exactly-once", "vllm#49620"),
+        ("0.27.0", "pass", None, "-"),
+    ]
+    assert [r["generation"] for r in rows] == ["0.25.0-0.26.0", "0.27.0-0.32.0"]
+    assert list(rows[0])[list(rows[0]).index("first_broken") + 1 :][:3] == [
+        "generation",
+        "bug",
+        "resolves",
+    ]
+    assert main(argv) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["release", "convention", "api", "shape"]
+    assert "generation" in header and "bug" in header
+    assert "vllm#49620" in lines[0] and lines[0].split()[0] == "0.26.0"

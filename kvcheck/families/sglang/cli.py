@@ -250,6 +250,11 @@ class SglangReleases:
         versions: str = target.shape.versions
         return versions
 
+    @staticmethod
+    def facts(version: str, first_broken: str | None) -> tuple[tuple[str, str], ...]:
+        """None: SGLang's rows say everything in the generic columns."""
+        return ()
+
 
 class SglangFrontDoor:
     """SGLang's flags, pytest options, spellings table and releases

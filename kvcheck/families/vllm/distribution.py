@@ -39,11 +39,16 @@ class VllmSpace:
 
     options: VllmJudging = attrs.field(factory=VllmJudging)
     max_events: int = 40
+    # The runners the target can run behind (a release before 0.23.0 runs async scheduling at
+    # depth 2 only: `SchedulerFactory.runners`); a config with another is never drawn.
+    runners: tuple[Runner, ...] = RUNNERS
 
 
 def space_for(target: Target, options: VllmJudging) -> VllmSpace:
-    """The space a search of `target` under `options` draws from."""
-    return VllmSpace(options)
+    """The space a search of `target` under `options` draws from: the runners its factory
+    says it can run behind (`runners`, optional: every runner when it says nothing)."""
+    runners = tuple(getattr(target.resolver, "runners", RUNNERS))
+    return VllmSpace(options, runners=runners)
 
 
 def space_of(**settings: Any) -> VllmSpace:
@@ -54,9 +59,12 @@ def space_of(**settings: Any) -> VllmSpace:
     )
 
 
-def draw_config(draws: Draws, options: VllmJudging) -> VllmConfig:
-    """A small engine: every depth, pressure on blocks and on the step budget."""
-    runner: Runner = draws.choice(RUNNERS)
+def draw_config(
+    draws: Draws, options: VllmJudging, runners: tuple[Runner, ...] = RUNNERS
+) -> VllmConfig:
+    """A small engine: every depth `runners` allow, pressure on blocks and on the step
+    budget."""
+    runner: Runner = draws.choice(runners)
     pp_size = 1 if runner == "v1" else draws.integer(1, 3)
     k = draws.integer(0, 3)
     block_size = draws.choice((4, 2, 8))
@@ -93,7 +101,7 @@ def _event_element(max_model_len: int, k: int) -> Callable[[Draws], tuple[Any, .
 
 def draw_scenario(draws: Draws, space: VllmSpace) -> Scenario:
     """One scenario of `space`."""
-    config = draw_config(draws, space.options)
+    config = draw_config(draws, space.options, space.runners)
     k = config.num_spec_tokens
     first = ("add", draws.integer(1, config.max_model_len - 1), draws.integer(1, 12), None)
     raw = [
@@ -169,7 +177,7 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         num_spec_tokens=2,
         placeholder_drafts=drafts,
     )
-    return (
+    every = (
         Scenario(
             pressure,
             (Add("r0", 4, 12), Add("r1", 4, 12), *_steps(5), Abort("r0"), Step(0), Drain(0)),
@@ -181,6 +189,7 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         Scenario(chunked, (Add("r0", 2, 6), Add("r1", 14, 4), Drain(0)), family=NAME),
         Scenario(gap, (Add("r0", 2, 4), Add("r1", 1, 8), Drain(0)), family=NAME),
     )
+    return tuple(s for s in every if s.config.runner in drawn.runners)
 
 
 def fits(drawn: VllmSpace, scenario: Scenario) -> bool:
@@ -189,6 +198,7 @@ def fits(drawn: VllmSpace, scenario: Scenario) -> bool:
         scenario.family == NAME
         and isinstance(scenario.config, VllmConfig)
         and scenario.config.placeholder_drafts == drawn.options.placeholder_drafts
+        and scenario.config.runner in drawn.runners
     )
 
 

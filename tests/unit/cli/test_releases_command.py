@@ -5,11 +5,13 @@ error rather than a silent exit 0."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from kvcheck.cli.main import main
+from kvcheck.core.family import registered
 from kvcheck.families.sglang import release as sglang_release
 from tests.helpers import SGLANG_FIXTURES
 
@@ -86,3 +88,47 @@ def test_an_empty_range_is_a_usage_error(as_json: bool, capsys: pytest.CaptureFi
         assert json.loads(out)["exit_code"] == 2
     else:
         assert out == ""
+
+
+@pytest.mark.usefixtures("three_releases")
+def test_sglang_rows_are_unchanged_by_the_family_columns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The default family has no columns of its own: its header, text rows and JSON fields are
+    the ones `kvcheck releases` printed before `--family` (byte for byte, the times aside)."""
+    code, out, _ = run(capsys, "releases", "--to", "0.5.21", "--from", "0.5.21", *FAST)
+    explicit, again, _ = run(
+        capsys, "releases", "--family", "sglang", "--from", "0.5.21", "--to", "0.5.21", *FAST
+    )
+    assert code == explicit == 0
+    header, row = out.splitlines()
+    assert header == (
+        "release       convention api shape     sglang ideal  first broken               "
+        "coverage   time  resolver"
+    )
+    assert again.splitlines()[0] == header
+    untimed = re.compile(r" +\d+\.\ds  ")
+    assert untimed.sub("|", row) == untimed.sub("|", again.splitlines()[1])
+    # Nothing between the time and the resolver's location: no family column.
+    assert untimed.sub("|", row).split("|")[1].startswith("SchedulerBatchResultProcessor.")
+    _, out, _ = run(capsys, "releases", "--from", "0.5.21", "--to", "0.5.21", *FAST, "--json")
+    assert list(json.loads(out)["releases"][0]) == [
+        "version",
+        "location",
+        "convention",
+        "api_shape",
+        "verdict_sglang",
+        "verdict_ideal",
+        "first_broken",
+        "seconds",
+        "coverage",
+        "error",
+    ]
+
+
+def test_a_family_without_releases_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with registered("toy", "tests.unit.families.toy:FAMILY"):
+        code = main(["releases", "--family", "toy", *FAST])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert "engine family 'toy' has no releases to check" in err

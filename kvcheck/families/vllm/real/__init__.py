@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kvcheck.core.target import Target
-from kvcheck.families.vllm.real import release
+from kvcheck.families.vllm.real import generations, release
 from kvcheck.families.vllm.real.loading import claims, load, spec_path
 from kvcheck.targets import wheels
 
@@ -43,6 +43,12 @@ class VllmReleases:
     def shape_name(target: Target) -> str:
         """vLLM targets have no probed API shape: the scheduler's own code runs as written."""
         return "scheduler"
+
+    @staticmethod
+    def facts(version: str, first_broken: str | None) -> tuple[tuple[str, str], ...]:
+        """The release's generation, the upstream bug its failure is, and the function that
+        resolves its placeholders (`kvcheck.families.vllm.real.generations`)."""
+        return generations.facts(version, first_broken)
 
 
 RELEASES: Final = VllmReleases()

@@ -9,10 +9,14 @@ cache manager is `fakes.BlockPool` (a finite pool, so allocation fails and the r
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
+
+import numpy
 
 from kvcheck.families.vllm.real import fakes
 from kvcheck.families.vllm.real.compiled import CompiledRelease
@@ -106,7 +110,13 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         else None
     )
     vllm_config = _config(
-        "VllmConfig", speculative_config=speculative_config, kv_transfer_config=None
+        "VllmConfig",
+        speculative_config=speculative_config,
+        kv_transfer_config=None,
+        # 0.34.0 (`S:2516`): output watermarking, off.
+        watermark_config=None,
+        # 0.17-0.20 (`S:1532` @0.17.0): the model's routed experts are not returned.
+        model_config=_config("ModelConfig", enable_return_routed_experts=False),
     )
     parallel_config = _config(
         "ParallelConfig",
@@ -187,6 +197,7 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         "policy": policy,
         "num_waiting_for_streaming_input": 0,
         "max_num_encoder_input_tokens": 0,
+        "_num_encoder_max_input_tokens": 0,  # no encoder inputs (0.16, `S:207`)
         "encoder_cache_manager": _EncoderCacheManager(),
         "use_eagle": k > 0,
         "use_eagle_block_drop": False,  # only with prefix caching, which is off
@@ -230,7 +241,6 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         "perf_metrics": None,
         "enable_return_routed_experts": False,
         "routed_experts_mgr": None,
-        "_pause_state": compiled.names["PauseState"].UNPAUSED,
         "_spec_token_placeholders": [-1] * k,
         "_kv_fetch_stages": None,  # tracked only with a KV connector
         "_kv_fetch_counts": {},
@@ -246,6 +256,8 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         "spec_decode_metrics_level": "none",  # per-request spec metrics off (0.29+)
         "return_sampling_mask": False,
     }
+    if "PauseState" in compiled.names:  # 0.17.0 on; before, no pause and no `_pause_state`
+        modelled["_pause_state"] = compiled.names["PauseState"].UNPAUSED
     assigned = dict(compiled.init_values)
     if settings.async_scheduling:
         assigned.update(compiled.async_init_values)
@@ -287,6 +299,7 @@ _RUNNER_OUTPUT = fakes.record_type(
         "ec_connector_output",
         "cudagraph_stats",
         "routed_experts",
+        "routed_experts_dict",  # 0.21.0 (`S:1379`): None, no MoE routing returned
         "sampling_mask",
         "sampling_masks",
         "aux_output",
@@ -325,6 +338,7 @@ class ReleaseScheduler:
         scheduler.__dict__["_owner"] = "Scheduler"
         self._scheduler: Any = scheduler
         self._names = compiled.names
+        self._compiled = compiled
         self._settings = settings
         self._step = 0
         self._outputs: dict[int, Any] = {}
@@ -370,6 +384,9 @@ class ReleaseScheduler:
             structured_outputs=None,
             all_stop_token_ids=set(request.stop_token_ids),
         )
+        # Through 0.15 the request takes its EOS id itself (`R:37` @0.11.1), later only its
+        # sampling parameters carry it.
+        takes_eos = "eos_token_id" in inspect.signature(self._names["Request"]).parameters
         built = self._release(
             self._names["Request"],
             request_id=request.request_id,
@@ -377,6 +394,7 @@ class ReleaseScheduler:
             sampling_params=params,
             pooling_params=None,
             arrival_time=0.0,
+            **({"eos_token_id": request.eos_token_id} if takes_eos else {}),
         )
         self._release(self._scheduler.add_request, built)
 
@@ -413,9 +431,12 @@ class ReleaseScheduler:
             full[new.req_id] = tuple(new.prompt_token_ids if sent is None else sent)
             computed[new.req_id] = new.num_computed_tokens
         cached = output.scheduled_cached_reqs
+        # 0.34.0 re-sends a resumed request in full among the new ones (`S:1619-1626`
+        # @0.34.0): its `CachedRequestData` has no resumed ids at all.
+        resumed_are_cached = "resumed_req_ids" in {f.name for f in dataclasses.fields(cached)}
         for index, rid in enumerate(cached.req_ids):
             computed[rid] = cached.num_computed_tokens[index]
-            if rid in cached.resumed_req_ids and rid in cached.all_token_ids:
+            if resumed_are_cached and rid in cached.resumed_req_ids and rid in cached.all_token_ids:
                 full[rid] = tuple(cached.all_token_ids[rid])
         return [
             ScheduledRequest(
@@ -435,7 +456,7 @@ class ReleaseScheduler:
         runner_output = _RUNNER_OUTPUT(
             req_ids=ids,
             req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=[list(output.sampled.get(rid, ())) for rid in ids],
+            sampled_token_ids=[self._sampled_row(output.sampled.get(rid, ())) for rid in ids],
             logprobs=None,
             prompt_logprobs_dict={},
             prompt_token_id_logprobs_dict={},
@@ -456,18 +477,26 @@ class ReleaseScheduler:
                     finished[item.request_id] = str(item.finish_reason)
         return Delivered(new_token_ids=new, finished=finished)
 
+    def _sampled_row(self, tokens: Sequence[int]) -> Any:
+        """A request's sampled tokens as the release's runner returns them: a list, or (0.11.x)
+        a numpy int32 array."""
+        if self._compiled.sampled_rows_are_arrays:
+            return numpy.array(tokens, dtype=numpy.int32)
+        return list(tokens)
+
     def finish_requests(self, request_ids: Sequence[str], reason: str) -> None:
         """The release's `finish_requests()` with status FINISHED_ABORTED."""
         status = self._names["RequestStatus"].FINISHED_ABORTED
         self._release(self._scheduler.finish_requests, list(request_ids), status)
 
     def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
-        """The release's `reset_prefix_cache()`."""
-        return bool(
-            self._release(
-                self._scheduler.reset_prefix_cache, reset_running_requests=reset_running_requests
-            )
-        )
+        """The release's `reset_prefix_cache()`. Through 0.11.x it cannot reset running
+        requests (`S:1317-1318` @0.11.1: no `reset_running_requests`): a reset there is that
+        release's own, which resets the prefix cache alone and preempts nothing."""
+        reset = self._scheduler.reset_prefix_cache
+        if "reset_running_requests" not in inspect.signature(reset).parameters:
+            return bool(self._release(reset))
+        return bool(self._release(reset, reset_running_requests=reset_running_requests))
 
     # --- reading back -------------------------------------------------------------------
 

@@ -55,6 +55,9 @@ class CompiledRelease:
     # How many values the scheduler unpacks from `kv_cache_manager.get_computed_blocks(...)`:
     # (blocks, tokens) through 0.25, (blocks, tokens, shared prefix) after.
     computed_blocks_arity: int = 3
+    # Whether the runner's sampled rows are numpy arrays the scheduler turns into lists
+    # (`sampled_token_ids[i].tolist()`, 0.11.x: `v1/outputs.py:161` @0.11.1) rather than lists.
+    sampled_rows_are_arrays: bool = False
 
 
 class _NullContext:
@@ -85,6 +88,12 @@ def _strip_covered_mm_data(mm_features: Any, num_computed_tokens: int, **options
     if mm_features:
         raise fakes.UnmodelledAccess("a request carries multimodal data kvcheck does not model")
     return mm_features
+
+
+def _gc_untrack(container: Any) -> Any:
+    """vLLM's `gc_untrack` (0.34.0): hides a container from the cyclic garbage collector, a
+    memory hint with no effect on what the container holds; the container as is."""
+    return container
 
 
 def _bc_linter_include(cls: Any) -> Any:
@@ -125,6 +134,7 @@ EngineCoreOutput = fakes.record_type(
         "prompt_token_id_logprobs",
         "error",
         "num_preemptions",
+        "watermarking",  # 0.34.0 (`S:2599`)
     ),
 )
 EngineCoreOutputs = fakes.record_type(
@@ -156,6 +166,9 @@ def _base_stand_ins() -> dict[tuple[str, str], object]:
         ("vllm.v1.metrics.stats", "PrefillStats"): fakes.PrefillStats,
         ("vllm.multimodal.utils", "strip_covered_mm_data"): _strip_covered_mm_data,
         ("vllm._bc_linter", "bc_linter_include"): _bc_linter_include,
+        ("vllm.utils.gc_utils", "gc_untrack"): _gc_untrack,
+        ("vllm.v1.token_buffer", "TokenBuffer"): fakes.TokenBuffer,
+        ("vllm.v1.token_buffer", "extend_from_slice"): fakes.extend_from_slice,
     }
 
 
@@ -202,13 +215,17 @@ def compile_release(
     )
     for name, value in output.items():
         stand_ins[("vllm.v1.core.sched.output", name)] = value
-    interface = load_definitions(
-        package / _SCHED / "interface.py",
-        ["PauseState"],
-        stand_ins=stand_ins,
-        allow_unavailable=True,
-    )
-    stand_ins[("vllm.v1.core.sched.interface", "PauseState")] = interface["PauseState"]
+    # `PauseState` arrives in 0.17.0 (the scheduler's pause, `interface.py`); the releases
+    # before neither define nor import it.
+    interface: dict[str, Any] = {}
+    if _class_node(package / _SCHED / "interface.py", "PauseState") is not None:
+        interface = load_definitions(
+            package / _SCHED / "interface.py",
+            ["PauseState"],
+            stand_ins=stand_ins,
+            allow_unavailable=True,
+        )
+        stand_ins[("vllm.v1.core.sched.interface", "PauseState")] = interface["PauseState"]
     queue = load_definitions(
         package / _SCHED / "request_queue.py",
         ["SchedulingPolicy", "create_request_queue"],
@@ -254,6 +271,21 @@ def compile_release(
         init_values=init_assignments(sync_file, "Scheduler"),
         async_init_values=init_assignments(async_file, async_class),
         computed_blocks_arity=unpacked_arity(sync_file, "get_computed_blocks") or 3,
+        sampled_rows_are_arrays=_converts_sampled_rows(sync_file),
+    )
+
+
+def _converts_sampled_rows(file: Path) -> bool:
+    """Whether the code of `file` calls `.tolist()` on a row of `sampled_token_ids`."""
+    tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "tolist"
+        and isinstance(node.func.value, ast.Subscript)
+        and isinstance(node.func.value.value, ast.Name)
+        and node.func.value.value.id == "sampled_token_ids"
+        for node in ast.walk(tree)
     )
 
 

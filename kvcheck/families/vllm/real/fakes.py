@@ -76,6 +76,9 @@ class SamplingParams(Strict):
             "repetition_detection",
             "logprobs",
             "prompt_logprobs",
+            # 0.34.0 (`R:374`): scoring the prompt against given ids; None, as a request
+            # without prompt logprobs has it.
+            "prompt_logprob_token_ids",
             "structured_outputs",
             "all_stop_token_ids",
             "skip_reading_prefix_cache",
@@ -360,3 +363,59 @@ class PrefillStats(Strict):
     def finalize(self, *args: Any, **kwargs: Any) -> None:
         """Record nothing."""
         return None
+
+
+# The range of one of `TokenBuffer`'s items (a C int: vLLM keeps token ids as int32).
+_INT32: Final = range(-(2**31), 2**31)
+
+
+def _token(value: Any) -> int:
+    """`value` as a token `TokenBuffer` can hold; anything else is the release doing something
+    kvcheck's requests never ask of it (a float, a tensor, an id out of int32's range)."""
+    if type(value) is not int or value not in _INT32:
+        UNMODELLED.append(f"stores {value!r} in a TokenBuffer")
+        raise UnmodelledAccess(
+            f"vLLM's code stored {value!r} in a TokenBuffer, which holds int32 token ids only"
+        )
+    return value
+
+
+class TokenBuffer(list[int]):
+    """vLLM's `TokenBuffer` (0.34.0, `v1/token_buffer.py`): a request's token ids, which the
+    release keeps in a C int array and reads like a list (slices are lists, it compares equal
+    to a list of the same ids, `copy()` and `+` give lists). kvcheck's is that list, refusing
+    what the array would refuse: anything but an int32 id."""
+
+    def __init__(self, tokens: Iterable[int] = ()) -> None:
+        super().__init__(_token(t) for t in tokens)
+
+    def append(self, value: int) -> None:
+        """Add one token id."""
+        super().append(_token(value))
+
+    def extend(self, values: Iterable[int]) -> None:
+        """Add token ids in order."""
+        super().extend(_token(v) for v in values)
+
+    def __iadd__(self, values: Iterable[int]) -> TokenBuffer:  # type: ignore[override,misc]
+        self.extend(values)
+        return self
+
+    def insert(self, index: Any, value: int) -> None:
+        """Insert one token id."""
+        super().insert(index, _token(value))
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            super().__setitem__(index, [_token(v) for v in value])
+        else:
+            super().__setitem__(index, _token(value))
+
+    def copy(self) -> list[int]:
+        """A plain list of the ids (the release's gives one too)."""
+        return list(self)
+
+
+def extend_from_slice(dst: list[int], src: Sequence[int], start: int, stop: int) -> None:
+    """vLLM's `extend_from_slice` (0.34.0): append `src[start:stop]` to `dst`."""
+    dst.extend(src[start:stop])

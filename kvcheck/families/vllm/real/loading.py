@@ -21,9 +21,10 @@ from typing import Final
 
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
-from kvcheck.families.vllm.real import release
+from kvcheck.families.vllm.real import generations, release
 from kvcheck.families.vllm.real.adapter import ReleaseScheduler
 from kvcheck.families.vllm.real.compiled import CompiledRelease, compile_release
+from kvcheck.families.vllm.scenario import RUNNERS, Runner
 from kvcheck.families.vllm.target import SchedulerSettings, SchedulerUnderTest
 from kvcheck.targets.wheels import normalize_version, version_key
 
@@ -105,8 +106,11 @@ def parse_spec(spec: str) -> str:
 class ReleaseFactory:
     """A compiled release as the family's `SchedulerFactory`: a fresh scheduler per scenario."""
 
-    def __init__(self, compiled: CompiledRelease) -> None:
+    def __init__(self, compiled: CompiledRelease, runners: tuple[Runner, ...] = RUNNERS) -> None:
         self.compiled = compiled
+        # The runners the release can run behind (`distribution.space_for` reads it): a
+        # release before 0.23.0 pipelines two batches only (`generations.runners_of`).
+        self.runners = runners
 
     def __call__(self, settings: SchedulerSettings) -> SchedulerUnderTest:
         """A fresh `ReleaseScheduler` built with `settings`."""
@@ -118,8 +122,10 @@ def load(spec: str, *, allow_unavailable: bool, deadline: float | None) -> Targe
     spec = spec.strip()
     file: Path | None = None
     qualname = "AsyncScheduler"
+    runners = RUNNERS
     if spec.startswith(release.SPEC_PREFIX):
         version = parse_spec(spec)
+        runners = generations.runners_of(version)
         package = release.release_package(version)
         what = f"vLLM {version} (package index)"
     elif "::" in spec:
@@ -152,7 +158,7 @@ def load(spec: str, *, allow_unavailable: bool, deadline: float | None) -> Targe
     compiled = compile_release(package, scheduler_file=file, scheduler_class=qualname)
     return Target(
         spec=spec,
-        resolver=ReleaseFactory(compiled),
+        resolver=ReleaseFactory(compiled, runners),
         description=f"{what}: the V1 scheduler's own code over kvcheck's fakes",
         self_methods={},
         shape=None,
