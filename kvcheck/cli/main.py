@@ -152,14 +152,15 @@ def main(argv: Sequence[str] | None = None, *, supervised: bool = False) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except KvcheckUsageError as exc:  # a malformed command line (Parser.error) or variable
         return _error(str(exc), as_json=wants_json(words))
-    if supervised:
-        as_json = bool(getattr(args, "json", False))
-        isolation.resume_from_environment()
-        isolation.supervise(
-            restartable=args.command in _RESTARTABLE,
-            report=lambda message, code: _error(message, as_json=as_json, code=code),
-        )
     try:
+        if supervised:
+            as_json = bool(getattr(args, "json", False))
+            # Raises the Ctrl-C pressed while an earlier image of this process started again.
+            isolation.resume_from_environment()
+            isolation.supervise(
+                restartable=args.command in _RESTARTABLE,
+                report=lambda message, code: _error(message, as_json=as_json, code=code),
+            )
         run = getattr(args, "run", None)
         return int(run(args)) if run is not None else check.run_default_job()
     except KvcheckUsageError as exc:

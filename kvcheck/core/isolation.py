@@ -36,11 +36,12 @@ import pickle
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from kvcheck.core import deadline
+from kvcheck.core import deadline, interrupts
 from kvcheck.core.calls import import_tensor_library
 from kvcheck.core.deadline import TargetDeadlineExceeded, TimeLimitReached
 from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
@@ -50,6 +51,9 @@ from kvcheck.errors import KvcheckInternalError, KvcheckUsageError
 # `target-deadline` however it ends, so waiting longer could not change the verdict.
 STUCK_GRACE: Final = 1.0
 CHILD_GRACE: Final = 0.2
+# How long the monitor, about to start again, lets the main thread run the handler of a Ctrl-C
+# that has just arrived (`_restart`).
+_HANDLER_TURN: Final = 0.05
 RESUME_ENV: Final = "KVCHECK_ISOLATED"
 EXIT_INTERRUPTED: Final = 130
 EXIT_VIOLATION: Final = 1
@@ -125,9 +129,12 @@ def resume_from_environment() -> None:
         record = json.loads(Path(path).read_text(encoding="utf-8"))
         Path(path).unlink()
     except (OSError, ValueError):
-        return
+        record = None
     scenario = record.get("scenario") if isinstance(record, dict) else None
     _resumed = scenario if isinstance(scenario, str) else None
+    # Ctrl-C, blocked since `_restart` (the command line's handler is in place by now): one
+    # pressed meanwhile raises `KeyboardInterrupt` here, which the command reports as any other.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def isolated() -> bool:
@@ -152,9 +159,7 @@ def _on_stuck(why: str, number: int, seconds: float) -> None:
         _write_all(_child_pipe, pickle.dumps(("stuck", why, number)))
         os._exit(0)
     if why == "interrupt":
-        print("kvcheck: interrupted (the target's call swallowed Ctrl-C)", file=sys.stderr)
-        _flush_report()
-        os._exit(EXIT_INTERRUPTED)
+        _exit_interrupted()
     if why == "time limit":
         _end(
             "the run's time limit passed inside a call of the target that swallows every "
@@ -170,6 +175,12 @@ def _on_stuck(why: str, number: int, seconds: float) -> None:
         "runs such a target isolated and reports the scenario",
         EXIT_VIOLATION,
     )
+
+
+def _exit_interrupted() -> None:
+    print("kvcheck: interrupted (the target's call swallowed Ctrl-C)", file=sys.stderr)
+    _flush_report()
+    os._exit(EXIT_INTERRUPTED)
 
 
 def _end(message: str, code: int) -> None:
@@ -194,6 +205,21 @@ def _flush_report() -> None:
 def _restart() -> None:
     """Start this command again in this process, isolated, trying the stuck scenario first."""
     assert _restart_argv is not None
+    # Ctrl-C from here on waits, blocked, until the new image can report it (it unblocks it in
+    # `resume_from_environment`): meanwhile Python's default disposition, and then its
+    # start-up, would end the process by SIGINT (-2) without a word. A thread's signal mask
+    # outlives `exec`, and this thread is the one that calls it. An interval timer and a
+    # pending signal outlive it too: the deadline's SIGALRM would end the new image before it
+    # has a handler, so it is blocked here (only the main thread may change a handler) and
+    # discarded there.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGINT})
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    # A Ctrl-C the main thread took (the stuck call swallowed it) less than the grace before
+    # the call was stuck past its deadline: the user asked to stop, not to start again. Its
+    # handler runs when the main thread next holds the GIL; this sleep hands it over.
+    time.sleep(_HANDLER_TURN)
+    if interrupts.received():
+        _exit_interrupted()
     scenario = None
     if _running is not None:
         from kvcheck.core.scenario import to_json_line
@@ -210,11 +236,6 @@ def _restart() -> None:
     _flush_report()
     if _report_fd is not None:
         os.dup2(_report_fd, 1)  # the new image guards fd 1 itself
-    # An interval timer, a pending signal and this thread's signal mask outlive `exec`: the
-    # deadline's SIGALRM would end the new image before it has a handler. Blocked here (only
-    # the main thread may change a handler), discarded there (`resume_from_environment`).
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    signal.setitimer(signal.ITIMER_REAL, 0)
     os.execve(sys.executable, _restart_argv, {**os.environ, RESUME_ENV: path})
 
 

@@ -132,11 +132,11 @@ def test_exhaust_time_limit_interrupts_a_running_call(tmp_path: Path) -> None:
 
 
 def _interrupt(
-    tmp_path: Path, argv: list[str], ready: str | None, *, settle: float = 0.0
+    tmp_path: Path, argv: list[str], ready: str | None, *, settle: float = 0.0, workers: int = 0
 ) -> tuple[int, str, str, float, list[int]]:
-    """Start kvcheck, wait for `ready` on stderr (None: do not), then `settle` seconds, send
-    SIGINT; the exit code, stdout, stderr, the seconds from the signal to the exit and the pids
-    of its children at the signal."""
+    """Start kvcheck, wait for `ready` on stderr or stdout (None: do not) and for `workers`
+    spawned worker processes, then `settle` seconds, send SIGINT; the exit code, stdout, stderr,
+    the seconds from the signal to the exit and the pids of its children at the signal."""
     process = subprocess.Popen(
         [*KVCHECK, *argv],
         stdout=subprocess.PIPE,
@@ -145,28 +145,50 @@ def _interrupt(
         cwd=tmp_path,
         env=_env(),
     )
-    err_lines: list[str] = []
+    lines: dict[str, list[str]] = {"out": [], "err": []}
     seen = threading.Event()
 
-    def read_err() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            err_lines.append(line)
+    def read(stream: Any, into: list[str]) -> None:
+        for line in stream:
+            into.append(line)
             if ready is not None and ready in line:
                 seen.set()
 
-    reader = threading.Thread(target=read_err, daemon=True)
-    reader.start()
+    readers = [
+        threading.Thread(target=read, args=(process.stdout, lines["out"]), daemon=True),
+        threading.Thread(target=read, args=(process.stderr, lines["err"]), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
     if ready is not None:
-        assert seen.wait(240), "".join(err_lines)
+        assert seen.wait(240), "".join(lines["err"])
+    _wait_for_workers(process.pid, workers)
     time.sleep(settle)
     children = _children(process.pid)
     sent = time.monotonic()
     process.send_signal(signal.SIGINT)
-    out, _ = process.communicate(timeout=60)
+    process.wait(timeout=60)
     took = time.monotonic() - sent
-    reader.join(5)
-    return process.returncode, out, "".join(err_lines), took, children
+    for reader in readers:
+        reader.join(5)
+    return process.returncode, "".join(lines["out"]), "".join(lines["err"]), took, children
+
+
+def _wait_for_workers(pid: int, count: int) -> None:
+    """Until `pid` has `count` worker processes (multiprocessing's spawned children; its
+    resource tracker is not one), however long start-up takes on a busy machine."""
+    end = time.monotonic() + 240
+    while count:
+        spawned = 0
+        for child in _children(pid):
+            try:
+                spawned += b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:
+                continue
+        if spawned >= count:
+            return
+        assert time.monotonic() < end, f"{spawned} of {count} workers started"
+        time.sleep(0.05)
 
 
 def _children(pid: int) -> list[int]:
@@ -216,7 +238,8 @@ def _wait_gone(pids: list[int], seconds: float) -> list[int]:
 
 def test_ctrl_c_stops_mutants_workers_included(tmp_path: Path) -> None:
     argv = ["mutants", "--jobs", "2", "--max-examples", "50"]
-    code, out, err, took, children = _interrupt(tmp_path, argv, None, settle=15.0)
+    # Once a worker's first row is in, both are searching.
+    code, out, err, took, children = _interrupt(tmp_path, argv, "killed ", workers=2)
     _clean(out, err)
     assert code == 130
     assert took < 2.5, took
@@ -228,12 +251,16 @@ def test_ctrl_c_stops_mutants_workers_included(tmp_path: Path) -> None:
 def test_mutants_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
     process: Any = subprocess.Popen(
         [*KVCHECK, "mutants", "--jobs", "2", "--max-examples", "50"],
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
         cwd=tmp_path,
         env=_env(),
     )
-    time.sleep(15)
+    # Until the first row: the workers are searching then.
+    while "killed " not in process.stdout.readline():
+        assert process.poll() is None, "mutants ended before a row"
+    _wait_for_workers(process.pid, 2)
     children = _children(process.pid)
     process.kill()
     process.wait()
@@ -281,7 +308,8 @@ def test_ctrl_c_does_not_wait_for_workers_still_starting(
     once instead of waiting out the stop grace (20 s) for a worker deaf inside an import."""
     (tmp_path / "slow_start.py").write_text(SLOW_TO_START)
     argv = [command[0], "slow_start.py::resolve", *command[1:]]
-    code, out, err, took, children = _interrupt(tmp_path, argv, None, settle=4.0)
+    # Ctrl-C once both workers exist: they are in their minute-long import for a good while.
+    code, out, err, took, children = _interrupt(tmp_path, argv, None, settle=0.5, workers=2)
     _clean(out, err)
     assert code == 130, out + err
     assert took < 5.0, took

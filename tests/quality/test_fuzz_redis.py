@@ -2,12 +2,13 @@
 first. A real `redis-server` on 127.0.0.1 and two `kvcheck fuzz` processes in separate working
 directories (as on two machines: nothing shared but the URL).
 
-Skipped where redis-server is missing, except under CI=true, where that fails (.ci/run installs
-Debian's redis-server).
+Skipped where redis-server or the optional `redis` package is missing, except under CI=true,
+where that fails (.ci/run installs Debian's redis-server, the dev extra the package).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -22,7 +23,18 @@ import pytest
 from tests.helpers import run_process
 
 
+def redis_client() -> None:
+    """kvcheck reaches Redis with the optional `redis` package (the `redis` and `dev` extras)."""
+    if importlib.util.find_spec("redis") is not None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail("CI=true but no redis package: the dev extra installs it")
+    pytest.skip("the optional redis package is not installed (pip install 'kvcheck[redis]')")
+
+
 def redis_server() -> str:
+    """A redis-server to start, and the client to reach it."""
+    redis_client()
     binary = shutil.which("redis-server")
     if binary is not None:
         return binary
@@ -93,6 +105,7 @@ def test_a_second_machine_replays_the_first_ones_failure_first(
 
 
 def test_an_unreachable_redis_is_exit_2_naming_the_url(tmp_path: Path) -> None:
+    redis_client()
     url = f"redis://127.0.0.1:{free_port()}/0"
     done = run_process("fuzz", "builtin:reference", "--database", url, cwd=tmp_path)
     assert done.returncode == 2

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -120,22 +121,79 @@ def test_exhaust_names_target_deadline_in_one_line(tmp_path: Path) -> None:
     assert took < 15, took
 
 
-@pytest.mark.parametrize("deadline", ["0.25", "0"], ids=["deadline", "no-deadline"])
-def test_ctrl_c_stops_a_target_that_swallows_it(tmp_path: Path, deadline: str) -> None:
-    process = subprocess.Popen(
-        [*KVCHECK, "check", f"{UNSTOPPABLE}::swallows_everything", "--deadline", deadline],
-        stdout=subprocess.PIPE,
+def _start(tmp_path: Path, name: str, *argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*KVCHECK, "check", f"{UNSTOPPABLE}::{name}", "--no-save", *argv],
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
     )
-    time.sleep(4.0)  # in the probe, stuck (and, with a deadline, started again isolated)
+
+
+def _press_ctrl_c_after(process: subprocess.Popen[str], *lines: str) -> tuple[int, str, float]:
+    """Send SIGINT once each of `lines` (parts of a line, in this order) was on stderr; the exit
+    code, the whole of stderr and the seconds from the SIGINT to the exit."""
+    assert process.stderr is not None
+    # A process that never prints the line is ended rather than waited for.
+    watchdog = threading.Timer(120, process.kill)
+    watchdog.start()
+    seen: list[str] = []
+    try:
+        for awaited in lines:
+            while not seen or awaited not in seen[-1]:
+                line = process.stderr.readline()
+                assert line, f"no line with {awaited!r} on stderr before it ended: {seen}"
+                seen.append(line)
+    finally:
+        watchdog.cancel()
     sent = time.monotonic()
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=30)
-    assert process.returncode == 130, err
-    assert time.monotonic() - sent < 4
+    try:
+        code = process.wait(timeout=30)
+    finally:
+        process.kill()
+    return code, "".join(seen) + process.stderr.read(), time.monotonic() - sent
+
+
+@pytest.mark.parametrize("deadline", ["0.25", "0"], ids=["deadline", "no-deadline"])
+def test_ctrl_c_stops_a_target_that_swallows_it(tmp_path: Path, deadline: str) -> None:
+    process = _start(tmp_path, "says_so_and_swallows", "--deadline", deadline)
+    # With a deadline the probe's call is stuck, and check starts again isolated: Ctrl-C goes
+    # to a call running in a child then.
+    stuck = ("starting again", "a call started") if deadline != "0" else ("a call started",)
+    code, err, took = _press_ctrl_c_after(process, *stuck)
+    assert code == 130, err
+    assert took < 4, took
     assert "Traceback" not in err
+
+
+def test_ctrl_c_while_check_starts_again_isolated_exits_130(tmp_path: Path) -> None:
+    # Pressed as the process replaces itself (`exec`): before the new image could handle it,
+    # Python's default disposition ended the process by SIGINT (-2) without a word.
+    process = _start(tmp_path, "says_so_and_swallows", "--deadline", "0.25")
+    code, err, took = _press_ctrl_c_after(process, "starting again")
+    assert code == 130, err
+    assert "kvcheck: interrupted" in err
+    assert "Traceback" not in err
+    assert took < 10, took
+
+
+def test_a_ctrl_c_the_stuck_call_swallowed_is_not_lost_by_starting_again(tmp_path: Path) -> None:
+    # The call is stuck past its deadline 0.25 s before it is stuck past the Ctrl-C it pressed:
+    # check must not start again isolated and forget that Ctrl-C.
+    code, _, err, took = _kvcheck(
+        tmp_path,
+        "check",
+        f"{UNSTOPPABLE}::presses_ctrl_c_when_stuck",
+        "--deadline",
+        "0.25",
+        "--no-save",
+    )
+    assert code == 130, err
+    assert "kvcheck: interrupted" in err
+    assert "starting again" not in err
+    assert took < 30, took
 
 
 def test_output_on_file_descriptor_1_stays_out_of_the_json_report(tmp_path: Path) -> None:

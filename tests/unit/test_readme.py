@@ -21,7 +21,8 @@ def test_readme_opens_with_two_commands() -> None:
     install_and_run, install_and_test = readme_commands()[:2]
     assert "\n" not in install_and_run and "\n" not in install_and_test
     assert install_and_run.endswith(".venv/bin/kvcheck")
-    assert install_and_test.endswith(".venv/bin/pytest -q")
+    # Both cores, a test file to a worker (module-scoped fixtures are computed once).
+    assert install_and_test.endswith(".venv/bin/pytest -q -n 2 --dist loadfile")
     # A bare torch requirement would pull a CUDA build; both commands pin the CPU one.
     assert "torch==2.13.0" in install_and_run and "torch==2.13.0" in install_and_test
 
