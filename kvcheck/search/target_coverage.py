@@ -27,6 +27,7 @@ against the target.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import os
@@ -78,6 +79,10 @@ class TargetCoverage:
     # Lines whose branches only inputs outside the family's scenarios take (line -> those
     # inputs), from its `Distribution.out_of_scope` (SGLang's: outside spec-v2 decode).
     out_of_scope: Mapping[int, str] = attrs.field(factory=dict)
+    # Never-run statements left out of `statements` (and their branches out of `branches`)
+    # because only out-of-scope inputs reach them, each with those inputs (a family whose
+    # `Distribution.uncounted_out_of_scope`); listed in the reports, never hidden.
+    uncounted: Mapping[int, str] = attrs.field(factory=dict)
     # The same of the target's other files, when its code spans several: the figures
     # (`lines_total`, ..., `below`) are over all of them; the line lists are per file.
     others: tuple[TargetCoverage, ...] = ()
@@ -190,9 +195,18 @@ class TargetCoverage:
             lines.append(f"{label:<12}{text}")
         for branch, reason in self.out_of_scope_missed().items():
             lines.append(f"{'':<12}{_format_branch(branch)}: only for {reason}")
+        for index, (reason, numbers) in enumerate(self._uncounted_by_reason().items()):
+            label = "not counted" if index == 0 else ""
+            lines.append(f"{label:<12}lines {format_lines(numbers)}: only for {reason}")
         if closing and self.missed_branches and self.only_out_of_scope_missed():
             lines.append(f"{'':<12}every other line and branch ran")
         return lines
+
+    def _uncounted_by_reason(self) -> dict[str, list[int]]:
+        grouped: dict[str, list[int]] = {}
+        for line, reason in sorted(self.uncounted.items()):
+            grouped.setdefault(reason, []).append(line)
+        return grouped
 
     def out_of_scope_missed(self) -> dict[Branch, str]:
         """The never-taken branches from a line only out-of-scope inputs branch on, with those."""
@@ -231,7 +245,17 @@ class TargetCoverage:
         return data
 
     def _file_dict(self) -> dict[str, Any]:
-        return {
+        uncounted = (
+            {
+                "uncounted_lines": [
+                    {"lines": numbers, "reason": reason}
+                    for reason, numbers in self._uncounted_by_reason().items()
+                ]
+            }
+            if self.uncounted
+            else {}
+        )
+        return uncounted | {
             "file": self.file,
             "functions": list(self.functions),
             "lines_total": self.lines_total,
@@ -278,7 +302,11 @@ class CoverageMeter:
     """
 
     def __init__(
-        self, code: tuple[CodeSpan, ...], out_of_scope: Mapping[str, str] | None = None
+        self,
+        code: tuple[CodeSpan, ...],
+        out_of_scope: Mapping[str, str] | None = None,
+        *,
+        uncounted_out_of_scope: bool = False,
     ) -> None:
         if not code:
             raise ValueError("coverage is measured over some code, got no spans")
@@ -287,6 +315,7 @@ class CoverageMeter:
         self.files = tuple(dict.fromkeys(span.file for span in code))
         self.file = self.files[0]
         self.out_of_scope = out_of_scope or {}
+        self.uncounted_out_of_scope = uncounted_out_of_scope
         self._coverage = coverage.Coverage(
             data_file=None, branch=True, config_file=False, include=list(self.files)
         )
@@ -389,7 +418,7 @@ class CoverageMeter:
 
     def _file_result(self, file: str, measured: Mapping[str, Any]) -> TargetCoverage:
         spans = tuple(span for span in self.code if span.file == file)
-        return TargetCoverage(
+        found = TargetCoverage(
             file=file,
             functions=tuple(span.qualname for span in spans),
             statements=_within(spans, measured["executed_lines"] + measured["missing_lines"]),
@@ -398,6 +427,35 @@ class CoverageMeter:
             executed_branches=_branches(spans, measured["executed_branches"]),
             out_of_scope=self._out_of_scope(file, spans),
         )
+        if not self.uncounted_out_of_scope:
+            return found
+        uncounted = self._uncounted(found, spans)
+        return attrs.evolve(
+            found,
+            statements=found.statements - uncounted.keys(),
+            branches=frozenset(b for b in found.branches if b[0] not in uncounted),
+            executed_branches=frozenset(
+                b for b in found.executed_branches if b[0] not in uncounted
+            ),
+            uncounted=uncounted,
+        )
+
+    def _uncounted(self, found: TargetCoverage, spans: tuple[CodeSpan, ...]) -> dict[int, str]:
+        """The never-run statements only out-of-scope inputs reach: those of the functions
+        `out_of_scope` names, and those of each arm a never-taken branch from an out-of-scope
+        line leads into (the whole arm: an `elif` chain with it)."""
+        reached: dict[int, str] = {}
+        for span in spans:
+            reason = self.out_of_scope.get(span.qualname)
+            if reason is not None:
+                reached |= dict.fromkeys(range(span.first, span.last + 1), reason)
+        arms = _arms(found.file)
+        for branch, reason in found.out_of_scope_missed().items():
+            arm = arms.get(branch)
+            if arm is not None:
+                reached |= dict.fromkeys(range(arm[0], arm[1] + 1), reason)
+        never = found.statements - found.executed
+        return {line: reason for line, reason in sorted(reached.items()) if line in never}
 
     def _out_of_scope(self, file: str, spans: tuple[CodeSpan, ...]) -> dict[int, str]:
         try:
@@ -409,6 +467,23 @@ class CoverageMeter:
             for number, line in enumerate(text, start=1)
             if line.strip() in self.out_of_scope and _inside(spans, number)
         }
+
+
+def _arms(file: str) -> dict[Branch, tuple[int, int]]:
+    """Each branch into a block of statements in `file` (an `if`'s or a loop's body or
+    `else`), with the lines the block spans."""
+    try:
+        tree = ast.parse(Path(file).read_text(encoding="utf-8"), filename=file)
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return {}  # coverage.py analysed it just now; a vanished file only counts every line
+    arms: dict[Branch, tuple[int, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If | ast.For | ast.AsyncFor | ast.While):
+            for block in (node.body, node.orelse):
+                if block:
+                    start, end = block[0].lineno, block[-1].end_lineno or block[-1].lineno
+                    arms[(node.lineno, start)] = (start, end)
+    return arms
 
 
 class _MeasuredCalls:
@@ -446,4 +521,9 @@ def meter_for(target: Target, *, enabled: bool = True) -> CoverageMeter | None:
     scenario of the target's family takes (`Distribution.out_of_scope`)."""
     if not enabled or not target.code:
         return None
-    return CoverageMeter(target.code, distribution_of(target.family).out_of_scope)
+    distribution = distribution_of(target.family)
+    return CoverageMeter(
+        target.code,
+        distribution.out_of_scope,
+        uncounted_out_of_scope=distribution.uncounted_out_of_scope,
+    )

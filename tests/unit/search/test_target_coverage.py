@@ -301,7 +301,7 @@ def test_code_that_runs_in_what_the_resolver_built_is_only_seen_when_the_target_
     target = two_file_target(tmp_path, runs_in_result=False)
     meter = CoverageMeter(target.code)
     assert meter.instrument(target).resolver(None).step(3) == 1
-    with pytest.raises(KvcheckUsageError, match="recorded nothing of .*session.py, .*helper.py"):
+    with pytest.raises(KvcheckUsageError, match=r"recorded nothing of .*session\.py, .*helper\.py"):
         meter.result()
 
 
