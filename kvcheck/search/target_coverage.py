@@ -193,8 +193,13 @@ class TargetCoverage:
             missed.append("branches " + ", ".join(_format_branch(b) for b in self.missed_branches))
         for label, text in zip(("never run", ""), missed, strict=False):
             lines.append(f"{label:<12}{text}")
+        # One line per reason (its branches in order): SGLang's each have their own.
+        by_reason: dict[str, list[Branch]] = {}
         for branch, reason in self.out_of_scope_missed().items():
-            lines.append(f"{'':<12}{_format_branch(branch)}: only for {reason}")
+            by_reason.setdefault(reason, []).append(branch)
+        for reason, branches in by_reason.items():
+            named = ", ".join(_format_branch(branch) for branch in branches)
+            lines.append(f"{'':<12}{named}: only for {reason}")
         for index, (reason, numbers) in enumerate(self._uncounted_by_reason().items()):
             label = "not counted" if index == 0 else ""
             lines.append(f"{label:<12}lines {format_lines(numbers)}: only for {reason}")
@@ -471,7 +476,9 @@ class CoverageMeter:
 
 def _arms(file: str) -> dict[Branch, tuple[int, int]]:
     """Each branch into a block of statements in `file` (an `if`'s or a loop's body or
-    `else`), with the lines the block spans."""
+    `else`), with the lines the block spans; and the branch past an `if` without `else` whose
+    body always leaves (`return`, `raise`, `continue`, `break`), with the rest of its block:
+    only that branch reaches it."""
     try:
         tree = ast.parse(Path(file).read_text(encoding="utf-8"), filename=file)
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
@@ -481,9 +488,34 @@ def _arms(file: str) -> dict[Branch, tuple[int, int]]:
         if isinstance(node, ast.If | ast.For | ast.AsyncFor | ast.While):
             for block in (node.body, node.orelse):
                 if block:
-                    start, end = block[0].lineno, block[-1].end_lineno or block[-1].lineno
-                    arms[(node.lineno, start)] = (start, end)
+                    arms[(node.lineno, block[0].lineno)] = (block[0].lineno, _end(block[-1]))
+        for block in _blocks(node):
+            for at, statement in enumerate(block[:-1]):
+                if (
+                    isinstance(statement, ast.If)
+                    and not statement.orelse
+                    and isinstance(statement.body[-1], _LEAVES)
+                ):
+                    rest = block[at + 1]
+                    arms[(statement.lineno, rest.lineno)] = (rest.lineno, _end(block[-1]))
     return arms
+
+
+_LEAVES: Final = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
+    return [
+        value
+        for field in ("body", "orelse", "finalbody")
+        if isinstance(value := getattr(node, field, None), list)
+        and value
+        and isinstance(value[0], ast.stmt)
+    ]
+
+
+def _end(statement: ast.stmt) -> int:
+    return statement.end_lineno or statement.lineno
 
 
 class _MeasuredCalls:

@@ -36,6 +36,23 @@ _SAMPLING_MASK: Final = "returned sampling masks, which kvcheck's runs do not as
 _LORA: Final = "LoRA adapters"
 _PREFIX_CACHING: Final = "prefix replay over the prefix cache, which kvcheck's runs leave off"
 
+_STATISTICS: Final = "statistics and metrics logging, which kvcheck's runs leave off"
+_PAUSED: Final = "a paused scheduler, which kvcheck's engine never pauses"
+_RUNNER_ERRORS: Final = (
+    "per-request errors and NaN logits from the model runner, which kvcheck's runner never reports"
+)
+_DEFERRED_FREES: Final = (
+    "deferred block frees (defer_block_free), which kvcheck's engine leaves off and its "
+    "reference model does not model"
+)
+_SAMPLING: Final = (
+    "stop token ids, min_tokens or repetition detection, which kvcheck's requests do not set"
+)
+_ONE_ID: Final = "a single request id given as a string; kvcheck's engine passes a list"
+_CLIENTS: Final = (
+    "several engine clients (per-client finished sets), which kvcheck's one engine is not"
+)
+
 OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     # Functions only the features call.
     "Scheduler._try_schedule_encoder_inputs": _ENCODER,
@@ -56,6 +73,33 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "Scheduler._build_kv_connector_meta": _KV_CONNECTOR,
     "Scheduler._load_restores_replay_window": _KV_CONNECTOR,
     # Lines whose untaken branches only the features take.
+    "Scheduler._drain_deferred_frees": _DEFERRED_FREES,
+    "Scheduler.make_stats": _STATISTICS,
+    "Scheduler.make_spec_decoding_stats": _STATISTICS,
+    "if self.log_stats:": _STATISTICS,
+    "if not self.log_stats:": _STATISTICS,
+    "if not self.log_stats or not num_draft_tokens:": _STATISTICS,
+    'if self.spec_decode_metrics_level != "none":': _STATISTICS,
+    "if request.spec_decode_metrics is not None:": _STATISTICS,
+    "if self.perf_metrics and self.perf_metrics.is_enabled():": _STATISTICS,
+    "if self._pause_state == PauseState.PAUSED_ALL:": _PAUSED,
+    "if self._pause_state == PauseState.PAUSED_NEW:": _PAUSED,
+    "if num_nans_in_logits is not None and req_id in num_nans_in_logits:": _RUNNER_ERRORS,
+    "if error_req_ids:": _RUNNER_ERRORS,
+    "for request in error_reqs:": _RUNNER_ERRORS,
+    "if kv_transfer_config is not None and kv_transfer_config.is_kv_producer:": _KV_CONNECTOR,
+    "if failed_kv_load_req_ids and req_id in failed_kv_load_req_ids:": _KV_CONNECTOR,
+    "if self.defer_block_free and total_num_scheduled_tokens > 0:": _DEFERRED_FREES,
+    "if self.defer_block_free:": _DEFERRED_FREES,
+    (
+        "if self.defer_block_free and scheduler_output.total_num_scheduled_tokens > 0:"
+    ): _DEFERRED_FREES,
+    "if not self.defer_block_free or fence_seq <= self.processed_step_seq:": _DEFERRED_FREES,
+    "if last_token_id in (sampling_params.stop_token_ids or ()):": _SAMPLING,
+    "if request.num_output_tokens < sampling_params.min_tokens:": _SAMPLING,
+    "if repetition_detection is not None and (": _SAMPLING,
+    "if isinstance(request_ids, str):": _ONE_ID,
+    "if self.finished_req_ids_dict is not None:": _CLIENTS,
     "if self.connector is not None:": _KV_CONNECTOR,
     "if self.policy == SchedulingPolicy.PRIORITY:": _PRIORITY,
     "if not self.is_encoder_decoder:": _ENCODER,
