@@ -53,6 +53,8 @@ _CLIENTS: Final = (
     "several engine clients (per-client finished sets), which kvcheck's one engine is not"
 )
 
+_ALL_IDS: Final = "finishing every request at once (no ids); kvcheck's engine names them"
+
 OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     # Functions only the features call.
     "Scheduler._try_schedule_encoder_inputs": _ENCODER,
@@ -73,6 +75,11 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "Scheduler._build_kv_connector_meta": _KV_CONNECTOR,
     "Scheduler._load_restores_replay_window": _KV_CONNECTOR,
     # Lines whose untaken branches only the features take.
+    "if finished_req_ids:": _CLIENTS,
+    "if pending is None:": _ENCODER,
+    "if existing is not None:": _STREAMING,
+    "if self._request_blocks_can_be_freed(request):": _DEFERRED_FREES,
+    "elif request_ids is not None:": _ALL_IDS,
     "Scheduler._drain_deferred_frees": _DEFERRED_FREES,
     "Scheduler.make_stats": _STATISTICS,
     "Scheduler.make_spec_decoding_stats": _STATISTICS,
