@@ -3,7 +3,8 @@
 kvcheck drives the KV-cache accounting of text generation (`docs/vllm.md`); a release's
 `Scheduler` also holds the code of features kvcheck does not model: KV connectors (disaggregated
 prefill, KV offload), encoder inputs and their cache, hybrid Mamba models, structured output,
-streaming-input sessions, the priority policy, LoRA, pooling. `OUT_OF_SCOPE` names the source
+streaming-input sessions, the priority policy, LoRA, pooling, statistics, sync scheduling,
+deferred block frees (the list of docs/vllm.md's "Not modelled"). `OUT_OF_SCOPE` names the source
 lines (stripped) whose never-taken branches only those features take, and the functions only
 they call, each with the feature; the coverage report lists what they leave unrun with that
 reason and does not count it (`VllmDistribution.uncounted_out_of_scope`). Written from vLLM
@@ -55,6 +56,11 @@ _CLIENTS: Final = (
 
 _ALL_IDS: Final = "finishing every request at once (no ids); kvcheck's engine names them"
 
+_SYNC: Final = "sync scheduling; kvcheck's engine always schedules async"
+_DYNAMIC_SD: Final = (
+    "dynamic speculative decoding (a spec length per step), which kvcheck does not model"
+)
+
 OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     # Functions only the features call.
     "Scheduler._try_schedule_encoder_inputs": _ENCODER,
@@ -75,6 +81,8 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "Scheduler._build_kv_connector_meta": _KV_CONNECTOR,
     "Scheduler._load_restores_replay_window": _KV_CONNECTOR,
     # Lines whose untaken branches only the features take.
+    "if self.use_pp and not self.scheduler_config.async_scheduling:": _SYNC,
+    "if self.dynamic_sd_lookup is not None and len(num_scheduled_tokens) > 0:": _DYNAMIC_SD,
     "if finished_req_ids:": _CLIENTS,
     "if pending is None:": _ENCODER,
     "if existing is not None:": _STREAMING,
