@@ -528,6 +528,8 @@ class _MeasuredCalls:
         self._measured = measured
 
     def __getattr__(self, name: str) -> Any:
+        if name in {"_built", "_measured"}:  # a copy made without `__init__` (deepcopy)
+            raise AttributeError(name)
         value = getattr(self._built, name)
         return self._measured(value) if callable(value) else value
 
