@@ -83,6 +83,7 @@ class TargetCoverage:
     # because only out-of-scope inputs reach them, each with those inputs (a family whose
     # `Distribution.uncounted_out_of_scope`); listed in the reports, never hidden.
     uncounted: Mapping[int, str] = attrs.field(factory=dict)
+    uncounted_branches: frozenset[Branch] = frozenset()  # the branches from those lines
     # The same of the target's other files, when its code spans several: the figures
     # (`lines_total`, ..., `below`) are over all of them; the line lists are per file.
     others: tuple[TargetCoverage, ...] = ()
@@ -138,20 +139,37 @@ class TargetCoverage:
         return self.lines_run * 100 < minimum * self.lines_total
 
     def union(self, other: TargetCoverage) -> TargetCoverage:
-        """What ran in either measurement of the same code (e.g. two counter modes)."""
-        if len(self.others) != len(other.others) or (
-            self.file,
-            self.statements,
-            self.branches,
-        ) != (other.file, other.statements, other.branches):
+        """What ran in either measurement of the same code (e.g. two counter modes, two fuzz
+        workers). A line stays uncounted only where neither ran it nor took the branch into
+        it."""
+        if len(self.others) != len(other.others) or self._code() != other._code():
             raise ValueError("coverage of different code cannot be merged")
+        statements, branches = self._code()[1:]
+        uncounted = {
+            line: reason
+            for line, reason in self.uncounted.items()
+            if other.uncounted.get(line) == reason
+        }
+        executed_branches = self.executed_branches | other.executed_branches
         return attrs.evolve(
             self,
+            statements=statements - uncounted.keys(),
             executed=self.executed | other.executed,
-            executed_branches=self.executed_branches | other.executed_branches,
+            branches=frozenset(b for b in branches if b[0] not in uncounted),
+            executed_branches=frozenset(b for b in executed_branches if b[0] not in uncounted),
+            uncounted=uncounted,
+            uncounted_branches=frozenset(b for b in branches if b[0] in uncounted),
             others=tuple(
                 mine.union(theirs) for mine, theirs in zip(self.others, other.others, strict=True)
             ),
+        )
+
+    def _code(self) -> tuple[str, frozenset[int], frozenset[Branch]]:
+        """The file, its statements and branches, the uncounted ones included."""
+        return (
+            self.file,
+            self.statements | self.uncounted.keys(),
+            self.branches | self.uncounted_branches,
         )
 
     def summary(self) -> str:
@@ -443,6 +461,7 @@ class CoverageMeter:
                 b for b in found.executed_branches if b[0] not in uncounted
             ),
             uncounted=uncounted,
+            uncounted_branches=frozenset(b for b in found.branches if b[0] in uncounted),
         )
 
     def _uncounted(self, found: TargetCoverage, spans: tuple[CodeSpan, ...]) -> dict[int, str]:

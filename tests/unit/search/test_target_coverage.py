@@ -295,6 +295,36 @@ def test_a_meter_measures_several_files_in_the_calls_of_what_the_resolver_built(
     assert coverage.union(meter.result()).lines_run == 5
 
 
+def test_what_only_out_of_scope_inputs_reach_is_listed_not_counted_until_it_runs(
+    tmp_path: Path,
+) -> None:
+    """A family that leaves out-of-scope code out of its figures (vLLM): the arm the untaken
+    branch leads into is listed with its reason; measurements where it did run merge into one
+    that counts it (two fuzz workers)."""
+    target = two_file_target(tmp_path, runs_in_result=True)
+    scope = {"if x > 0:": "negative inputs"}
+    positive = CoverageMeter(target.code, scope, uncounted_out_of_scope=True)
+    assert positive.instrument(target).resolver(None).step(3) == 1
+    first = positive.result()
+    assert first.others[0].uncounted == {4: "negative inputs"}
+    assert (first.lines_run, first.lines_total) == (4, 4) and not first.below(100)
+    assert first.report_lines()[-2:] == [
+        "not counted lines 4: only for negative inputs",
+        "            every other line and branch ran",
+    ]
+    assert first.to_dict()["files"][1]["uncounted_lines"] == [
+        {"lines": [4], "reason": "negative inputs"}
+    ]
+    negative = CoverageMeter(target.code, scope, uncounted_out_of_scope=True)
+    assert negative.instrument(target).resolver(None).step(-1) == 2
+    second = negative.result()
+    assert second.others[0].uncounted == {3: "negative inputs"}
+    both = first.union(second)
+    assert both.others[0].uncounted == {}
+    assert (both.lines_run, both.lines_total) == (5, 5)
+    assert (both.branches_run, both.branches_total) == (2, 2)
+
+
 def test_code_that_runs_in_what_the_resolver_built_is_only_seen_when_the_target_says_so(
     tmp_path: Path,
 ) -> None:
