@@ -296,7 +296,16 @@ class Distribution(Protocol):
     @property
     def out_of_scope(self) -> Mapping[str, str]:
         """Source lines (stripped) whose branches only inputs outside the distribution take,
-        with those inputs (a target's coverage report names them)."""
+        with those inputs (a target's coverage report names them). A key may also be a
+        function's qualname (`Class.method`): only those inputs call it."""
+        ...
+
+    @property
+    def uncounted_out_of_scope(self) -> bool:
+        """Whether its targets' coverage figures leave out the never-run code that only
+        out-of-scope inputs reach (the arms `out_of_scope` lines lead into and the functions it
+        names), each listed with its reason: a family whose targets hold code for features
+        kvcheck does not model (vLLM's connectors, encoders). False: every line counts."""
         ...
 
     @property

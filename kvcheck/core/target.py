@@ -60,6 +60,10 @@ class Target:
     # What a probe run showed about it, in its family's terms (SGLang's `ApiShape`).
     shape: Any
     code: tuple[CodeSpan, ...] = ()
+    # Whether its code runs in the methods of what the resolver returns (a vLLM release's
+    # factory builds a scheduler the engine then drives) rather than in the resolver's own
+    # call: the coverage meter then measures every call of those methods too.
+    code_runs_in_result: bool = False
     # Its family's: builds the allocation path the engine runs for a config (SGLang's).
     allocation: Callable[[Any], Any] | None = None
     deadline: float | None = DEFAULT_DEADLINE

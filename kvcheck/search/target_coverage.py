@@ -7,7 +7,12 @@ the module-level functions and the methods of the module-level helper classes th
 what only runs when the code is loaded: a class body, a decorator's own body). `CoverageMeter`
 measures them with coverage.py in the search, exhaustive or replay scenarios, by wrapping the
 resolver the engine calls (the probe at load time ran the unwrapped one, so it never counts),
-restricted to that one file and, within it, to those spans; `TargetCoverage` is what it found.
+restricted to those files and, within them, to those spans; `TargetCoverage` is what it found.
+A target whose code spans several files (a vLLM release's scheduler: scheduler.py,
+async_scheduler.py, utils.py) gets one `TargetCoverage` per file, the first carrying the others
+(`others`) and the figures over all; a target whose code runs in the methods of what its
+resolver returns (`Target.code_runs_in_result`: a vLLM release's factory) is measured in every
+call of those methods.
 
 Lines are coverage.py's statements (a docstring, a comment or the `def` line is not one; a
 statement over several lines is its first line), and branches its arcs from a line with more than
@@ -22,8 +27,10 @@ against the target.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
+import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -72,35 +79,49 @@ class TargetCoverage:
     # Lines whose branches only inputs outside the family's scenarios take (line -> those
     # inputs), from its `Distribution.out_of_scope` (SGLang's: outside spec-v2 decode).
     out_of_scope: Mapping[int, str] = attrs.field(factory=dict)
+    # Never-run statements left out of `statements` (and their branches out of `branches`)
+    # because only out-of-scope inputs reach them, each with those inputs (a family whose
+    # `Distribution.uncounted_out_of_scope`); listed in the reports, never hidden.
+    uncounted: Mapping[int, str] = attrs.field(factory=dict)
+    uncounted_branches: frozenset[Branch] = frozenset()  # the branches from those lines
+    # The same of the target's other files, when its code spans several: the figures
+    # (`lines_total`, ..., `below`) are over all of them; the line lists are per file.
+    others: tuple[TargetCoverage, ...] = ()
+
+    @property
+    def files(self) -> tuple[TargetCoverage, ...]:
+        """One measurement per file, this one's first (each without `others`)."""
+        return (attrs.evolve(self, others=()), *self.others) if self.others else (self,)
 
     @property
     def lines_total(self) -> int:
         """How many statements the measured functions have."""
-        return len(self.statements)
+        return len(self.statements) + sum(other.lines_total for other in self.others)
 
     @property
     def lines_run(self) -> int:
         """How many of them ran at least once."""
-        return len(self.executed)
+        return len(self.executed) + sum(other.lines_run for other in self.others)
 
     @property
     def branches_total(self) -> int:
         """How many branch arcs the measured functions have."""
-        return len(self.branches)
+        return len(self.branches) + sum(other.branches_total for other in self.others)
 
     @property
     def branches_run(self) -> int:
         """How many of them were taken at least once."""
-        return len(self.executed_branches)
+        return len(self.executed_branches) + sum(other.branches_run for other in self.others)
 
     @property
     def missed_lines(self) -> tuple[int, ...]:
-        """The statements that never ran, by line number."""
+        """The statements of this file that never ran, by line number."""
         return tuple(sorted(self.statements - self.executed))
 
     @property
     def missed_branches(self) -> tuple[Branch, ...]:
-        """The branches never taken, by line number (a function exit last among its line's)."""
+        """The branches of this file never taken, by line number (a function exit last among
+        its line's)."""
         return tuple(sorted(self.branches - self.executed_branches, key=_branch_order))
 
     @property
@@ -118,17 +139,37 @@ class TargetCoverage:
         return self.lines_run * 100 < minimum * self.lines_total
 
     def union(self, other: TargetCoverage) -> TargetCoverage:
-        """What ran in either measurement of the same code (e.g. two counter modes)."""
-        if (self.file, self.statements, self.branches) != (
-            other.file,
-            other.statements,
-            other.branches,
-        ):
+        """What ran in either measurement of the same code (e.g. two counter modes, two fuzz
+        workers). A line stays uncounted only where neither ran it nor took the branch into
+        it."""
+        if len(self.others) != len(other.others) or self._code() != other._code():
             raise ValueError("coverage of different code cannot be merged")
+        statements, branches = self._code()[1:]
+        uncounted = {
+            line: reason
+            for line, reason in self.uncounted.items()
+            if other.uncounted.get(line) == reason
+        }
+        executed_branches = self.executed_branches | other.executed_branches
         return attrs.evolve(
             self,
+            statements=statements - uncounted.keys(),
             executed=self.executed | other.executed,
-            executed_branches=self.executed_branches | other.executed_branches,
+            branches=frozenset(b for b in branches if b[0] not in uncounted),
+            executed_branches=frozenset(b for b in executed_branches if b[0] not in uncounted),
+            uncounted=uncounted,
+            uncounted_branches=frozenset(b for b in branches if b[0] in uncounted),
+            others=tuple(
+                mine.union(theirs) for mine, theirs in zip(self.others, other.others, strict=True)
+            ),
+        )
+
+    def _code(self) -> tuple[str, frozenset[int], frozenset[Branch]]:
+        """The file, its statements and branches, the uncounted ones included."""
+        return (
+            self.file,
+            self.statements | self.uncounted.keys(),
+            self.branches | self.uncounted_branches,
         )
 
     def summary(self) -> str:
@@ -139,9 +180,30 @@ class TargetCoverage:
         )
 
     def report_lines(self) -> list[str]:
-        """The text report's lines: the figures and what was measured, then what never ran."""
-        names = ", ".join(name.rpartition(".")[2] for name in self.functions)
-        lines = [f"coverage    {self.summary()} in {Path(self.file).name}: {names}"]
+        """The text report's lines: the figures and what was measured, then what never ran
+        (per file, each under its name, when the code spans several)."""
+        if not self.others:
+            names = ", ".join(name.rpartition(".")[2] for name in self.functions)
+            return [
+                f"coverage    {self.summary()} in {Path(self.file).name}: {names}",
+                *self._missed_lines(closing=True),
+            ]
+        lines = [f"coverage    {self.summary()} in {plural(len(self.files), 'file')}"]
+        for part in self.files:
+            names = ", ".join(name.rpartition(".")[2] for name in part.functions)
+            lines.append(f"{'':<12}{part.summary()} in {Path(part.file).name}: {names}")
+            lines.extend(part._missed_lines(closing=False))
+        if self.missed_branches_anywhere and self.only_out_of_scope_missed():
+            lines.append(f"{'':<12}every other line and branch ran")
+        return lines
+
+    @property
+    def missed_branches_anywhere(self) -> bool:
+        """Whether a branch of any of the files was never taken."""
+        return any(part.missed_branches for part in self.files)
+
+    def _missed_lines(self, *, closing: bool) -> list[str]:
+        lines: list[str] = []
         missed: list[str] = []
         if self.missed_lines:
             missed.append(f"lines {format_lines(self.missed_lines)}")
@@ -149,11 +211,25 @@ class TargetCoverage:
             missed.append("branches " + ", ".join(_format_branch(b) for b in self.missed_branches))
         for label, text in zip(("never run", ""), missed, strict=False):
             lines.append(f"{label:<12}{text}")
+        # One line per reason (its branches in order): SGLang's each have their own.
+        by_reason: dict[str, list[Branch]] = {}
         for branch, reason in self.out_of_scope_missed().items():
-            lines.append(f"{'':<12}{_format_branch(branch)}: only for {reason}")
-        if self.missed_branches and self.only_out_of_scope_missed():
+            by_reason.setdefault(reason, []).append(branch)
+        for reason, branches in by_reason.items():
+            named = ", ".join(_format_branch(branch) for branch in branches)
+            lines.append(f"{'':<12}{named}: only for {reason}")
+        for index, (reason, numbers) in enumerate(self._uncounted_by_reason().items()):
+            label = "not counted" if index == 0 else ""
+            lines.append(f"{label:<12}lines {format_lines(numbers)}: only for {reason}")
+        if closing and self.missed_branches and self.only_out_of_scope_missed():
             lines.append(f"{'':<12}every other line and branch ran")
         return lines
+
+    def _uncounted_by_reason(self) -> dict[str, list[int]]:
+        grouped: dict[str, list[int]] = {}
+        for line, reason in sorted(self.uncounted.items()):
+            grouped.setdefault(reason, []).append(line)
+        return grouped
 
     def out_of_scope_missed(self) -> dict[Branch, str]:
         """The never-taken branches from a line only out-of-scope inputs branch on, with those."""
@@ -164,14 +240,45 @@ class TargetCoverage:
         }
 
     def only_out_of_scope_missed(self) -> bool:
-        """Whether everything that never ran is where only out-of-scope inputs lead."""
+        """Whether everything that never ran (in every file) is where only out-of-scope
+        inputs lead."""
         explained = self.out_of_scope_missed()
         ends = {end for _, end in explained}
-        return len(explained) == len(self.missed_branches) and set(self.missed_lines) <= ends
+        return (
+            len(explained) == len(self.missed_branches)
+            and set(self.missed_lines) <= ends
+            and all(other.only_out_of_scope_missed() for other in self.others)
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        """The `coverage` object of `--json` reports."""
-        return {
+        """The `coverage` object of `--json` reports. Code in several files: the figures over
+        all, and `files`, one object per file (the first file's also at the top, as for one)."""
+        data = self._file_dict()
+        if self.others:
+            data |= {
+                "lines_total": self.lines_total,
+                "lines_run": self.lines_run,
+                "line_percent": round(self.line_percent, 1),
+                "branches_total": self.branches_total,
+                "branches_run": self.branches_run,
+                "branch_percent": round(self.branch_percent, 1),
+                "functions": [name for part in self.files for name in part.functions],
+                "files": [part._file_dict() for part in self.files],
+            }
+        return data
+
+    def _file_dict(self) -> dict[str, Any]:
+        uncounted = (
+            {
+                "uncounted_lines": [
+                    {"lines": numbers, "reason": reason}
+                    for reason, numbers in self._uncounted_by_reason().items()
+                ]
+            }
+            if self.uncounted
+            else {}
+        )
+        return uncounted | {
             "file": self.file,
             "functions": list(self.functions),
             "lines_total": self.lines_total,
@@ -211,23 +318,29 @@ def format_lines(lines: Iterable[int]) -> str:
 
 
 class CoverageMeter:
-    """Measures which lines and branches of `code` (spans of one file) run in the calls of
-    targets it has instrumented (`instrument`).
+    """Measures which lines and branches of `code` (spans of one or more files) run in the
+    calls of targets it has instrumented (`instrument`).
 
     Measurements accumulate: several searches of one instrumented target give one union.
     """
 
     def __init__(
-        self, code: tuple[CodeSpan, ...], out_of_scope: Mapping[str, str] | None = None
+        self,
+        code: tuple[CodeSpan, ...],
+        out_of_scope: Mapping[str, str] | None = None,
+        *,
+        uncounted_out_of_scope: bool = False,
     ) -> None:
-        files = {span.file for span in code}
-        if len(files) != 1:
-            raise ValueError(f"coverage is measured over one file, got {sorted(files)}")
+        if not code:
+            raise ValueError("coverage is measured over some code, got no spans")
         self.code = code
-        self.file = code[0].file
+        # The files in the order of their first span: the resolver's file first.
+        self.files = tuple(dict.fromkeys(span.file for span in code))
+        self.file = self.files[0]
         self.out_of_scope = out_of_scope or {}
+        self.uncounted_out_of_scope = uncounted_out_of_scope
         self._coverage = coverage.Coverage(
-            data_file=None, branch=True, config_file=False, include=[self.file]
+            data_file=None, branch=True, config_file=False, include=list(self.files)
         )
         # The target's pragmas do not hide its lines from kvcheck.
         self._coverage.set_option("report:exclude_lines", [])
@@ -263,7 +376,14 @@ class CoverageMeter:
         # The sibling methods too: the engine calls one directly where SGLang's scheduler does
         # (the grammar step on a prefill batch, 0.5.17+).
         methods = {name: measured(f) for name, f in target.self_methods.items()}
-        return attrs.evolve(target, resolver=measured(target.resolver), self_methods=methods)
+        resolver = measured(target.resolver)
+        if target.code_runs_in_result:
+            build = resolver
+
+            def resolver(*args: Any, **kwargs: Any) -> Any:
+                return _MeasuredCalls(build(*args, **kwargs), measured)
+
+        return attrs.evolve(target, resolver=resolver, self_methods=methods)
 
     def _switch(self, *, on: bool) -> None:
         # Never interrupted by the call's deadline midway, nor counted against it.
@@ -281,65 +401,171 @@ class CoverageMeter:
                 self._coverage.stop()
         except Exception as exc:
             raise KvcheckInternalError(
-                f"measuring the coverage of {self.file} failed: {type(exc).__name__}: {exc}; "
+                f"measuring the coverage of {self._named()} failed: {type(exc).__name__}: {exc}; "
                 "--no-coverage skips it"
             ) from None
 
+    def _named(self) -> str:
+        return ", ".join(self.files)
+
     def result(self) -> TargetCoverage:
         """What ran so far, restricted to the spans. Raises `KvcheckInternalError` when coverage.py
-        cannot analyse the file."""
+        cannot analyse a file."""
         try:
             # Branch data even when nothing ran yet (coverage.py decides from the first data).
             self._coverage.get_data().add_arcs({})
             with tempfile.TemporaryDirectory(prefix="kvcheck-coverage-") as tmp:
                 out = Path(tmp) / "coverage.json"
-                self._coverage.json_report(morfs=[self.file], outfile=str(out))
+                self._coverage.json_report(morfs=list(self.files), outfile=str(out))
                 report = json.loads(out.read_text())
         except coverage.CoverageException as exc:
             raise KvcheckInternalError(
-                f"cannot measure the coverage of {self.file}: {exc}; --no-coverage skips it"
+                f"cannot measure the coverage of {self._named()}: {exc}; --no-coverage skips it"
             ) from None
-        (measured,) = report["files"].values()
-        found = TargetCoverage(
-            file=self.file,
-            functions=tuple(span.qualname for span in self.code),
-            statements=self._within(measured["executed_lines"] + measured["missing_lines"]),
-            executed=self._within(measured["executed_lines"]),
-            branches=self._branches(measured["executed_branches"] + measured["missing_branches"]),
-            executed_branches=self._branches(measured["executed_branches"]),
-            out_of_scope=self._out_of_scope(),
-        )
-        if self._calls and found.statements and not found.executed:
-            # Every call runs the resolver's first statement: nothing recorded means coverage.py
-            # did not see the code under this file name; reporting 0% would blame the target.
+        # coverage.py keys its report by the file's name relative to the current directory
+        # when it is under it.
+        by_path = {os.path.abspath(name): measured for name, measured in report["files"].items()}
+        found = [self._file_result(file, by_path[os.path.abspath(file)]) for file in self.files]
+        if (
+            self._calls
+            and any(part.statements for part in found)
+            and not any(part.executed for part in found)
+        ):
+            # Every call runs some of the target's statements: nothing recorded means coverage.py
+            # did not see the code under these file names; reporting 0% would blame the target.
             raise KvcheckInternalError(
-                f"coverage.py recorded nothing of {self.file} although the resolver ran "
+                f"coverage.py recorded nothing of {self._named()} although the resolver ran "
                 f"{plural(self._calls, 'time')}; --no-coverage skips measuring"
             )
-        return found
+        return attrs.evolve(found[0], others=tuple(found[1:]))
 
-    def _out_of_scope(self) -> dict[int, str]:
+    def _file_result(self, file: str, measured: Mapping[str, Any]) -> TargetCoverage:
+        spans = tuple(span for span in self.code if span.file == file)
+        found = TargetCoverage(
+            file=file,
+            functions=tuple(span.qualname for span in spans),
+            statements=_within(spans, measured["executed_lines"] + measured["missing_lines"]),
+            executed=_within(spans, measured["executed_lines"]),
+            branches=_branches(spans, measured["executed_branches"] + measured["missing_branches"]),
+            executed_branches=_branches(spans, measured["executed_branches"]),
+            out_of_scope=self._out_of_scope(file, spans),
+        )
+        if not self.uncounted_out_of_scope:
+            return found
+        uncounted = self._uncounted(found, spans)
+        return attrs.evolve(
+            found,
+            statements=found.statements - uncounted.keys(),
+            branches=frozenset(b for b in found.branches if b[0] not in uncounted),
+            executed_branches=frozenset(
+                b for b in found.executed_branches if b[0] not in uncounted
+            ),
+            uncounted=uncounted,
+            uncounted_branches=frozenset(b for b in found.branches if b[0] in uncounted),
+        )
+
+    def _uncounted(self, found: TargetCoverage, spans: tuple[CodeSpan, ...]) -> dict[int, str]:
+        """The never-run statements only out-of-scope inputs reach: those of the functions
+        `out_of_scope` names, and those of each arm a never-taken branch from an out-of-scope
+        line leads into (the whole arm: an `elif` chain with it)."""
+        reached: dict[int, str] = {}
+        for span in spans:
+            reason = self.out_of_scope.get(span.qualname)
+            if reason is not None:
+                reached |= dict.fromkeys(range(span.first, span.last + 1), reason)
+        arms = _arms(found.file)
+        for branch, reason in found.out_of_scope_missed().items():
+            arm = arms.get(branch)
+            if arm is not None:
+                reached |= dict.fromkeys(range(arm[0], arm[1] + 1), reason)
+        never = found.statements - found.executed
+        return {line: reason for line, reason in sorted(reached.items()) if line in never}
+
+    def _out_of_scope(self, file: str, spans: tuple[CodeSpan, ...]) -> dict[int, str]:
         try:
-            text = Path(self.file).read_text(encoding="utf-8").splitlines()
+            text = Path(file).read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError):
             return {}  # coverage.py analysed it just now; a vanished file only loses the reasons
         return {
             number: self.out_of_scope[line.strip()]
             for number, line in enumerate(text, start=1)
-            if line.strip() in self.out_of_scope and self._inside(number)
+            if line.strip() in self.out_of_scope and _inside(spans, number)
         }
 
-    def _inside(self, line: int) -> bool:
-        return any(line in span for span in self.code)
 
-    def _within(self, lines: list[int]) -> frozenset[int]:
-        return frozenset(line for line in lines if self._inside(line))
+def _arms(file: str) -> dict[Branch, tuple[int, int]]:
+    """Each branch into a block of statements in `file` (an `if`'s or a loop's body or
+    `else`), with the lines the block spans; and the branch past an `if` without `else` whose
+    body always leaves (`return`, `raise`, `continue`, `break`), with the rest of its block:
+    only that branch reaches it."""
+    try:
+        tree = ast.parse(Path(file).read_text(encoding="utf-8"), filename=file)
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return {}  # coverage.py analysed it just now; a vanished file only counts every line
+    arms: dict[Branch, tuple[int, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If | ast.For | ast.AsyncFor | ast.While):
+            for block in (node.body, node.orelse):
+                if block:
+                    arms[(node.lineno, block[0].lineno)] = (block[0].lineno, _end(block[-1]))
+        for block in _blocks(node):
+            for at, statement in enumerate(block[:-1]):
+                if (
+                    isinstance(statement, ast.If)
+                    and not statement.orelse
+                    and isinstance(statement.body[-1], _LEAVES)
+                ):
+                    rest = block[at + 1]
+                    arms[(statement.lineno, rest.lineno)] = (rest.lineno, _end(block[-1]))
+    return arms
 
-    def _branches(self, arcs: list[list[int]]) -> frozenset[Branch]:
-        # coverage.py writes a function exit as a negative line (minus the `def` line).
-        return frozenset(
-            (start, end if end > 0 else None) for start, end in arcs if self._inside(start)
-        )
+
+_LEAVES: Final = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
+    return [
+        value
+        for field in ("body", "orelse", "finalbody")
+        if isinstance(value := getattr(node, field, None), list)
+        and value
+        and isinstance(value[0], ast.stmt)
+    ]
+
+
+def _end(statement: ast.stmt) -> int:
+    return statement.end_lineno or statement.lineno
+
+
+class _MeasuredCalls:
+    """What a target's resolver built, every method call of it measured (the target's code
+    runs in them: `Target.code_runs_in_result`); attributes that are not callables pass as
+    they are."""
+
+    def __init__(self, built: Any, measured: Callable[[Callable[..., Any]], Callable[..., Any]]):
+        self._built = built
+        self._measured = measured
+
+    def __getattr__(self, name: str) -> Any:
+        if name in {"_built", "_measured"}:  # a copy made without `__init__` (deepcopy)
+            raise AttributeError(name)
+        value = getattr(self._built, name)
+        return self._measured(value) if callable(value) else value
+
+
+def _inside(spans: tuple[CodeSpan, ...], line: int) -> bool:
+    return any(line in span for span in spans)
+
+
+def _within(spans: tuple[CodeSpan, ...], lines: list[int]) -> frozenset[int]:
+    return frozenset(line for line in lines if _inside(spans, line))
+
+
+def _branches(spans: tuple[CodeSpan, ...], arcs: list[list[int]]) -> frozenset[Branch]:
+    # coverage.py writes a function exit as a negative line (minus the `def` line).
+    return frozenset(
+        (start, end if end > 0 else None) for start, end in arcs if _inside(spans, start)
+    )
 
 
 def meter_for(target: Target, *, enabled: bool = True) -> CoverageMeter | None:
@@ -348,4 +574,9 @@ def meter_for(target: Target, *, enabled: bool = True) -> CoverageMeter | None:
     scenario of the target's family takes (`Distribution.out_of_scope`)."""
     if not enabled or not target.code:
         return None
-    return CoverageMeter(target.code, distribution_of(target.family).out_of_scope)
+    distribution = distribution_of(target.family)
+    return CoverageMeter(
+        target.code,
+        distribution.out_of_scope,
+        uncounted_out_of_scope=distribution.uncounted_out_of_scope,
+    )

@@ -54,7 +54,14 @@ from kvcheck.core.family import DEFAULT_FAMILY, family
 from kvcheck.core.target import CodeSpan
 from kvcheck.errors import TargetLoadError
 
-__all__ = ["LoadedClass", "LoadedSource", "load_definitions", "load_from_source", "load_methods"]
+__all__ = [
+    "LoadedClass",
+    "LoadedSource",
+    "definition_spans",
+    "load_definitions",
+    "load_from_source",
+    "load_methods",
+]
 
 # Third-party top-level packages that are safe to import for a target; the standard library is
 # always allowed. Anything else (sglang, triton, sgl_kernel, ...) is never imported. numpy is a
@@ -154,6 +161,29 @@ def load_definitions(
     enums and records, so that the engine's own code is what kvcheck passes around."""
     loader = _loader_for(Path(path), str(path), allow_unavailable, stand_ins)
     return loader.load_definitions(names)
+
+
+def definition_spans(path: str | Path, names: Sequence[str]) -> tuple[CodeSpan, ...]:
+    """Where the module-level functions `names` of the file at `path` live (those that are
+    functions; the others are left out), as `load_definitions` compiles them: the target's
+    code when an engine's helper function runs in its calls (vLLM's `check_stop`)."""
+    file = Path(path).expanduser()
+    tree = ast.parse(_read(file, str(path)), filename=str(file))
+    found = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, _FunctionNode) and node.name in names
+    }
+    return tuple(
+        CodeSpan(
+            file=os.path.abspath(file),
+            qualname=name,
+            def_line=node.lineno,
+            first=node.body[0].lineno,
+            last=node.end_lineno or node.body[-1].lineno,
+        )
+        for name, node in found.items()
+    )
 
 
 def _loader_for(

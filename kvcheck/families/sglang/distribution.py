@@ -659,6 +659,7 @@ class SglangDistribution:
     labels = staticmethod(scenario_labels)
     label = staticmethod(label)
     out_of_scope: Final = OUT_OF_SCOPE_BRANCHES
+    uncounted_out_of_scope: Final = False  # one resolver: every line of it counts
     front: Final = SglangFrontDoor()
     # The parts of a scenario `kvcheck.strategies` offers as Hypothesis strategies, by name.
     parts: Final[dict[str, Callable[..., Callable[[Draws], Any]]]] = {

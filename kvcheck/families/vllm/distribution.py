@@ -18,6 +18,7 @@ import attrs
 from kvcheck.core.draws import Draws
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
+from kvcheck.families.vllm.coverage_scope import OUT_OF_SCOPE
 from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.scenario import (
     NAME,
@@ -326,7 +327,10 @@ class VllmDistribution:
     parts: Final[Mapping[str, Callable[..., Callable[[Draws], Any]]]] = {
         "vllm_scenarios": _scenarios_part
     }
-    out_of_scope: Final[Mapping[str, str]] = {}
+    out_of_scope: Final[Mapping[str, str]] = OUT_OF_SCOPE
+    # A release's scheduler holds the code of every feature vLLM serves; kvcheck drives the
+    # KV-cache accounting of text generation only (docs/vllm.md, "Coverage").
+    uncounted_out_of_scope: Final = True
     front: Final = VllmFrontDoor()
     space = staticmethod(space_for)
     space_of = staticmethod(space_of)

@@ -449,6 +449,7 @@ class ToyFrontDoor:
 class ToyDistribution:
     front: Final = ToyFrontDoor()
     out_of_scope: Final[Mapping[str, str]] = {}
+    uncounted_out_of_scope: Final = False
     parts: Final[Mapping[str, Callable[..., Callable[[Draws], Any]]]] = {
         "configs": _configs,
         "events": _events,

@@ -4,6 +4,7 @@ branch, and never blamed on the target when measuring fails."""
 
 from __future__ import annotations
 
+import copy
 import textwrap
 from pathlib import Path
 
@@ -217,10 +218,123 @@ def test_code_measured_under_another_name_is_an_error_of_kvchecks(
         meter.result()
 
 
-def test_a_meter_measures_one_file(target: Target) -> None:
-    other = type(target.code[0])(file="/elsewhere.py", qualname="f", def_line=1, first=2, last=3)
-    with pytest.raises(ValueError, match="one file"):
-        CoverageMeter((*target.code, other))
+# Code in two files that runs in the methods of what the resolver builds (as a vLLM release's
+# scheduler does): `make` builds a session whose `step` calls a helper of another file.
+SESSION = """\
+def make(settings):
+    return Session()
+
+
+class Session:
+    def step(self, x):
+        total = helper(x)
+        return total
+"""
+HELPER = """\
+def helper(x):
+    if x > 0:
+        return 1
+    return 2  # NEGATIVE ONLY
+"""
+
+
+def two_file_target(tmp_path: Path, *, runs_in_result: bool) -> Target:
+    from kvcheck.core.target import CodeSpan
+
+    session, helper = tmp_path / "session.py", tmp_path / "helper.py"
+    session.write_text(SESSION)
+    helper.write_text(HELPER)
+    helpers: dict[str, object] = {}
+    exec(compile(HELPER, str(helper), "exec"), helpers)
+    names: dict[str, object] = {"helper": helpers["helper"]}
+    exec(compile(SESSION, str(session), "exec"), names)
+    return Target(
+        spec=f"{session}::make",
+        resolver=names["make"],  # type: ignore[arg-type]
+        description="two files",
+        self_methods={},
+        shape=None,
+        code=(
+            CodeSpan(file=str(session), qualname="Session.step", def_line=6, first=7, last=8),
+            CodeSpan(file=str(helper), qualname="helper", def_line=1, first=2, last=4),
+        ),
+        code_runs_in_result=runs_in_result,
+        family="sglang",
+    )
+
+
+def test_a_meter_measures_several_files_in_the_calls_of_what_the_resolver_built(
+    tmp_path: Path,
+) -> None:
+    target = two_file_target(tmp_path, runs_in_result=True)
+    meter = CoverageMeter(target.code, {"if x > 0:": "negative inputs"})
+    built = meter.instrument(target).resolver(None)
+    assert built.step(3) == 1
+    coverage = meter.result()
+    assert [Path(part.file).name for part in coverage.files] == ["session.py", "helper.py"]
+    assert (coverage.lines_run, coverage.lines_total) == (4, 5)
+    assert (coverage.branches_run, coverage.branches_total) == (1, 2)
+    assert coverage.others[0].missed_lines == (4,)
+    assert coverage.report_lines() == [
+        "coverage    4/5 lines (80%), 1/2 branches (50%) in 2 files",
+        "            2/2 lines (100%), 0/0 branches (100%) in session.py: step",
+        "            2/3 lines (67%), 1/2 branches (50%) in helper.py: helper",
+        "never run   lines 4",
+        "            branches 2->4",
+        "            2->4: only for negative inputs",
+        "            every other line and branch ran",
+    ]
+    data = coverage.to_dict()
+    assert (data["lines_run"], data["lines_total"]) == (4, 5)
+    assert [part["missed_lines"] for part in data["files"]] == [[], [4]]
+    assert data["functions"] == ["Session.step", "helper"]
+    assert coverage.below(80.1) and not coverage.below(80)
+    # Measurements of the same code merge file by file; a copy of what was built (the
+    # exhaustive search copies its states) is measured too.
+    assert copy.deepcopy(built).step(-1) == 2
+    assert coverage.union(meter.result()).lines_run == 5
+
+
+def test_what_only_out_of_scope_inputs_reach_is_listed_not_counted_until_it_runs(
+    tmp_path: Path,
+) -> None:
+    """A family that leaves out-of-scope code out of its figures (vLLM): the arm the untaken
+    branch leads into is listed with its reason; measurements where it did run merge into one
+    that counts it (two fuzz workers)."""
+    target = two_file_target(tmp_path, runs_in_result=True)
+    scope = {"if x > 0:": "negative inputs"}
+    positive = CoverageMeter(target.code, scope, uncounted_out_of_scope=True)
+    assert positive.instrument(target).resolver(None).step(3) == 1
+    first = positive.result()
+    assert first.others[0].uncounted == {4: "negative inputs"}
+    assert (first.lines_run, first.lines_total) == (4, 4) and not first.below(100)
+    assert first.report_lines()[-2:] == [
+        "not counted lines 4: only for negative inputs",
+        "            every other line and branch ran",
+    ]
+    assert first.to_dict()["files"][1]["uncounted_lines"] == [
+        {"lines": [4], "reason": "negative inputs"}
+    ]
+    negative = CoverageMeter(target.code, scope, uncounted_out_of_scope=True)
+    assert negative.instrument(target).resolver(None).step(-1) == 2
+    second = negative.result()
+    assert second.others[0].uncounted == {3: "negative inputs"}
+    both = first.union(second)
+    assert both.others[0].uncounted == {}
+    assert (both.lines_run, both.lines_total) == (5, 5)
+    assert (both.branches_run, both.branches_total) == (2, 2)
+
+
+def test_code_that_runs_in_what_the_resolver_built_is_only_seen_when_the_target_says_so(
+    tmp_path: Path,
+) -> None:
+    """Measuring only the resolver's own call sees none of the session's code: kvcheck says so
+    rather than report 0% against the target."""
+    target = two_file_target(tmp_path, runs_in_result=False)
+    meter = CoverageMeter(target.code)
+    assert meter.instrument(target).resolver(None).step(3) == 1
+    with pytest.raises(KvcheckUsageError, match=r"recorded nothing of .*session\.py, .*helper\.py"):
+        meter.result()
 
 
 # --- the figures ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import attrs
 from kvcheck.core.target import CodeSpan
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.vllm.real import fakes
-from kvcheck.targets.source import load_definitions, load_methods
+from kvcheck.targets.source import definition_spans, load_definitions, load_methods
 
 # The scheduler's entry points kvcheck calls; the loader adds what they reach as `self.X`.
 SCHEDULER_ROOTS: Final = (
@@ -267,7 +267,14 @@ def compile_release(
         scheduler=asynchronous.cls,
         sync_scheduler=sync.cls,
         names=names,
-        code=(*sync.code, *asynchronous.code),
+        # `check_stop` is the scheduler's stop rule (0.11+ `update_from_output`): its code too.
+        code=(
+            *sync.code,
+            *asynchronous.code,
+            *definition_spans(
+                package / _SCHED / "utils.py", [n for n in utils if n == "check_stop"]
+            ),
+        ),
         init_values=init_assignments(sync_file, "Scheduler"),
         async_init_values=init_assignments(async_file, async_class),
         computed_blocks_arity=unpacked_arity(sync_file, "get_computed_blocks") or 3,

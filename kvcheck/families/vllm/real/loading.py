@@ -162,9 +162,9 @@ def load(spec: str, *, allow_unavailable: bool, deadline: float | None) -> Targe
         description=f"{what}: the V1 scheduler's own code over kvcheck's fakes",
         self_methods={},
         shape=None,
-        # No `code`: kvcheck's coverage meter measures one file and the calls of the resolver
-        # (here a factory), while a release's scheduler spans two files and runs in the
-        # methods of what the factory builds. `compiled.code` keeps the spans for when it can.
+        # The scheduler's code runs in the methods of what the factory builds.
+        code=compiled.code,
+        code_runs_in_result=True,
         deadline=deadline,
         family="vllm",
     )
