@@ -7,12 +7,14 @@ import pytest
 
 from kvcheck.core.run import run_scenario
 from kvcheck.families.sglang.mutants.registry import Entry
-from kvcheck.mutants import ENTRIES
+from kvcheck.mutants import ENTRIES as ALL_ENTRIES
 from kvcheck.search.check import SearchOutcome
 from kvcheck.search.sampling import sample_search
 
 # The kill matrix's CI budget (tests/quality/test_mutants.py), with its seed.
 MAX_EXAMPLES = 150
+# SGLang's corpus: the fast search (`sample_search`) takes SGLang's judging options by name.
+ENTRIES = [entry for entry in ALL_ENTRIES if entry.family == "sglang"]
 
 
 def judge(entry: Entry, seed: int) -> SearchOutcome:

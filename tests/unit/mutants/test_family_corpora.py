@@ -53,7 +53,7 @@ def test_the_list_shows_the_familys_own_columns(capsys: pytest.CaptureFixture[st
         "flavour": "toy",
         "spec": spec,
         "family": toy_corpus.NAME,
-        "options": options | {"overlap": None},
+        "options": options | {"overlap": None, "allocation_path": "model"},
     }
     assert listed == {"entries": [row]}
     assert line == "toy rewrite toy-reference\n"
