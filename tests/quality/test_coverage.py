@@ -24,6 +24,7 @@ from kvcheck.families.sglang.distribution import (
     SHAPE_COVERAGE_TARGETS,
     ScenarioSpace,
 )
+from kvcheck.families.sglang.probe import probe_target
 from kvcheck.search.profiles import PROFILE_EXAMPLES
 from kvcheck.strategies import (
     label_run,
@@ -34,7 +35,7 @@ from kvcheck.strategies import (
     space_of,
 )
 from kvcheck.targets.loading import load_target
-from tests.helpers import ROOT, target
+from tests.helpers import ROOT
 
 CI_BUDGET = PROFILE_EXAMPLES["ci"]
 
@@ -43,7 +44,9 @@ def _judged(adaptive: bool, today: bool) -> tuple[Target, ScenarioSpace]:
     """The target judged and the scenarios drawn for it; `today`: those a target of today's
     shape gets (every algorithm, block/cap lengths, grammars), judged on `builtin:reference-v2`."""
     if not today:
-        return target(reference), space_of(adaptive=adaptive)
+        return probe_target(
+            "test:reference", reference, "test resolver reference", deadline=None
+        ), space_of(adaptive=adaptive)
     # No per-call deadline: this measures which situations are reached, and a loaded CI machine
     # must not turn a slow call into `target-deadline`.
     checked = load_target("builtin:reference-v2", deadline=None)
@@ -135,7 +138,7 @@ def test_the_random_driver_reaches_every_coverage_target_in_the_ci_budget() -> N
 def compare_the_drivers() -> None:
     """The comparison itself (run by the test below in a fresh interpreter)."""
     samples = 1500
-    checked = target(reference)
+    checked = probe_target("test:reference", reference, "test resolver reference", deadline=None)
     by_hypothesis: list[Scenario] = []
 
     @seed(3)
