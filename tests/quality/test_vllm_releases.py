@@ -27,11 +27,12 @@ from kvcheck.families.vllm.real import RELEASES, generations
 from kvcheck.families.vllm.real.adapter import ReleaseScheduler
 from kvcheck.families.vllm.real.compiled import compile_release
 from kvcheck.families.vllm.real.release import release_package
-from kvcheck.families.vllm.scenario import Abort, Add, Drain, Reset, Step, VllmConfig, token_at
+from kvcheck.families.vllm.scenario import Add, Drain, Reset, Step, VllmConfig, token_at
 from kvcheck.families.vllm.target import FrameOutput, NewRequest, SchedulerSettings
 from kvcheck.search.check import check
 from kvcheck.targets.loading import load_target
 from kvcheck.targets.wheels import version_key
+from tests.unit.families.vllm.sequences import PREEMPT_THEN_RESUME, PRESSURE
 
 
 def _package(version: str) -> Path:
@@ -48,26 +49,6 @@ def _target(version: str) -> Target:
     return load_target(f"vllm=={version}")
 
 
-# vllm#48245 (survey §4 row 3): r1 is preempted with a frame in flight; the abort of r0 frees
-# blocks and the next step resumes r1 before that stale frame returns, which takes a third
-# frame in the queue (the V2 runner with PP 2: depth 3).
-PREEMPT_THEN_RESUME = (
-    Add("r0", 4, 12),
-    Add("r1", 4, 12),
-    *(Step(0),) * 5,
-    Abort("r0"),
-    Step(0),
-    Drain(0),
-)
-PRESSURE = VllmConfig(
-    num_blocks=6,
-    block_size=4,
-    max_num_scheduled_tokens=16,
-    max_model_len=16,
-    num_spec_tokens=3,
-    runner="v2",
-    pp_size=2,
-)
 # vllm#49620 (row 4): a reset that preempts a request with k >= 1 drafts in flight.
 ROOMY = VllmConfig(
     num_blocks=32, block_size=4, max_num_scheduled_tokens=32, max_model_len=32, num_spec_tokens=3

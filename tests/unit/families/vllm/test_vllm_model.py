@@ -27,6 +27,7 @@ from kvcheck.families.vllm.scenario import (
     VllmScenarios,
 )
 from kvcheck.targets.loading import load_target
+from tests.unit.families.vllm.sequences import PREEMPT_THEN_RESUME, PRESSURE
 
 REFERENCE = load_target("builtin:vllm-reference")
 
@@ -38,27 +39,6 @@ def scenario(config: VllmConfig, *events: object) -> Scenario:
 def first_violation(spec: str, s: Scenario) -> str | None:
     result = run_scenario(s, load_target(spec))
     return None if result.violation is None else result.violation.invariant
-
-
-# vllm#48245: r1 is preempted with a frame in flight; the abort of r0 frees its blocks and the
-# next step resumes r1 before that stale frame returns, which needs a third frame in the queue.
-PREEMPT_THEN_RESUME = (
-    Add("r0", 4, 12),
-    Add("r1", 4, 12),
-    *(Step(0),) * 5,
-    Abort("r0"),
-    Step(0),
-    Drain(0),
-)
-PRESSURE = VllmConfig(
-    num_blocks=6,
-    block_size=4,
-    max_num_scheduled_tokens=16,
-    max_model_len=16,
-    num_spec_tokens=3,
-    runner="v2",
-    pp_size=2,
-)
 
 
 def test_resume_before_stale_return_needs_depth_3() -> None:

@@ -1,0 +1,26 @@
+"""Survey sequences the vLLM tests replay on kvcheck's scheduler and on the releases' own code."""
+
+from __future__ import annotations
+
+from kvcheck.families.vllm.scenario import Abort, Add, Drain, Step, VllmConfig
+
+# vllm#48245 (survey §4 row 3): r1 is preempted with a frame in flight; the abort of r0 frees
+# its blocks and the next step resumes r1 before that stale frame returns, which takes a third
+# frame in the queue (the V2 runner with PP 2: depth 3).
+PREEMPT_THEN_RESUME = (
+    Add("r0", 4, 12),
+    Add("r1", 4, 12),
+    *(Step(0),) * 5,
+    Abort("r0"),
+    Step(0),
+    Drain(0),
+)
+PRESSURE = VllmConfig(
+    num_blocks=6,
+    block_size=4,
+    max_num_scheduled_tokens=16,
+    max_model_len=16,
+    num_spec_tokens=3,
+    runner="v2",
+    pp_size=2,
+)
