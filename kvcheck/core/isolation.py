@@ -55,6 +55,9 @@ CHILD_GRACE: Final = 0.2
 # that has just arrived (`_restart`).
 _HANDLER_TURN: Final = 0.05
 RESUME_ENV: Final = "KVCHECK_ISOLATED"
+# The read end of the pipe Python's C-level signal handler writes each signal's number to
+# (`signal.set_wakeup_fd`), handed to the new image (`_restart`).
+SIGNALS_ENV: Final = "KVCHECK_SIGNALS_FD"
 EXIT_INTERRUPTED: Final = 130
 EXIT_VIOLATION: Final = 1
 EXIT_USAGE: Final = 2
@@ -73,6 +76,7 @@ _report: Report | None = None
 _report_stream: TextIO | None = None  # kvcheck's stdout, once fd 1 went to stderr
 _report_fd: int | None = None
 _child_pipe: int | None = None  # in a forked child: where its outcome goes
+_signals_read: int | None = None  # the read end of the wakeup pipe (`_watch_signal_numbers`)
 
 
 # --- the command line's process ------------------------------------------------------------------
@@ -110,7 +114,44 @@ def supervise(*, restartable: bool, report: Report) -> None:
     global _restart_argv, _report
     _report = report
     _restart_argv = list(sys.orig_argv) if restartable and hasattr(os, "fork") else None
+    if _restart_argv is not None:
+        _watch_signal_numbers()
     deadline.watch_stuck(_on_stuck, STUCK_GRACE)
+
+
+def _watch_signal_numbers() -> None:
+    """Have Python's C-level handler write each signal's number to a pipe, as it arrives, in
+    whichever thread it lands. A Ctrl-C the main thread takes while the monitor is about to
+    start again (`_restart`) is otherwise seen only by the Python-level handler, which runs
+    when the main thread next runs bytecode: after `exec` replaced it, so never."""
+    global _signals_read
+    if _signals_read is not None:
+        return
+    read_end, write_end = os.pipe()
+    for end in (read_end, write_end):
+        os.set_blocking(end, False)
+    try:
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread: no handoff, the handler turn alone
+        os.close(read_end)
+        os.close(write_end)
+        return
+    _signals_read = read_end
+
+
+def _drain_signal_numbers() -> bytes:
+    """What the C-level handler wrote since the last drain (nothing without the pipe)."""
+    if _signals_read is None:
+        return b""
+    numbers = bytearray()
+    while True:
+        try:
+            chunk = os.read(_signals_read, 4096)
+        except (BlockingIOError, OSError):
+            return bytes(numbers)
+        if not chunk:
+            return bytes(numbers)
+        numbers += chunk
 
 
 def resume_from_environment() -> None:
@@ -125,6 +166,9 @@ def resume_from_environment() -> None:
     signal.signal(signal.SIGALRM, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    inherited = os.environ.pop(SIGNALS_ENV, None)
+    if inherited is not None and inherited.isdigit():
+        _take_over_signal_numbers(int(inherited))
     try:
         record = json.loads(Path(path).read_text(encoding="utf-8"))
         Path(path).unlink()
@@ -135,6 +179,20 @@ def resume_from_environment() -> None:
     # Ctrl-C, blocked since `_restart` (the command line's handler is in place by now): one
     # pressed meanwhile raises `KeyboardInterrupt` here, which the command reports as any other.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _take_over_signal_numbers(read_end: int) -> None:
+    """Read the earlier image's wakeup pipe once: a Ctrl-C it took after its last look, as it
+    was replaced, is made pending here (raised when Ctrl-C is unblocked)."""
+    global _signals_read
+    earlier, _signals_read = _signals_read, read_end
+    try:
+        if bytes([signal.SIGINT]) in _drain_signal_numbers():
+            signal.raise_signal(signal.SIGINT)  # blocked: pending until the unblock below
+    finally:
+        _signals_read = earlier
+        with contextlib.suppress(OSError):
+            os.close(read_end)
 
 
 def isolated() -> bool:
@@ -214,6 +272,9 @@ def _restart() -> None:
     # discarded there.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGINT})
     signal.setitimer(signal.ITIMER_REAL, 0)
+    # What the wakeup pipe holds from before is history (the handler counted it); from here on
+    # a Ctrl-C lands in it for the new image to see (`_take_over_signal_numbers`).
+    _drain_signal_numbers()
     # A Ctrl-C the main thread took (the stuck call swallowed it) less than the grace before
     # the call was stuck past its deadline: the user asked to stop, not to start again. Its
     # handler runs when the main thread next holds the GIL; this sleep hands it over.
@@ -236,7 +297,11 @@ def _restart() -> None:
     _flush_report()
     if _report_fd is not None:
         os.dup2(_report_fd, 1)  # the new image guards fd 1 itself
-    os.execve(sys.executable, _restart_argv, {**os.environ, RESUME_ENV: path})
+    environment = {**os.environ, RESUME_ENV: path}
+    if _signals_read is not None:
+        os.set_inheritable(_signals_read, True)
+        environment[SIGNALS_ENV] = str(_signals_read)
+    os.execve(sys.executable, _restart_argv, environment)
 
 
 # --- runs in a forked child ----------------------------------------------------------------------

@@ -5,11 +5,15 @@ there is still a `target-deadline` violation at that call, in the probe too."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +23,7 @@ from kvcheck.core.deadline import TargetDeadlineExceeded, call_with_deadline
 from kvcheck.families.sglang.engine import UnsupportedTargetError
 from tests.helpers import ROOT, TESTS_DIR
 
+KVCHECK = [sys.executable, "-m", "kvcheck.cli"]
 UNSTOPPABLE = TESTS_DIR / "fixtures" / "hostile" / "unstoppable.py"
 
 
@@ -132,3 +137,44 @@ def test_an_isolated_probe_sends_back_what_the_target_touched() -> None:
     finally:
         isolation._isolated = False
     assert apart == here
+
+
+def _resume_with_signal_numbers(tmp_path: Path, numbers: bytes) -> subprocess.CompletedProcess[str]:
+    """`check` as the image `_restart` starts, handed a wakeup pipe holding `numbers`: the
+    signals the earlier image's C-level handler took after its last look, as it was replaced."""
+    record = tmp_path / "stuck.json"
+    record.write_text(json.dumps({"scenario": None}), encoding="utf-8")
+    read_end, write_end = os.pipe()
+    os.write(write_end, numbers)
+    os.close(write_end)
+    try:
+        return subprocess.run(
+            [*KVCHECK, "check", "builtin:reference", "--max-examples", "3", "--no-save"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            check=False,
+            pass_fds=(read_end,),
+            env={
+                **os.environ,
+                isolation.RESUME_ENV: str(record),
+                isolation.SIGNALS_ENV: str(read_end),
+            },
+        )
+    finally:
+        os.close(read_end)
+
+
+def test_a_ctrl_c_taken_as_the_process_started_again_stops_the_new_image(tmp_path: Path) -> None:
+    # Pressed between the monitor's last look and `exec`: the main thread's C-level handler
+    # wrote it to the wakeup pipe, but its Python handler never ran. It once ran to a verdict.
+    done = _resume_with_signal_numbers(tmp_path, bytes([signal.SIGALRM, signal.SIGINT]))
+    assert done.returncode == 130, done.stderr
+    assert "interrupted" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_other_signals_in_the_handed_over_pipe_are_no_ctrl_c(tmp_path: Path) -> None:
+    done = _resume_with_signal_numbers(tmp_path, bytes([signal.SIGALRM, signal.SIGALRM]))
+    assert done.returncode == 0, done.stderr
