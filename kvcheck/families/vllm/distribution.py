@@ -48,8 +48,14 @@ class VllmSpace:
 def space_for(target: Target, options: VllmJudging) -> VllmSpace:
     """The space a search of `target` under `options` draws from: the runners its factory
     says it can run behind (`runners`, optional: every runner when it says nothing)."""
-    runners = tuple(getattr(target.resolver, "runners", RUNNERS))
-    return VllmSpace(options, runners=runners)
+    return VllmSpace(options, runners=target_runners(target))
+
+
+def target_runners(target: Target) -> tuple[Runner, ...]:
+    """The runners `target` can run behind: its factory's `runners` (a release before 0.23.0
+    pipelines two batches only), every runner when it says nothing. Every search honours them:
+    the drawn configs (`space_for`) and the exhaustive search's depths (`search.check_bounds`)."""
+    return tuple(getattr(target.resolver, "runners", RUNNERS))
 
 
 def space_of(**settings: Any) -> VllmSpace:
