@@ -136,12 +136,17 @@ def run(args: argparse.Namespace) -> int:
     target's line coverage is below `--min-coverage`, else 0, also for an incomplete search;
     `--events 0` without `--steps` is a `KvcheckUsageError`.
     """
-    bounds = family_for_spec(args.target.strip()).moves.bounds_from_args(args, None)
-    header = (
-        f"kvcheck: exhausting {args.target} ({bounds.describe()}; deadline "
-        f"{describe(args.deadline)}; Ctrl-C stops and reports)"
+
+    def header(bounds: Any) -> str:
+        return (
+            f"kvcheck: exhausting {args.target} ({bounds.describe()}; deadline "
+            f"{describe(args.deadline)}; Ctrl-C stops and reports)"
+        )
+
+    announce(
+        header(family_for_spec(args.target.strip()).moves.bounds_from_args(args, None)),
+        before_load=True,
     )
-    announce(header, before_load=True)
     # With no deadline, a time limit still bounds each call of the probe run (loading).
     target, entry = _load_exhaust_target(
         args.target, args.allow_unavailable_imports, args.deadline or args.time_limit
@@ -149,9 +154,10 @@ def run(args: argparse.Namespace) -> int:
     target = attrs.evolve(target, deadline=args.deadline)
     refuse_flags_for_others(args, target)
     moves = family(target.family).moves
+    # The bounds may depend on the target (the depths a vLLM release runs at).
     bounds = moves.bounds_from_args(args, target)
     require_coverage(args, target)
-    announce(header, before_load=False)
+    announce(header(bounds), before_load=False)
     options, reasons = moves.search_judging(args, target, bounds, entry)
     try:
         result = _search(args, target, bounds, options)

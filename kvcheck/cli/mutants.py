@@ -17,6 +17,8 @@ from kvcheck.cli.options import (
     positive_int,
     seed,
 )
+from kvcheck.core.family import family_names
+from kvcheck.errors import KvcheckUsageError
 from kvcheck.mutants import matrix, report
 
 
@@ -41,6 +43,12 @@ def add_parser(commands: Any) -> None:
     )
     mutants.add_argument(
         "--seed", type=seed, default=0, metavar="N", help="Hypothesis seed (default: 0)"
+    )
+    mutants.add_argument(
+        "--family",
+        default=None,
+        choices=list(family_names()),
+        help="run only this engine family's corpus (default: every family's, in turn)",
     )
     mutants.add_argument(
         "--only",
@@ -72,9 +80,17 @@ def run(args: argparse.Namespace) -> int:
     Text rows are printed as entries finish. Returns exit 0 when every mutant is killed and every
     rewrite passes, else 1.
     """
-    entries = corpus.entries()
+    entries = corpus.entries() if args.family is None else corpus.corpus_of(args.family).entries
     if args.only:
         entries = tuple(corpus.get(name) for name in dict.fromkeys(args.only))
+        others = [e.name for e in entries if args.family not in (None, e.family)]
+        if others:
+            raise KvcheckUsageError(
+                f"--only {', '.join(others)}: not in the {args.family} family's corpus "
+                f"(kvcheck mutants --family {args.family} --list lists it)"
+            )
+    if not entries:
+        raise KvcheckUsageError(f"the {args.family} family's mutant corpus is empty")
     if args.list:
         return _list_corpus(entries, as_json=args.json)
     if not args.json:

@@ -296,8 +296,9 @@ class Distribution(Protocol):
     @property
     def out_of_scope(self) -> Mapping[str, str]:
         """Source lines (stripped) whose branches only inputs outside the distribution take,
-        with those inputs (a target's coverage report names them). A key may also be a
-        function's qualname (`Class.method`): only those inputs call it."""
+        with those inputs (a target's coverage report names them). A line ending in an opening
+        bracket (`if (`) is named by its text joined with the next line's (`if (self.log_stats`).
+        A key may also be a function's qualname (`Class.method`): only those inputs call it."""
         ...
 
     @property

@@ -486,11 +486,25 @@ class CoverageMeter:
             text = Path(file).read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError):
             return {}  # coverage.py analysed it just now; a vanished file only loses the reasons
-        return {
-            number: self.out_of_scope[line.strip()]
-            for number, line in enumerate(text, start=1)
-            if line.strip() in self.out_of_scope and _inside(spans, number)
-        }
+        found: dict[int, str] = {}
+        for number in range(1, len(text) + 1):
+            if not _inside(spans, number):
+                continue
+            for key in _line_keys(text, number):
+                if key in self.out_of_scope:
+                    found[number] = self.out_of_scope[key]
+                    break
+        return found
+
+
+def _line_keys(text: list[str], number: int) -> tuple[str, ...]:
+    """What names line `number` (1-based) of `text` in an `out_of_scope` table: its stripped
+    text, and for a line that ends in an opening bracket (`if (`, whose text alone names
+    nothing), also that text joined with the next line's (`if (self.log_stats`)."""
+    line = text[number - 1].strip()
+    if line.endswith(("(", "[", "{")) and number < len(text):
+        return line, line + text[number].strip()
+    return (line,)
 
 
 def _arms(file: str) -> dict[Branch, tuple[int, int]]:

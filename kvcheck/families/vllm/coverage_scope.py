@@ -61,6 +61,55 @@ _DYNAMIC_SD: Final = (
     "dynamic speculative decoding (a spec length per step), which kvcheck does not model"
 )
 
+# Engine settings and request fields kvcheck's scenarios leave at one value, and guards no
+# scheduler state reaches: in scope, but the branch they take elsewhere is never taken here.
+_MTP: Final = (
+    "a multi-module MTP drafter (num_prefill_lookahead > 1), whose prefill lookahead kvcheck's "
+    "drafts do not need"
+)
+_ADAPTIVE_THRESHOLD: Final = (
+    "the adaptive long-prefill threshold, which kvcheck's engine leaves off"
+)
+_PREFILL_CADENCE: Final = (
+    "prefill cadence (local_prefill_interval, data-parallel prefill balancing), which kvcheck's "
+    "engine leaves off"
+)
+_DRAFT_SLOTS: Final = (
+    "drafters with input slots of their own (max_num_new_slots_for_drafting > 0); kvcheck's "
+    "input budget is its token budget"
+)
+_NO_CHUNKING: Final = "chunked prefill turned off; kvcheck's engine always chunks"
+_COPY_ON_WRITE: Final = (
+    "copy-on-write block copies (prefix caching), which kvcheck's pool never makes"
+)
+_ZEROING: Final = (
+    "KV cache zeroing for attention backends that need it, which kvcheck does not model"
+)
+_LOGPROBS: Final = "logprobs, which kvcheck's requests do not ask for"
+_KV_EVENTS: Final = "KV cache events for a publisher, which kvcheck's pool does not emit"
+_HOLDS_KV: Final = (
+    "a waiting request that holds KV blocks (computed tokens: a remote KV load or a streaming "
+    "session); a preempted request restarts from 0 computed tokens (scheduler.py:1799-1843 "
+    "@0.33.0)"
+)
+_INVALID_STATUS: Final = (
+    "a scheduled waiting request neither WAITING nor PREEMPTED: a defensive raise that no "
+    "scheduler state reaches"
+)
+_KEEP_RUNNING_RESET: Final = (
+    "a reset that keeps the running requests; kvcheck's reset event is "
+    "reset_prefix_cache(reset_running_requests=True)"
+)
+_ROLLBACK_GUARDS: Final = (
+    "rejected drafts of a fresh frame on a request with no computed tokens or no placeholders, "
+    "which no state reaches (a fresh frame's C and PH include its own drafts); vllm-counters "
+    "judges what the guard would hide"
+)
+_NO_ROOM_TO_PAD: Final = (
+    "padding a one-token admission to 1 + k where 2 + k exceeds max_model_len; kvcheck draws "
+    "k <= 3 and max_model_len >= 8"
+)
+
 OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     # Functions only the features call.
     "Scheduler._try_schedule_encoder_inputs": _ENCODER,
@@ -208,4 +257,69 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "if not new_request.mm_features:": _ENCODER,
     "if not request.resumable:": _STREAMING,
     "if not window_loaded:": _KV_CONNECTOR,
+    # Only an async remote KV load reserves blocks for in-flight prefills.
+    "Scheduler._inflight_prefill_reserved_blocks": _KV_CONNECTOR,
+    "Scheduler._request_remaining_blocks": _KV_CONNECTOR,
+    "Scheduler._free_cow_retained_blocks": _COPY_ON_WRITE,
+    # Lines whose untaken branch only settings kvcheck's engine leaves at one value take, or
+    # no state reaches (a line ending in "(" is named with its next line).
+    "if 0 < remaining < self.num_prefill_lookahead:": _MTP,
+    # Three lines have this text (scheduler.py:891, 1357, 1394 @0.33.0): the running loop's
+    # runs both ways; the admission's two leave only after a Mamba split or an MTP lookahead.
+    "if num_new_tokens == 0:": (
+        "a prefill chunk cut to nothing by a hybrid Mamba block-aligned split or a multi-module "
+        "MTP lookahead, neither of which kvcheck models"
+    ),
+    "if long_prefill_token_threshold > 0 and self.adaptive_long_prefill_threshold:": (
+        _ADAPTIVE_THRESHOLD
+    ),
+    "if (not defer_prefills": _PREFILL_CADENCE,
+    "if defer_prefills and request.is_prefill_chunk:": _PREFILL_CADENCE,
+    "elif defer_prefills and num_computed_tokens < request.num_tokens - 1:": _PREFILL_CADENCE,
+    "if not defer_prefills:": _PREFILL_CADENCE,
+    "if self.local_prefill_interval > 1 and (prefill_scheduled or prefill_admitted):": (
+        _PREFILL_CADENCE
+    ),
+    "if input_budget <= draft_slots:": _DRAFT_SLOTS,
+    "if (self.ec_connector is not None": _ENCODER_CONNECTOR,
+    "if (self.connector is not None": _KV_CONNECTOR,
+    "if not self._request_blocks_can_be_freed(preempted_req):": _DEFERRED_FREES,
+    "if (self.policy == SchedulingPolicy.PRIORITY": _PRIORITY,
+    "if (self.lora_config": _LORA,
+    "if (not window_loaded": _PREFIX_CACHING,
+    "if (self.is_encoder_decoder": _ENCODER,
+    "elif (self.is_mm_encoder_only": _ENCODER,
+    "if (not self.scheduler_config.enable_chunked_prefill": _NO_CHUNKING,
+    "if (num_computed_tokens": _NO_ROOM_TO_PAD,
+    "if self._holds_kv_blocks(request_to_skip):": _HOLDS_KV,
+    "if not request_queue and self._pause_state == PauseState.UNPAUSED:": _HOLDS_KV,
+    "if step_skipped_kv_holding:": _HOLDS_KV,
+    "if self._holds_kv_blocks(request):": _HOLDS_KV,
+    "if request.num_computed_tokens == 0:": _HOLDS_KV,
+    "if did_prefix_cache_lookup:": _HOLDS_KV,
+    "if not ready_to_schedule:": (
+        "a blocked waiting status (a remote KV load, a grammar, a streaming session), which "
+        "kvcheck's requests never have"
+    ),
+    "if self._is_blocked_waiting_status(request.status):": _STREAMING,
+    "if finished:": _STREAMING,
+    "for request in continuing_reqs:": _STREAMING,
+    "elif request.status == RequestStatus.PREEMPTED:": _INVALID_STATUS,
+    "if kv_cache_block_copies:": _COPY_ON_WRITE,
+    "if (self.log_stats": _STATISTICS,
+    "if (stats := self.make_stats(": _STATISTICS,
+    "if (eco := next(iter(engine_core_outputs.values()), None)) is None:": _STATISTICS,
+    "if not self.needs_kv_cache_zeroing:": _ZEROING,
+    "if request.num_computed_tokens > 0:": _ROLLBACK_GUARDS,
+    "if request.num_output_placeholders > 0:": _ROLLBACK_GUARDS,
+    "if (request.sampling_params is not None": _LOGPROBS,
+    "if (prefill_stats is not None": _KV_CONNECTOR,
+    "if events:": _KV_EVENTS,
+    "if not delay_free_blocks:": _KV_CONNECTOR,
+    "if reset_running_requests:": _KEEP_RUNNING_RESET,
+    "if reset_running_requests and not reset_successful:": (
+        "a reset that fails with every running request preempted: only a request waiting for "
+        "a remote KV transfer holds blocks then"
+    ),
+    "if self.num_spec_tokens:": _KV_CONNECTOR,
 }

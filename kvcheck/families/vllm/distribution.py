@@ -48,8 +48,14 @@ class VllmSpace:
 def space_for(target: Target, options: VllmJudging) -> VllmSpace:
     """The space a search of `target` under `options` draws from: the runners its factory
     says it can run behind (`runners`, optional: every runner when it says nothing)."""
-    runners = tuple(getattr(target.resolver, "runners", RUNNERS))
-    return VllmSpace(options, runners=runners)
+    return VllmSpace(options, runners=target_runners(target))
+
+
+def target_runners(target: Target) -> tuple[Runner, ...]:
+    """The runners `target` can run behind: its factory's `runners` (a release before 0.23.0
+    pipelines two batches only), every runner when it says nothing. Every search honours them:
+    the drawn configs (`space_for`) and the exhaustive search's depths (`search.check_bounds`)."""
+    return tuple(getattr(target.resolver, "runners", RUNNERS))
 
 
 def space_of(**settings: Any) -> VllmSpace:
@@ -137,8 +143,12 @@ def _steps(count: int, accept: int = 0) -> tuple[Step, ...]:
 def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     """The survey's minimal sequences, tried before any draw: resume before the stale frame
     returns at depth 3 (vllm#48245), a reset with drafts in flight (vllm#46066, #49620), a
-    chunked prompt beside a decode (vllm#57562's recipe) and a request left out of a step
-    (vllm#37159's class)."""
+    chunked prompt beside a decode (vllm#57562's recipe), a request left out of a step
+    (vllm#37159's class), two requests preempting each other with drafts in flight, so that a
+    stale frame with rejected drafts is delivered and one request finishes by length in a stale
+    frame while preempted (the roll-back's stale guard, scheduler.py:2360 @0.33.0, vllm#46066's
+    fix; the preempted request's stop, :2491-2494, 2545-2548), and a one-token prompt admitted
+    beside a decode with too little budget left to pad it to `1 + k` (:1320-1328)."""
     drafts = drawn.options.placeholder_drafts
     pressure = VllmConfig(
         num_blocks=6,
@@ -178,6 +188,18 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         num_spec_tokens=2,
         placeholder_drafts=drafts,
     )
+    # Room for two requests' prompts, not their outputs: one is preempted while frames with
+    # drafts are in flight, and it accepts one draft of three per frame.
+    stale_drafts = attrs.evolve(pressure, num_blocks=8)
+    unpadded = VllmConfig(
+        num_blocks=20,
+        block_size=4,
+        max_num_scheduled_tokens=3,
+        max_num_seqs=4,
+        max_model_len=8,
+        num_spec_tokens=1,
+        placeholder_drafts=drafts,
+    )
     every = (
         Scenario(
             pressure,
@@ -189,6 +211,8 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         ),
         Scenario(chunked, (Add("r0", 2, 6), Add("r1", 14, 4), Drain(0)), family=NAME),
         Scenario(gap, (Add("r0", 2, 4), Add("r1", 1, 8), Drain(0)), family=NAME),
+        Scenario(stale_drafts, (Add("r0", 4, 12), Add("r1", 4, 3), Drain(1)), family=NAME),
+        Scenario(unpadded, (Add("r0", 1, 6), Step(0), Add("r1", 1, 4), Drain(0)), family=NAME),
     )
     return tuple(s for s in every if s.config.runner in drawn.runners)
 

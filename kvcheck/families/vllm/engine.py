@@ -55,8 +55,13 @@ from kvcheck.families.vllm.target import (
 
 _FAMILY_DIR: Final = __file__.rsplit("/", 1)[0] + "/"
 # The targets kvcheck ships in this family's package: a fault raised there is the target's.
+# The `real` subpackage (the adapter, the strict fakes, the loader) is kvcheck's own code, not a
+# target: an exception whose innermost frame is there is kvcheck's fault (`KvcheckInternalError`,
+# exit 2), while one raised in a release's compiled file (its own path, outside kvcheck's tree) is
+# the release's (`vllm-no-exception`). `kvcheck.core.calls.TargetCalls.kvcheck_fault` tells them
+# apart, as it does for SGLang's fakes.
 CALLS: Final = TargetCalls(
-    shipped_targets=(_FAMILY_DIR + "builtins.py", _FAMILY_DIR + "mutants.py", _FAMILY_DIR + "real/")
+    shipped_targets=(_FAMILY_DIR + "builtins.py", _FAMILY_DIR + "mutants.py")
 )
 
 

@@ -19,7 +19,7 @@ from kvcheck.arguments import non_negative_int, positive_int
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.families.vllm.distribution import verdict_lines
+from kvcheck.families.vllm.distribution import target_runners, verdict_lines
 from kvcheck.families.vllm.engine import VllmEngine
 from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.model import VllmModel
@@ -196,6 +196,27 @@ _PREEMPTING_BLOCKS: Final = 5
 CONFORMANCE_BOUNDS: Final = VllmBounds(events=6, requests=1, depths=(3,))
 
 
+def runnable_depths(target: Target, depths: Sequence[int]) -> tuple[int, ...]:
+    """The depths of `depths` whose engine runs behind a runner `target` can run behind
+    (`distribution.target_runners`: depth 2 alone for a release before 0.23.0)."""
+    runners = target_runners(target)
+    return tuple(depth for depth in depths if _DEPTH_ENGINES[depth][0] in runners)
+
+
+def check_bounds(target: Target, bounds: VllmBounds, options: VllmJudging) -> None:
+    """`KvcheckUsageError` when the bounds name a depth the target cannot run at: its engine
+    would put the release behind a runner it does not have, and a verdict there would be on
+    kvcheck's engine, not on the release (the same runners `check` and `fuzz` draw from)."""
+    refused = [depth for depth in bounds.depths if depth not in runnable_depths(target, (depth,))]
+    if refused:
+        allowed = runnable_depths(target, sorted(_DEPTH_ENGINES))
+        raise KvcheckUsageError(
+            f"{target.spec} runs at depth {', '.join(map(str, allowed))} only (runners "
+            f"{', '.join(target_runners(target))}); depth {', '.join(map(str, refused))} "
+            f"cannot be judged: pass --depths {','.join(map(str, allowed))}"
+        )
+
+
 def start_configs(bounds: VllmBounds, options: VllmJudging) -> list[VllmConfig]:
     """One engine per depth, with the pool the bounds ask for."""
     configs = []
@@ -275,10 +296,11 @@ def add_bounds_options(parser: argparse._ActionsContainer) -> None:
     parser.add_argument(
         "--depths",
         type=_depths,
-        default=default.depths,
+        default=None,
         metavar="D,D",
         help="batch-queue depths, one engine each: 2 (V1 runner), 3 and 4 (V2 runner, "
-        f"pipeline 2 and 3) (default: {','.join(map(str, default.depths))})",
+        f"pipeline 2 and 3) (default: {','.join(map(str, default.depths))}, those the "
+        "target runs at: 2 for a release before 0.23.0)",
     )
     parser.add_argument(
         "--preemption",
@@ -319,14 +341,20 @@ def add_bounds_options(parser: argparse._ActionsContainer) -> None:
 
 def bounds_from_args(args: argparse.Namespace, target: Target | None) -> VllmBounds:
     """The bounds the flags ask for (`--events 0`, SGLang's "unbounded", is refused: vLLM's
-    step clock makes every step a new state)."""
+    step clock makes every step a new state). Without `--depths`, the default depths `target`
+    runs at (`runnable_depths`); given ones it cannot run at are refused by `check_bounds`."""
     if args.events == 0:
         raise KvcheckUsageError("--events 0 (unbounded) is SGLang's; a vLLM search needs a bound")
+    depths = args.depths
+    if depths is None:
+        depths = VllmBounds().depths
+        if target is not None:
+            depths = runnable_depths(target, depths) or depths
     return bounds(
         {
             "events": args.events,
             "requests": args.requests,
-            "depths": args.depths,
+            "depths": depths,
             "preemption": args.preemption,
             "num_spec_tokens": args.spec_tokens,
             "budget": args.budget,
@@ -346,6 +374,7 @@ class VllmMoves:
     allowed_configs = staticmethod(allowed_configs)
     renamed = staticmethod(renamed)
     bounds = staticmethod(bounds)
+    check_bounds = staticmethod(check_bounds)
     start_configs = staticmethod(start_configs)
     expand = staticmethod(expand)
     counts_as_step = staticmethod(counts_as_step)
@@ -356,11 +385,6 @@ class VllmMoves:
     def search_options(requested: Mapping[str, Any], bounds: Any) -> VllmJudging:
         """See `kvcheck.core.family.Moves.search_options`."""
         return VllmJudging(bool(requested.get("placeholder_drafts", False)))
-
-    @staticmethod
-    def check_bounds(target: Target, bounds: Any, options: Any) -> None:
-        """See `kvcheck.core.family.Moves.check_bounds`."""
-        return None
 
     @staticmethod
     def not_run(bounds: Any, options: Any) -> tuple[tuple[dict[str, Any], str], ...]:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import copy
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.target import Target
+from kvcheck.core.target import CodeSpan, Target
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.release import OUT_OF_SCOPE_BRANCHES
 from kvcheck.families.sglang.scenario import Admit, Step
@@ -493,3 +494,43 @@ def test_load_time_lines_are_left_out_and_helper_classes_measured(tmp_path: Path
     assert not {"logged", "tagged"} & set(coverage.functions)
     # Everything that can run per call ran: no load-time line is held against the target.
     assert coverage.missed_lines == () and coverage.line_percent == 100
+
+
+MULTI_LINE_CONDITION = textwrap.dedent(
+    """\
+    def decide(x, feature=False):
+        if (
+            feature
+            and x > 0
+        ):
+            return "feature"
+        return "plain"
+    """
+)
+
+
+def test_a_condition_over_several_lines_is_named_by_its_first_two(tmp_path: Path) -> None:
+    """`if (` alone names nothing: an out-of-scope table names such a line by its text joined
+    with the next line's, and its never-taken branch is listed with that reason."""
+    file = tmp_path / "multi.py"
+    file.write_text(MULTI_LINE_CONDITION)
+    namespace: dict[str, Any] = {}
+    exec(compile(file.read_text(), str(file), "exec"), namespace)
+    span = CodeSpan(file=str(file), qualname="decide", def_line=1, first=2, last=7)
+    target = Target(
+        spec="multi",
+        resolver=namespace["decide"],
+        description="",
+        self_methods={},
+        shape=None,
+        code=(span,),
+        family="sglang",
+    )
+    reason = "a feature kvcheck does not model"
+    for table, named in (({"if (feature": reason}, True), ({"if (other": reason}, False)):
+        meter = CoverageMeter((span,), table)
+        measured = meter.instrument(target)
+        assert measured.resolver(1) == "plain"
+        found = meter.result()
+        assert (2, 6) in found.missed_branches
+        assert (found.out_of_scope_missed() == {(2, 6): reason}) is named
