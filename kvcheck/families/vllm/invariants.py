@@ -267,18 +267,18 @@ def check_placeholder_drafts(expected: Expectation, observed: Observation) -> It
 
 def expected_spec_stats(fact: DeliveryFact, k: int, mode: SpecStatsMode) -> SpecStats:
     """What one delivery's speculative statistics must be, from kvcheck's ledger: one draft per
-    live request whose frame scheduled drafts and returned tokens, its drafts and the runner's
-    accepted ones. A stale frame (its request preempted or reset since the launch) counts, when
-    `excluded`, only if the scheduler applied its output (a scheduler may deliver a stale
-    frame's tokens, vLLM 0.27+ does after a preemption, or drop them, as after a reset); when
-    `included`, always."""
+    live request whose frame scheduled drafts, returned tokens and had them applied, its drafts
+    and the runner's accepted ones. A stale frame (its request preempted or reset since the
+    launch) may be delivered (vLLM 0.27+ does after a preemption) or dropped (as after a
+    reset); a dropped one counts only when stale frames are `included`."""
     applied = {} if fact.delivered is None else fact.delivered.new_token_ids
     counted: list[tuple[int, int]] = []
     for entry in fact.entries:
         if not (entry.drafts and entry.samples and entry.rid in fact.live):
             continue
-        dropped = entry.rid in fact.stale and not applied.get(entry.rid)
-        if mode == "excluded" and dropped:
+        # A frame whose output is not applied counts only when it is stale and stale frames
+        # are included: a fresh frame's lost output is `vllm-exactly-once`'s to report.
+        if not applied.get(entry.rid) and (mode == "excluded" or entry.rid not in fact.stale):
             continue
         counted.append((entry.drafts, min(fact.accept, entry.drafts)))
     return SpecStats.of(k, counted)
