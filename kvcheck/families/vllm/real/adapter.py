@@ -43,6 +43,9 @@ class _EncoderCacheManager(fakes.Strict):
     """No request has encoder inputs: freeing one is a no-op."""
 
     _owner = "EncoderCacheManager"
+    # What `__init__` builds it with when no model input is multimodal (`mm_budget` None:
+    # `S:198-202` @0.16.0); `make_stats` reads it for the encoder cache usage (0.16-0.19).
+    cache_size = 0
 
     def free(self, request: Any) -> None:
         return None
