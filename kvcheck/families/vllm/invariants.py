@@ -265,22 +265,27 @@ def check_placeholder_drafts(expected: Expectation, observed: Observation) -> It
                 )
 
 
-def expected_spec_stats(fact: DeliveryFact, k: int, mode: SpecStatsMode) -> SpecStats:
+def expected_spec_stats(fact: DeliveryFact, k: int, mode: SpecStatsMode) -> SpecStats | None:
     """What one delivery's speculative statistics must be, from kvcheck's ledger: one draft per
     live request whose frame scheduled drafts, returned tokens and had them applied, its drafts
     and the runner's accepted ones. A stale frame (its request preempted or reset since the
     launch) may be delivered (vLLM 0.27+ does after a preemption) or dropped (as after a
-    reset); a dropped one counts only when stale frames are `included`."""
+    reset); a dropped one counts only when stale frames are `included`.
+
+    None: not judged at this delivery, because the scheduler dropped a fresh frame's output
+    (lost tokens, `vllm-exactly-once`'s to report; whether their drafts count is moot)."""
     applied = {} if fact.delivered is None else fact.delivered.new_token_ids
     counted: list[tuple[int, int]] = []
     for entry in fact.entries:
-        if not (entry.drafts and entry.samples and entry.rid in fact.live):
+        if not (entry.samples and entry.rid in fact.live):
             continue
-        # A frame whose output is not applied counts only when it is stale and stale frames
-        # are included: a fresh frame's lost output is `vllm-exactly-once`'s to report.
-        if not applied.get(entry.rid) and (mode == "excluded" or entry.rid not in fact.stale):
-            continue
-        counted.append((entry.drafts, min(fact.accept, entry.drafts)))
+        if not applied.get(entry.rid):
+            if entry.rid not in fact.stale:
+                return None
+            if mode == "excluded":
+                continue
+        if entry.drafts:
+            counted.append((entry.drafts, min(fact.accept, entry.drafts)))
     return SpecStats.of(k, counted)
 
 
@@ -299,6 +304,8 @@ def check_spec_stats(expected: Expectation, observed: Observation) -> Iterator[F
         if fact.delivered is None:
             continue
         want = expected_spec_stats(fact, k, config.spec_stats)
+        if want is None:
+            continue
         got = _stats_as_recorded(fact.delivered.spec_stats, k)
         if got != want:
             stale = sorted(fact.stale & fact.live)
