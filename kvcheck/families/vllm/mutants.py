@@ -217,7 +217,7 @@ class FinishedKept(ReferenceScheduler):
 
 
 class StatsCountDropped(ReferenceScheduler):
-    """vLLM 0.22.0-0.24.0 (docs/vllm.md "Speculative statistics"): a reset's stale frame is
+    """vLLM 0.12.0-0.24.0 (docs/vllm.md "Speculative statistics"): a reset's stale frame is
     dropped only when its tokens are appended, after the statistics counted its drafts."""
 
     def _dropped_drafts_counted(
@@ -420,7 +420,7 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "mutant",
         StatsCountDropped,
         "vllm-spec-stats",
-        "vLLM 0.22.0-0.24.0 (docs/vllm.md)",
+        "vLLM 0.12.0-0.24.0 (docs/vllm.md)",
         "a reset's dropped stale frame still counts its drafts",
         # A reset with drafts in flight at depth 2.
         needs={"depths": (2,), "events": 6},
