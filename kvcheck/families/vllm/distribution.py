@@ -144,7 +144,8 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     """The survey's minimal sequences, tried before any draw: resume before the stale frame
     returns at depth 3 (vllm#48245), a reset with drafts in flight (vllm#46066, #49620), a
     chunked prompt beside a decode (vllm#57562's recipe) and a request left out of a step
-    (vllm#37159's class)."""
+    (vllm#37159's class), and a preempted request's stale frame of drafts delivered
+    (what vLLM 0.27+ counts in its statistics)."""
     drafts = drawn.options.placeholder_drafts
     pressure = VllmConfig(
         num_blocks=6,
@@ -188,6 +189,19 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         placeholder_drafts=drafts,
         spec_stats=drawn.options.spec_stats,
     )
+    # Two requests under KV pressure: one is preempted with a frame of drafts in flight, and
+    # that stale frame is delivered (0.27+'s deliver mode; its drafts count, vllm-spec-stats).
+    preempting = VllmConfig(
+        num_blocks=9,
+        block_size=4,
+        max_num_scheduled_tokens=32,
+        max_num_seqs=2,
+        max_model_len=24,
+        num_spec_tokens=2,
+        long_prefill_token_threshold=4,
+        placeholder_drafts=drafts,
+        spec_stats=drawn.options.spec_stats,
+    )
     every = (
         Scenario(
             pressure,
@@ -199,6 +213,7 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         ),
         Scenario(chunked, (Add("r0", 2, 6), Add("r1", 14, 4), Drain(0)), family=NAME),
         Scenario(gap, (Add("r0", 2, 4), Add("r1", 1, 8), Drain(0)), family=NAME),
+        Scenario(preempting, (Add("r0", 1, 7), Add("r1", 7, 5), Drain(0)), family=NAME),
     )
     return tuple(s for s in every if s.config.runner in drawn.runners)
 

@@ -440,6 +440,9 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-spec-stats",
         "new",
         "a stale frame's drafts are never counted, also when its tokens are delivered",
+        # Two requests decoding one draft each until the pool preempts the second with a
+        # frame of drafts in flight (3 events: two adds and a drain).
+        needs={"requests": 2, "depths": (2,), "num_spec_tokens": 1},
     ),
     Entry(
         "drop-on-preempt",
