@@ -316,3 +316,36 @@ def test_a_release_reports_its_schedulers_coverage_over_its_three_files(
     # never-run one is named with its reason, tests/quality/test_vllm_coverage_named.py).
     assert coverage["lines_run"] == coverage["lines_total"]
     assert main([*args, "--min-coverage", "100"]) == 0
+
+
+# Speculative statistics (docs/vllm.md "Speculative statistics"): a reset with drafts in flight,
+# every draft accepted so that no stale rejection reaches the counters (vllm#46066's path). The
+# frame in flight at the reset comes back stale, and each generation drops its output. What its
+# statistics do with it, per generation: 0.11.x preempts nothing at a reset (no stale frame);
+# 0.12-0.24 drop the frame's tokens after `observe_draft` counted its drafts (the flag, then the
+# counter, in `_update_request_with_output`), and 0.22-0.24's counter drops fresh frames too;
+# 0.25-0.26 skip its drafts while the discard count
+# is pending, and lose a token (the discard is spent per frame); 0.27 on skip drop-mode output
+# before the statistics. Judged with the dropped frame excluded, then included.
+_ACCEPTING = attrs.evolve(ROOMY, num_spec_tokens=2)
+_RESET_ACCEPTING = (Add("r0", 4, 10), *(Step(2),) * 3, Reset(), *(Step(2),) * 6, Drain(2))
+EXPECTED_STATS: dict[str, tuple[str | None, str | None]] = {
+    **dict.fromkeys(_CLEAN, (None, None)),
+    **dict.fromkeys(_COUNTERS[:-4], ("vllm-spec-stats", None)),
+    # The discard counter (0.22-0.24) is set in tokens and spent per frame: it drops the
+    # resumed request's fresh frames too, and their tokens are lost (vllm#49620's class).
+    **dict.fromkeys(_COUNTERS[-4:], ("vllm-spec-stats", "vllm-exactly-once")),
+    **dict.fromkeys(_LOST, ("vllm-exactly-once", "vllm-spec-stats")),
+    **dict.fromkeys(_FIXED, (None, "vllm-spec-stats")),
+}
+
+
+@pytest.mark.parametrize("version", sorted(EXPECTED_STATS, key=version_key))
+def test_each_release_counts_a_dropped_stale_frame_as_its_generation_does(version: str) -> None:
+    target = _target(version)
+    excluded, included = EXPECTED_STATS[version]
+    assert _first_violation(target, _ACCEPTING, _RESET_ACCEPTING) == excluded
+    judged_included = attrs.evolve(_ACCEPTING, spec_stats="included")
+    assert _first_violation(target, judged_included, _RESET_ACCEPTING) == included
+    off = attrs.evolve(_ACCEPTING, spec_stats="off")
+    assert _first_violation(target, off, _RESET_ACCEPTING) in (None, "vllm-exactly-once")

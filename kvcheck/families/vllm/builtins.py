@@ -41,6 +41,7 @@ from kvcheck.families.vllm.target import (
     ScheduledRequest,
     SchedulerSettings,
     SchedulerUnderTest,
+    SpecStats,
 )
 
 WAITING: Final = "waiting"
@@ -335,6 +336,7 @@ class ReferenceScheduler:
         """See `SchedulerUnderTest.update_from_output`."""
         new_tokens: dict[str, tuple[int, ...]] = {}
         finished: dict[str, str] = {}
+        drafts_counted: list[tuple[int, int]] = []
         for item in launch.scheduled:
             req = self.requests.get(item.request_id)
             stale = False
@@ -346,11 +348,13 @@ class ReferenceScheduler:
             if req is None or req.finished:
                 continue
             if self._dropped(req, stale):
+                drafts_counted.extend(self._dropped_drafts_counted(item, output))
                 continue
             generated = list(output.sampled.get(req.rid, ()))
             if item.spec_token_ids and generated:
                 accepted = max(len(generated) - SAMPLED_PER_STEP, 0)
                 self._roll_back(req, len(item.spec_token_ids) - accepted, stale)
+                drafts_counted.append(self._drafts_counted(item, accepted))
             if not generated:
                 continue
             kept, reason = self._append(req, generated, stale)
@@ -358,7 +362,24 @@ class ReferenceScheduler:
             if reason is not None:
                 finished[req.rid] = reason
                 self._finish(req, f"finished_{reason}")
-        return Delivered(new_tokens, finished)
+        return Delivered(new_tokens, finished, self._spec_stats(drafts_counted))
+
+    def _drafts_counted(self, item: ScheduledRequest, accepted: int) -> tuple[int, int]:
+        """What one applied frame adds to the statistics: its drafts and the accepted ones."""
+        return len(item.spec_token_ids), accepted
+
+    def _dropped_drafts_counted(
+        self, item: ScheduledRequest, output: FrameOutput
+    ) -> list[tuple[int, int]]:
+        """What a dropped stale frame adds to the statistics: nothing, its output is not
+        applied."""
+        return []
+
+    def _spec_stats(self, drafts_counted: list[tuple[int, int]]) -> SpecStats | None:
+        """The step's statistics; None when it counted no draft."""
+        if not drafts_counted:
+            return None
+        return SpecStats.of(self.settings.num_spec_tokens, drafts_counted)
 
     def _dropped(self, req: Req, stale: bool) -> bool:
         return stale and req.drop_stale

@@ -23,6 +23,7 @@ from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.scenario import (
     NAME,
     RUNNERS,
+    SPEC_STATS_MODES,
     Abort,
     Add,
     Drain,
@@ -59,9 +60,13 @@ def target_runners(target: Target) -> tuple[Runner, ...]:
 
 
 def space_of(**settings: Any) -> VllmSpace:
-    """The space its keyword settings name (`placeholder_drafts`, `max_events`)."""
+    """The space its keyword settings name (`placeholder_drafts`, `spec_stats`,
+    `max_events`)."""
     return VllmSpace(
-        VllmJudging(bool(settings.get("placeholder_drafts", False))),
+        VllmJudging(
+            bool(settings.get("placeholder_drafts", False)),
+            settings.get("spec_stats", "excluded"),
+        ),
         int(settings.get("max_events", 40)),
     )
 
@@ -88,6 +93,7 @@ def draw_config(
         pp_size=pp_size,
         long_prefill_token_threshold=draws.choice((0, 0, 4, 8)),
         placeholder_drafts=options.placeholder_drafts,
+        spec_stats=options.spec_stats,
     )
 
 
@@ -147,8 +153,10 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     (vllm#37159's class), two requests preempting each other with drafts in flight, so that a
     stale frame with rejected drafts is delivered and one request finishes by length in a stale
     frame while preempted (the roll-back's stale guard, scheduler.py:2360 @0.33.0, vllm#46066's
-    fix; the preempted request's stop, :2491-2494, 2545-2548), and a one-token prompt admitted
-    beside a decode with too little budget left to pad it to `1 + k` (:1320-1328)."""
+    fix; the preempted request's stop, :2491-2494, 2545-2548), a one-token prompt admitted
+    beside a decode with too little budget left to pad it to `1 + k` (:1320-1328), and a
+    preempted request's stale frame of drafts delivered (what vLLM 0.27+ counts in its
+    statistics)."""
     drafts = drawn.options.placeholder_drafts
     pressure = VllmConfig(
         num_blocks=6,
@@ -160,6 +168,7 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         runner="v2",
         pp_size=2,
         placeholder_drafts=drafts,
+        spec_stats=drawn.options.spec_stats,
     )
     reset = VllmConfig(
         num_blocks=32,
@@ -169,6 +178,7 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         max_model_len=32,
         num_spec_tokens=3,
         placeholder_drafts=drafts,
+        spec_stats=drawn.options.spec_stats,
     )
     chunked = VllmConfig(
         num_blocks=32,
@@ -178,6 +188,7 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         max_model_len=32,
         num_spec_tokens=0,
         placeholder_drafts=drafts,
+        spec_stats=drawn.options.spec_stats,
     )
     gap = VllmConfig(
         num_blocks=20,
@@ -187,6 +198,20 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         max_model_len=32,
         num_spec_tokens=2,
         placeholder_drafts=drafts,
+        spec_stats=drawn.options.spec_stats,
+    )
+    # Two requests under KV pressure: one is preempted with a frame of drafts in flight, and
+    # that stale frame is delivered (0.27+'s deliver mode; its drafts count, vllm-spec-stats).
+    preempting = VllmConfig(
+        num_blocks=9,
+        block_size=4,
+        max_num_scheduled_tokens=32,
+        max_num_seqs=2,
+        max_model_len=24,
+        num_spec_tokens=2,
+        long_prefill_token_threshold=4,
+        placeholder_drafts=drafts,
+        spec_stats=drawn.options.spec_stats,
     )
     # Room for two requests' prompts, not their outputs: one is preempted while frames with
     # drafts are in flight, and it accepts one draft of three per frame.
@@ -213,6 +238,7 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         Scenario(gap, (Add("r0", 2, 4), Add("r1", 1, 8), Drain(0)), family=NAME),
         Scenario(stale_drafts, (Add("r0", 4, 12), Add("r1", 4, 3), Drain(1)), family=NAME),
         Scenario(unpadded, (Add("r0", 1, 6), Step(0), Add("r1", 1, 4), Drain(0)), family=NAME),
+        Scenario(preempting, (Add("r0", 1, 7), Add("r1", 7, 5), Drain(0)), family=NAME),
     )
     return tuple(s for s in every if s.config.runner in drawn.runners)
 
@@ -223,13 +249,18 @@ def fits(drawn: VllmSpace, scenario: Scenario) -> bool:
         scenario.family == NAME
         and isinstance(scenario.config, VllmConfig)
         and scenario.config.placeholder_drafts == drawn.options.placeholder_drafts
+        and scenario.config.spec_stats == drawn.options.spec_stats
         and scenario.config.runner in drawn.runners
     )
 
 
 def pinned(drawn: VllmSpace, scenario: Scenario) -> Scenario:
     """A saved scenario as `drawn` would have drawn it."""
-    config = attrs.evolve(scenario.config, placeholder_drafts=drawn.options.placeholder_drafts)
+    config = attrs.evolve(
+        scenario.config,
+        placeholder_drafts=drawn.options.placeholder_drafts,
+        spec_stats=drawn.options.spec_stats,
+    )
     return Scenario(config, scenario.events, family=NAME)
 
 
@@ -246,7 +277,10 @@ def labels(scenario: Scenario, reached: Iterable[str]) -> set[str]:
 
 def label(options: VllmJudging) -> str:
     """The options in a word."""
-    return "placeholder-drafts" if options.placeholder_drafts else "default"
+    words = ["placeholder-drafts"] if options.placeholder_drafts else []
+    if options.spec_stats != "excluded":
+        words.append(f"spec-stats-{options.spec_stats}")
+    return "+".join(words) or "default"
 
 
 # --- front doors ---------------------------------------------------------------------------
@@ -264,12 +298,23 @@ def add_options(parser: argparse._ActionsContainer, **wording: Any) -> None:
         "(vllm-placeholder-drafts; docs/vllm.md) (default: a vllm-mutant:NAME entry's own, "
         "else not judged)",
     )
+    parser.add_argument(
+        "--spec-stats",
+        choices=SPEC_STATS_MODES,
+        default=None,
+        help="vLLM targets: judge the speculative statistics with a dropped stale frame "
+        "excluded (default), included, or not at all (vllm-spec-stats; docs/vllm.md)",
+    )
 
 
 def requested(args: argparse.Namespace) -> dict[str, Any]:
     """The options the flags ask for; one left to the target (None) is left out."""
-    drafts = args.placeholder_drafts
-    return {} if drafts is None else {"placeholder_drafts": drafts}
+    asked: dict[str, Any] = {}
+    if args.placeholder_drafts is not None:
+        asked["placeholder_drafts"] = args.placeholder_drafts
+    if getattr(args, "spec_stats", None) is not None:
+        asked["spec_stats"] = args.spec_stats
+    return asked
 
 
 def add_plugin_options(group: Any) -> None:
@@ -282,20 +327,39 @@ def add_plugin_options(group: Any) -> None:
         help="vLLM targets: judge `-1` draft placeholders scheduled after a gap under the V1 "
         "runner: auto (default: a corpus entry's own choice, else not), on or off",
     )
+    group.addoption(
+        "--kvcheck-spec-stats",
+        dest="kvcheck_spec_stats",
+        choices=SPEC_STATS_MODES,
+        default="excluded",
+        help="vLLM targets: judge the speculative statistics with a dropped stale frame "
+        "excluded (default), included, or off",
+    )
 
 
 def plugin_items(option: Callable[[str], Any]) -> list[tuple[str, dict[str, Any]]]:
     """One item: the search `kvcheck check` runs with the same flag."""
     chosen = option("kvcheck_placeholder_drafts")
+    stats = option("kvcheck_spec_stats") or "excluded"
+    asked: dict[str, Any] = {} if stats == "excluded" else {"spec_stats": stats}
+    suffix = "" if stats == "excluded" else f"-spec-stats-{stats}"
     if chosen == "auto":
-        return [("auto", {})]
-    return [(f"placeholder-drafts-{chosen}", {"placeholder_drafts": chosen == "on"})]
+        return [(f"auto{suffix}", asked)]
+    return [
+        (
+            f"placeholder-drafts-{chosen}{suffix}",
+            {"placeholder_drafts": chosen == "on", **asked},
+        )
+    ]
 
 
 def describe(options: VllmJudging, reason: str) -> str:
-    """Whether placeholder drafts were judged, and why."""
+    """Whether placeholder drafts were judged, and why; the statistics mode when not the
+    default."""
+    stats = "" if options.spec_stats == "excluded" else f", spec stats {options.spec_stats}"
     return (
-        f"placeholder drafts {'judged' if options.placeholder_drafts else 'not judged'} ({reason})"
+        f"placeholder drafts {'judged' if options.placeholder_drafts else 'not judged'} "
+        f"({reason}){stats}"
     )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -120,6 +120,14 @@ class DeliveryFact:
     step: int
     sampled: Mapping[str, tuple[int, ...]]
     delivered: Delivered | None  # None: the scheduler raised
+    # kvcheck's ledger at delivery, for the speculative statistics: the frame as launched, the
+    # drafts the runner accepted per request (`accept` clamped to the frame's k), the requests
+    # still live (neither finished by an earlier frame nor aborted), and the requests preempted
+    # or reset since the launch (the frame is stale for them).
+    entries: tuple[FrameEntry, ...] = ()
+    accept: int = 0
+    live: frozenset[str] = frozenset()
+    stale: frozenset[str] = frozenset()
 
 
 @attrs.frozen
@@ -240,6 +248,10 @@ class VllmEngine:
         self.queue: deque[Frame] = deque()
         self.emitted: dict[str, tuple[int, ...]] = {}
         self.finished: dict[str, str] = {}
+        self.aborted: frozenset[str] = frozenset()
+        # (step, request) of every frame in the queue launched before a preemption or reset of
+        # that request: stale when it returns.
+        self.stale_marks: frozenset[tuple[int, str]] = frozenset()
         self.raised: str | None = None
         self.max_tokens_total = 0
         # `schedule()` calls so far: the scheduler's step clock, which the V2 runner's cadence
@@ -283,6 +295,7 @@ class VllmEngine:
             before = self._placeholders(known)
             launch: Launch = self._call("schedule")
             self.schedules += 1
+            self._mark_stale(launch.preempted)
             after = self._placeholders([item.request_id for item in launch.scheduled])
             frame = self.runner.launch(
                 launch, {rid: (before.get(rid), ph) for rid, ph in after.items()}
@@ -296,17 +309,52 @@ class VllmEngine:
             return False
         oldest = self.queue.pop()
         output = self.runner.deliver(oldest, accept)
+        rids = {entry.rid for entry in oldest.entries}
+        live = frozenset(rids - set(self.finished) - self.aborted)
+        stale = frozenset(rid for rid in rids if (oldest.step, rid) in self.stale_marks)
+        self.stale_marks = frozenset(m for m in self.stale_marks if m[0] != oldest.step)
+        fact = DeliveryFact(oldest.step, output.sampled, None, oldest.entries, accept, live, stale)
         try:
             delivered: Delivered = self._call("update_from_output", oldest.launch, output)
         except TargetRaised:
-            self._deliveries.append(DeliveryFact(oldest.step, output.sampled, None))
+            self._deliveries.append(fact)
             raise
-        self._deliveries.append(DeliveryFact(oldest.step, output.sampled, delivered))
+        self._deliveries.append(attrs.evolve(fact, delivered=delivered))
         for rid, tokens in delivered.new_token_ids.items():
             self.emitted[rid] = self.emitted.get(rid, ()) + tuple(tokens)
         for rid, reason in delivered.finished.items():
             self.finished.setdefault(rid, reason)
         return True
+
+    def _mark_stale(self, rids: Iterable[str]) -> None:
+        """`rids` were preempted or reset: their frames in the queue now are stale."""
+        preempted = set(rids)
+        self.stale_marks = self.stale_marks | {
+            (frame.step, entry.rid)
+            for frame in self.queue
+            for entry in frame.entries
+            if entry.rid in preempted
+        }
+
+    def _reset(self) -> None:
+        """`reset_prefix_cache(reset_running_requests=True)`; the requests it took off the
+        running state (their frames in flight stale from now on)."""
+        before = {rid: view.status for rid, view in self._views().items()}
+        self._call("reset_prefix_cache", True)
+        after = self._views()
+        self._mark_stale(
+            rid
+            for rid, status in before.items()
+            if status == "running" and (rid not in after or after[rid].status != "running")
+        )
+
+    def _views(self) -> dict[str, RequestView]:
+        views: dict[str, RequestView] = {}
+        for rid in self._call("request_ids"):
+            view = self._call("request_view", rid)
+            if view is not None:
+                views[rid] = view
+        return views
 
     def apply(self, event: VllmEvent) -> Observation:
         """Run `event` against the scheduler; what the engine saw."""
@@ -333,9 +381,10 @@ class VllmEngine:
                 elif isinstance(event, Step):
                     self.step(event.accept)
                 elif isinstance(event, Abort):
+                    self.aborted = self.aborted | {event.rid}
                     self._call("finish_requests", [event.rid], "aborted")
                 elif isinstance(event, Reset):
-                    self._call("reset_prefix_cache", True)
+                    self._reset()
                 elif isinstance(event, Drain):
                     drained = False
                     limit = self.drain_limit()
@@ -437,6 +486,8 @@ class VllmEngine:
             tuple(sorted(runner.last_executed)),
             tuple(sorted(self.emitted.items())),
             tuple(sorted(self.finished.items())),
+            tuple(sorted(self.aborted)),
+            tuple(sorted(self.stale_marks)),
             self.raised,
             self.schedules,
             attrs.astuple(self.config),

@@ -11,10 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
+import attrs
+
 from kvcheck.core.invariant import Finding, Invariant, Violation
-from kvcheck.families.vllm.engine import Observation
+from kvcheck.families.vllm.engine import DeliveryFact, Observation
 from kvcheck.families.vllm.model import Expectation
-from kvcheck.families.vllm.scenario import EOS_TOKEN, SAMPLED_PER_STEP, TOKEN_BASE
+from kvcheck.families.vllm.scenario import (
+    EOS_TOKEN,
+    SAMPLED_PER_STEP,
+    TOKEN_BASE,
+    SpecStatsMode,
+)
+from kvcheck.families.vllm.target import SpecStats
 
 _EXPLAIN: Final = "kvcheck.families.vllm.explain:"
 
@@ -257,6 +265,64 @@ def check_placeholder_drafts(expected: Expectation, observed: Observation) -> It
                 )
 
 
+def expected_spec_stats(fact: DeliveryFact, k: int, mode: SpecStatsMode) -> SpecStats | None:
+    """What one delivery's speculative statistics must be, from kvcheck's ledger: one draft per
+    live request whose frame scheduled drafts, returned tokens and had them applied, its drafts
+    and the runner's accepted ones. A stale frame (its request preempted or reset since the
+    launch) may be delivered (vLLM 0.27+ does after a preemption) or dropped (as after a
+    reset); a dropped one counts only when stale frames are `included`.
+
+    None: not judged at this delivery, because the scheduler dropped a fresh frame's output
+    (lost tokens, `vllm-exactly-once`'s to report; whether their drafts count is moot)."""
+    applied = {} if fact.delivered is None else fact.delivered.new_token_ids
+    counted: list[tuple[int, int]] = []
+    for entry in fact.entries:
+        if not (entry.samples and entry.rid in fact.live):
+            continue
+        if not applied.get(entry.rid):
+            if entry.rid not in fact.stale:
+                return None
+            if mode == "excluded":
+                continue
+        if entry.drafts:
+            counted.append((entry.drafts, min(fact.accept, entry.drafts)))
+    return SpecStats.of(k, counted)
+
+
+def _stats_as_recorded(stats: SpecStats | None, k: int) -> SpecStats:
+    """`None` (nothing recorded) as empty statistics over k positions."""
+    return SpecStats.of(k, ()) if stats is None else stats
+
+
+def check_spec_stats(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """Speculative statistics that differ from the frames the step counts."""
+    config = expected.config
+    if config.spec_stats == "off":
+        return
+    k = config.num_spec_tokens
+    for fact in observed.deliveries:
+        if fact.delivered is None:
+            continue
+        want = expected_spec_stats(fact, k, config.spec_stats)
+        if want is None:
+            continue
+        got = _stats_as_recorded(fact.delivered.spec_stats, k)
+        if got != want:
+            stale = sorted(fact.stale & fact.live)
+            yield Finding(
+                None,
+                attrs.asdict(want),
+                attrs.asdict(got),
+                f"update_from_output of step {fact.step} recorded {got.num_drafts} drafts, "
+                f"{got.num_draft_tokens} draft tokens, {got.num_accepted_tokens} accepted, per "
+                f"position {list(got.num_accepted_tokens_per_pos)}; the frame counts "
+                f"{want.num_drafts}, {want.num_draft_tokens}, {want.num_accepted_tokens}, "
+                f"{list(want.num_accepted_tokens_per_pos)} (stale frames {config.spec_stats}"
+                + (f"; stale for {stale}" if stale else "")
+                + ")",
+            )
+
+
 def check_quiescence(expected: Expectation, observed: Observation) -> Iterator[Finding]:
     """An engine not idle and empty after a drain."""
     if not expected.quiescent:
@@ -351,6 +417,14 @@ INVARIANTS: Final = {
             "batch (V1 runner; judged when the config asks)",
             check_placeholder_drafts,
             aspects=("placeholder-drafts",),
+        ),
+        _invariant(
+            "vllm-spec-stats",
+            "a step's speculative statistics count one draft per live request whose frame "
+            "scheduled drafts and returned tokens, with its drafts, accepted drafts and accepted "
+            "positions; a stale frame whose output is dropped counts only when judged with "
+            "stale frames included",
+            check_spec_stats,
         ),
         _invariant(
             "vllm-quiescence",

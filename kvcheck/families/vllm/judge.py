@@ -14,24 +14,31 @@ from kvcheck.families.vllm.invariants import INVARIANTS, check_event
 from kvcheck.families.vllm.judging import VllmJudging
 from kvcheck.families.vllm.model import VllmModel
 from kvcheck.families.vllm.mutants import MUTANT_PREFIX, MUTANTS
-from kvcheck.families.vllm.scenario import VllmConfig
+from kvcheck.families.vllm.scenario import SPEC_STATS_MODES, VllmConfig
 
 
 def judging(requested: Mapping[str, Any], target: Target) -> Judging:
     """The options `target` is judged under: `placeholder_drafts` as asked, else a corpus
-    entry's own choice, else off. The reason is a few words (`describe` puts it after whether
-    drafts are judged)."""
-    unknown = sorted(set(requested) - {"placeholder_drafts"})
+    entry's own choice, else off; `spec_stats` as asked, else `excluded`. The reason is a few
+    words (`describe` puts it after whether drafts are judged)."""
+    unknown = sorted(set(requested) - {"placeholder_drafts", "spec_stats"})
     if unknown:
         raise KvcheckUsageError(
-            f"judging option(s) {', '.join(unknown)} are not vLLM's; its only one is "
-            "placeholder_drafts"
+            f"judging option(s) {', '.join(unknown)} are not vLLM's; its are "
+            "placeholder_drafts and spec_stats"
+        )
+    spec_stats = requested.get("spec_stats", "excluded")
+    if spec_stats not in SPEC_STATS_MODES:
+        raise KvcheckUsageError(
+            f"unknown spec_stats mode {spec_stats!r}; choose excluded, included or off"
         )
     if "placeholder_drafts" in requested:
-        return Judging(VllmJudging(bool(requested["placeholder_drafts"])), "given")
-    if _entry_judges_drafts(target.spec):
-        return Judging(VllmJudging(True), "the corpus entry's")
-    return Judging(VllmJudging(False), "default")
+        drafts, reason = bool(requested["placeholder_drafts"]), "given"
+    elif _entry_judges_drafts(target.spec):
+        drafts, reason = True, "the corpus entry's"
+    else:
+        drafts, reason = False, "default"
+    return Judging(VllmJudging(drafts, spec_stats), reason)
 
 
 def _entry_judges_drafts(spec: str) -> bool:
@@ -44,7 +51,7 @@ def _entry_judges_drafts(spec: str) -> bool:
 
 def judging_of(config: VllmConfig) -> VllmJudging:
     """The options a scenario of `config` is judged by: its config's."""
-    return VllmJudging(config.placeholder_drafts)
+    return VllmJudging(config.placeholder_drafts, config.spec_stats)
 
 
 def rejudged(

@@ -20,12 +20,15 @@ from kvcheck.families.vllm.builtins import (
     builtin_target,
 )
 from kvcheck.families.vllm.judging import VllmJudging
+from kvcheck.families.vllm.scenario import SAMPLED_PER_STEP
 from kvcheck.families.vllm.target import (
     Delivered,
     FrameOutput,
     Launch,
+    ScheduledRequest,
     SchedulerSettings,
     SchedulerUnderTest,
+    SpecStats,
 )
 
 
@@ -213,6 +216,54 @@ class FinishedKept(ReferenceScheduler):
         return None
 
 
+class StatsCountDropped(ReferenceScheduler):
+    """vLLM 0.12.0-0.24.0 (docs/vllm.md "Speculative statistics"): a reset's stale frame is
+    dropped only when its tokens are appended, after the statistics counted its drafts."""
+
+    def _dropped_drafts_counted(
+        self, item: ScheduledRequest, output: FrameOutput
+    ) -> list[tuple[int, int]]:
+        generated = output.sampled.get(item.request_id, ())
+        if not (item.spec_token_ids and generated):
+            return []
+        return [self._drafts_counted(item, max(len(generated) - SAMPLED_PER_STEP, 0))]
+
+
+class StatsPositionShifted(ReferenceScheduler):
+    """The accepted-per-position histogram one position long: a draft with `a` accepted
+    counts positions 0..a instead of 0..a-1 (so a draft with none accepted counts position 0)."""
+
+    def _spec_stats(self, drafts_counted: list[tuple[int, int]]) -> SpecStats | None:
+        stats = super()._spec_stats(drafts_counted)
+        if stats is None:
+            return None
+        k = self.settings.num_spec_tokens
+        per_pos = [0] * k
+        for _, accepted in drafts_counted:
+            for position in range(min(accepted + 1, k)):
+                per_pos[position] += 1
+        return attrs.evolve(stats, num_accepted_tokens_per_pos=tuple(per_pos))
+
+
+class StatsSkipStale(ReferenceScheduler):
+    """Statistics that leave out every stale frame, also one whose output is delivered (a
+    preempted request's frame in flight, vLLM 0.27+'s deliver mode): the delivered tokens'
+    drafts are never counted."""
+
+    def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
+        """See `SchedulerUnderTest.update_from_output`."""
+        stale = {rid for rid, req in self.requests.items() if req.stale > 0}
+        delivered = super().update_from_output(launch, output)
+        fresh = [
+            self._drafts_counted(item, len(output.sampled[item.request_id]) - SAMPLED_PER_STEP)
+            for item in launch.scheduled
+            if item.request_id not in stale
+            and item.spec_token_ids
+            and delivered.new_token_ids.get(item.request_id)
+        ]
+        return attrs.evolve(delivered, spec_stats=self._spec_stats(fresh))
+
+
 @attrs.frozen
 class Entry:
     """One entry of the corpus (`kvcheck.core.family.MutantEntry`)."""
@@ -365,6 +416,35 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "finished requests stay in the scheduler",
     ),
     Entry(
+        "stats-count-dropped",
+        "mutant",
+        StatsCountDropped,
+        "vllm-spec-stats",
+        "vLLM 0.12.0-0.24.0 (docs/vllm.md)",
+        "a reset's dropped stale frame still counts its drafts",
+        # A reset with drafts in flight at depth 2.
+        needs={"depths": (2,), "events": 6},
+    ),
+    Entry(
+        "stats-position-shifted",
+        "mutant",
+        StatsPositionShifted,
+        "vllm-spec-stats",
+        "new",
+        "the accepted-per-position histogram counts one position too many",
+    ),
+    Entry(
+        "stats-skip-stale",
+        "mutant",
+        StatsSkipStale,
+        "vllm-spec-stats",
+        "new",
+        "a stale frame's drafts are never counted, also when its tokens are delivered",
+        # Two requests decoding one draft each until the pool preempts the second with a
+        # frame of drafts in flight (3 events: two adds and a drain).
+        needs={"requests": 2, "depths": (2,), "num_spec_tokens": 1},
+    ),
+    Entry(
         "drop-on-preempt",
         "rewrite",
         DropOnPreemptScheduler,
@@ -392,6 +472,7 @@ CONFORMANCE_MUTANTS: Final[Mapping[str, str]] = {
     "vllm-exactly-once": "token-counted-discard",
     "vllm-pool": "freed-twice",
     "vllm-placeholder-drafts": "placeholder-survivors",
+    "vllm-spec-stats": "stats-position-shifted",
     "vllm-quiescence": "finished-kept",
 }
 

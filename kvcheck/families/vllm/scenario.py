@@ -44,6 +44,10 @@ def batch_queue_depth(runner: Runner, pp_size: int) -> int:
     return 2 if pp_size <= 1 else pp_size
 
 
+SpecStatsMode: TypeAlias = Literal["excluded", "included", "off"]
+SPEC_STATS_MODES: Final[tuple[SpecStatsMode, ...]] = ("excluded", "included", "off")
+
+
 @attrs.frozen
 class VllmConfig:
     """One scenario's engine: the scheduler's settings, the runner and the pipeline, and one
@@ -60,6 +64,10 @@ class VllmConfig:
     long_prefill_token_threshold: int = 0  # 0: prompts are chunked by the budget only
     # Judge the V1 runner's reading of `-1` draft placeholders (an aspect the user opts into).
     placeholder_drafts: bool = False
+    # How the speculative statistics are judged (`vllm-spec-stats`, docs/vllm.md "Speculative
+    # statistics"): "excluded", a stale frame whose output is dropped adds nothing; "included",
+    # it adds its drafts like any other; "off", not judged.
+    spec_stats: SpecStatsMode = "excluded"
 
     @property
     def depth(self) -> int:
@@ -187,7 +195,12 @@ class VllmScenarios:
             raise ScenarioFormatError(
                 f"vllm: 'placeholder_drafts' must be a boolean, got {drafts!r}"
             )
-        return VllmConfig(**values, runner=runner, placeholder_drafts=drafts)
+        spec_stats = data.get("spec_stats", defaults.spec_stats)
+        if spec_stats not in SPEC_STATS_MODES:
+            raise ScenarioFormatError(
+                f"vllm: 'spec_stats' must be excluded, included or off, got {spec_stats!r}"
+            )
+        return VllmConfig(**values, runner=runner, placeholder_drafts=drafts, spec_stats=spec_stats)
 
     @staticmethod
     def event_to_dict(event: VllmEvent) -> dict[str, Any]:
@@ -286,6 +299,7 @@ def describe_config(config: VllmConfig) -> str:
         f"{config.num_spec_tokens}, {config.num_blocks} blocks of {config.block_size}, budget "
         f"{config.max_num_scheduled_tokens}, max_model_len {config.max_model_len}"
         + (", placeholder drafts judged" if config.placeholder_drafts else "")
+        + ("" if config.spec_stats == "excluded" else f", spec stats {config.spec_stats}")
     )
 
 

@@ -238,6 +238,7 @@ def start_configs(bounds: VllmBounds, options: VllmJudging) -> list[VllmConfig]:
                 runner=runner,  # type: ignore[arg-type]
                 pp_size=pp_size,
                 placeholder_drafts=options.placeholder_drafts,
+                spec_stats=options.spec_stats,
             )
         )
     return configs
@@ -384,7 +385,10 @@ class VllmMoves:
     @staticmethod
     def search_options(requested: Mapping[str, Any], bounds: Any) -> VllmJudging:
         """See `kvcheck.core.family.Moves.search_options`."""
-        return VllmJudging(bool(requested.get("placeholder_drafts", False)))
+        return VllmJudging(
+            bool(requested.get("placeholder_drafts", False)),
+            requested.get("spec_stats", "excluded"),
+        )
 
     @staticmethod
     def not_run(bounds: Any, options: Any) -> tuple[tuple[dict[str, Any], str], ...]:
@@ -424,9 +428,12 @@ class VllmMoves:
     ) -> tuple[VllmJudging, dict[str, str]]:
         """See `kvcheck.core.family.Moves.search_judging`."""
         given: bool | None = args.placeholder_drafts
-        if given is not None:
-            return VllmJudging(given), {"placeholder_drafts": "given"}
+        stats = getattr(args, "spec_stats", None)
         options: VllmJudging = entry.options if entry is not None else VllmJudging()
+        if stats is not None:
+            options = attrs.evolve(options, spec_stats=stats)
+        if given is not None:
+            return attrs.evolve(options, placeholder_drafts=given), {"placeholder_drafts": "given"}
         why = "the corpus entry's" if options.placeholder_drafts else "default"
         return options, {"placeholder_drafts": why}
 

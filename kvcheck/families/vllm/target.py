@@ -92,11 +92,43 @@ class FrameOutput:
 
 
 @attrs.frozen
+class SpecStats:
+    """The speculative-decoding statistics one `update_from_output` recorded, as vLLM's
+    `SpecDecodingStats` keeps them (`v1/spec_decode/metrics.py`): one draft per counted frame of
+    a request, its draft tokens, the accepted ones, and per draft position how many drafts had
+    that position accepted."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, num_spec_tokens: int, observed: Sequence[tuple[int, int]]) -> SpecStats:
+        """The statistics of `observed` (drafts, accepted) per counted frame, `num_spec_tokens`
+        positions."""
+        per_pos = [0] * num_spec_tokens
+        for _, accepted in observed:
+            for position in range(min(max(accepted, 0), num_spec_tokens)):
+                per_pos[position] += 1
+        return cls(
+            num_drafts=len(observed),
+            num_draft_tokens=sum(drafts for drafts, _ in observed),
+            num_accepted_tokens=sum(accepted for _, accepted in observed),
+            num_accepted_tokens_per_pos=tuple(per_pos),
+        )
+
+
+@attrs.frozen
 class Delivered:
     """What `update_from_output` emitted: per request the new output tokens, and who finished."""
 
     new_token_ids: Mapping[str, tuple[int, ...]]
     finished: Mapping[str, str]  # request id -> finish reason ("length", "stop", "abort", ...)
+    # Added after the draft (docs/vllm.md "The seam"): the speculative statistics the step
+    # recorded; None where the scheduler recorded none (vLLM returns no `SpecDecodingStats`
+    # for a step that counted no draft).
+    spec_stats: SpecStats | None = None
 
 
 @attrs.frozen

@@ -29,6 +29,7 @@ from kvcheck.families.vllm.target import (
     RequestView,
     ScheduledRequest,
     SchedulerSettings,
+    SpecStats,
 )
 
 
@@ -42,6 +43,9 @@ class _EncoderCacheManager(fakes.Strict):
     """No request has encoder inputs: freeing one is a no-op."""
 
     _owner = "EncoderCacheManager"
+    # What `__init__` builds it with when no model input is multimodal (`mm_budget` None:
+    # `S:198-202` @0.16.0); `make_stats` reads it for the encoder cache usage (0.16-0.19).
+    cache_size = 0
 
     def free(self, request: Any) -> None:
         return None
@@ -168,7 +172,7 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
             kv_cache_metrics_sample=0.0,
             per_request_spec_decode_metrics="none",
         ),
-        "log_stats": False,
+        "log_stats": True,
         "model_uses_mrope": False,
         "structured_output_manager": _StructuredOutputManager(),
         "is_encoder_decoder": False,
@@ -322,6 +326,9 @@ _FAKE_CLASSES: Final = frozenset(
         "_EncoderCacheManager",
         "_StructuredOutputManager",
         "_EventPublisher",
+        "EngineCoreEvent",
+        "PrefixCacheStats",
+        "SpecDecodingStats",
     }
 )
 
@@ -470,12 +477,19 @@ class ReleaseScheduler:
         )
         new: dict[str, tuple[int, ...]] = {}
         finished: dict[str, str] = {}
+        spec_stats: SpecStats | None = None
         for outputs in produced.values():
-            for item in outputs.outputs:
+            # A step that emits nothing still returns its statistics, in an `EngineCoreOutputs`
+            # built with them alone (the fake's `outputs` then None, the release's `[]`).
+            for item in outputs.outputs or ():
                 new[item.request_id] = tuple(item.new_token_ids)
                 if item.finish_reason is not None:
                     finished[item.request_id] = str(item.finish_reason)
-        return Delivered(new_token_ids=new, finished=finished)
+            recorded = outputs.scheduler_stats
+            if recorded is not None and recorded.spec_decoding_stats is not None:
+                stats = recorded.spec_decoding_stats
+                spec_stats = SpecStats.of(stats.num_spec_tokens, stats.observed)
+        return Delivered(new_token_ids=new, finished=finished, spec_stats=spec_stats)
 
     def _sampled_row(self, tokens: Sequence[int]) -> Any:
         """A request's sampled tokens as the release's runner returns them: a list, or (0.11.x)

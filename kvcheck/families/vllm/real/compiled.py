@@ -150,7 +150,27 @@ EngineCoreOutputs = fakes.record_type(
         "start_wave",
     ),
 )
-SpecDecodingStats = fakes.record_type("SpecDecodingStats", ("num_spec_tokens",))
+# What `make_stats` returns when statistics are on (the union of every release's fields): the
+# adapter reads its `spec_decoding_stats` (the release's calls to `observe_draft`).
+SchedulerStats = fakes.record_type(
+    "SchedulerStats",
+    (
+        "num_running_reqs",
+        "num_waiting_reqs",
+        "num_skipped_waiting_reqs",
+        "num_kv_fetch_reqs_by_stage",
+        "kv_cache_usage",
+        "encoder_cache_usage",
+        "prefix_cache_stats",
+        "connector_prefix_cache_stats",
+        "kv_cache_eviction_events",
+        "spec_decoding_stats",
+        "kv_connector_stats",
+        "cudagraph_stats",
+        "perf_stats",
+        "ec_connector_stats",
+    ),
+)
 
 
 def _base_stand_ins() -> dict[tuple[str, str], object]:
@@ -162,7 +182,10 @@ def _base_stand_ins() -> dict[tuple[str, str], object]:
         ("vllm.v1.structured_output.request", "StructuredOutputRequest"): _NoStructuredOutput,
         ("vllm.v1.engine", "EngineCoreOutput"): EngineCoreOutput,
         ("vllm.v1.engine", "EngineCoreOutputs"): EngineCoreOutputs,
-        ("vllm.v1.spec_decode.metrics", "SpecDecodingStats"): SpecDecodingStats,
+        ("vllm.v1.spec_decode.metrics", "SpecDecodingStats"): fakes.SpecDecodingStats,
+        ("vllm.v1.metrics.stats", "SchedulerStats"): SchedulerStats,
+        ("vllm.v1.metrics.stats", "PrefixCacheStats"): fakes.PrefixCacheStats,
+        ("vllm.v1.engine", "EngineCoreEvent"): fakes.EngineCoreEvent,
         ("vllm.v1.metrics.stats", "PrefillStats"): fakes.PrefillStats,
         ("vllm.multimodal.utils", "strip_covered_mm_data"): _strip_covered_mm_data,
         ("vllm._bc_linter", "bc_linter_include"): _bc_linter_include,

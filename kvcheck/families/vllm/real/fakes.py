@@ -321,9 +321,9 @@ class BlockPool(Strict):
         """No tokens cached: prefix caching is off."""
         return 0  # prefix caching is off
 
-    def make_prefix_cache_stats(self) -> None:
-        """No prefix cache statistics (statistics are off)."""
-        return None
+    def make_prefix_cache_stats(self) -> PrefixCacheStats:
+        """Empty prefix cache statistics: prefix caching is off."""
+        return PrefixCacheStats()
 
     @property
     def usage(self) -> float:
@@ -419,3 +419,42 @@ class TokenBuffer(list[int]):
 def extend_from_slice(dst: list[int], src: Sequence[int], start: int, stop: int) -> None:
     """vLLM's `extend_from_slice` (0.34.0): append `src[start:stop]` to `dst`."""
     dst.extend(src[start:stop])
+
+
+class PrefixCacheStats(Strict):
+    """The prefix cache's statistics of a step: prefix caching is off, so there are none; the
+    scheduler only passes the record on into its `SchedulerStats`."""
+
+    _owner = "PrefixCacheStats"
+
+
+class EngineCoreEvent(Strict):
+    """A request's timestamped engine event (queued, scheduled, preempted): recorded by the
+    release's `Request.record_event` when statistics are on, never read by the accounting."""
+
+    _owner = "EngineCoreEvent"
+    _fields = frozenset({"type", "timestamp"})
+
+    @classmethod
+    def new_event(cls, event_type: Any, timestamp: float | None = None) -> EngineCoreEvent:
+        """The event, at time 0 when the code gives no time (kvcheck's runs have no clock)."""
+        return cls(type=event_type, timestamp=0.0 if timestamp is None else timestamp)
+
+
+class SpecDecodingStats(Strict):
+    """vLLM's per-step speculative statistics (`v1/spec_decode/metrics.py`), which the
+    scheduler builds with `new(k)` and feeds one `observe_draft` per counted frame of a request.
+    The fake records every call, in order: what the release's scheduler chose to count is what
+    kvcheck judges; the sums over the calls are kvcheck's (`SpecStats` in the seam)."""
+
+    _owner = "SpecDecodingStats"
+    _fields = frozenset({"num_spec_tokens", "observed"})
+
+    @classmethod
+    def new(cls, num_spec_tokens: int) -> SpecDecodingStats:
+        """Empty statistics for `num_spec_tokens` draft positions."""
+        return cls(num_spec_tokens=num_spec_tokens, observed=[])
+
+    def observe_draft(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
+        """Record one counted frame of one request: its drafts and how many were accepted."""
+        self.observed.append((num_draft_tokens, num_accepted_tokens))
