@@ -29,9 +29,11 @@ def _tree(version: str) -> Path:
 def _run(root: Path) -> tuple[list[int], list[str]]:
     path = release_allocation_factory(root)(Config(allocation="0.5.16", page_size=4, stride=3))
     reqs = [FakeReq("a", 5, 10), FakeReq("b", 3, 10)]
-    for req in reqs:
-        req.kv_committed_len = req.kv_allocated_len = len(req.origin_input_ids)
-        path.admit(req)
+    if not path.owns_admission_lengths:  # the engine's assignment before 0.5.19
+        for req in reqs:
+            req.kv_committed_len = req.kv_allocated_len = len(req.origin_input_ids)
+    path.admit(reqs)
+    assert [(r.kv_committed_len, r.kv_allocated_len) for r in reqs] == [(5, 5), (3, 3)]
     path.prepare_decode(reqs, 3)
     allocated = [req.kv_allocated_len for req in reqs]
     reqs[0].output_ids += [1, 2]

@@ -536,12 +536,15 @@ class Engine:
 
     def _prefill(self, batch: list[FakeReq]) -> _EngineLaunch:
         self.waiting = [req for req in self.waiting if req not in batch]
+        path = self.allocation
         for req in batch:
             req.is_retracted = False
-            req.kv_committed_len = len(req.origin_input_ids) + len(req.output_ids)
-            if self.allocation is not None:
-                req.kv_allocated_len = req.kv_committed_len
-                self.allocation.admit(req)
+            if path is None or not path.owns_admission_lengths:
+                req.kv_committed_len = len(req.origin_input_ids) + len(req.output_ids)
+                if path is not None:
+                    req.kv_allocated_len = req.kv_committed_len
+        if path is not None:
+            path.admit(batch)
         self.last_prefill = list(batch)
         self.launch_count += 1
         stride = self.scheduler.draft_worker.speculative_num_draft_tokens

@@ -13,11 +13,15 @@ release) and the 0.5.19+ layout (`ReqKvInfo` holding C, Al and the row; checked 
   `Req.effective_kv_committed_len` (0.5.16-0.5.18);
 - retraction: its `release_req` (release without caching, then the request's own
   `reset_for_retract`, which the engine then leaves the reset to: `resets_retracted`);
-- the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`.
+- the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`;
+- admission (0.5.19+): its `alloc_for_extend(batch)` (mem_cache/allocation.py), batch-level,
+  which takes the rows and token indices, writes them with `write_cache_indices` and assigns C
+  and Al itself (`owns_admission_lengths`); the extend batch it reads (prefix, extend and
+  sequence lengths) is kvcheck's `prepare_for_extend`, with no cached prefix.
 
-Admission stays kvcheck's (`alloc_for_extend` is the next slice): a row and token indices for
-`[0, C)`, bound through the fakes as SGLang's `write_cache_indices` would. The Triton kernels
-are `kvcheck.families.sglang.real.kernels`. An exception the release's code raises is a `pool`
+Before 0.5.19 admission stays kvcheck's: a row and token indices for `[0, C)`, bound through the
+fakes as SGLang's `write_cache_indices` would. The Triton kernels are
+`kvcheck.families.sglang.real.kernels`. An exception the release's code raises is a `pool`
 fault at that call (the target's doing); one raised in kvcheck's fakes is kvcheck's
 (`KvcheckInternalError`), and an unmodelled access is `UnsupportedTargetError`: never a verdict.
 docs/release-allocation.md says what each release needed and what the path found.
@@ -56,6 +60,7 @@ _BATCH: Final = "sglang.srt.managers.schedule_batch"
 _BASE_ALLOCATOR: Final = "sglang.srt.mem_cache.allocator.base"
 _PREFIX_CACHE: Final = "sglang.srt.mem_cache.base_prefix_cache"
 _CHUNK_CACHE: Final = "sglang.srt.mem_cache.chunk_cache"
+_ALLOCATION: Final = "sglang.srt.mem_cache.allocation"
 # The algorithms SGLang runs adaptive speculation for: any other falls back to static draft
 # counts at startup (0.5.16 and 0.5.23 speculative/adaptive_spec_params.py,
 # `adaptive_unsupported_reason`, lines 54 and 61). A scenario switching strides under another
@@ -66,7 +71,8 @@ _ROWS: Final = 8
 _WIDTH: Final = 4096
 
 _run: Final = TargetCalls(
-    outside_model=(UnmodeledAttributeError,), not_faults=(kernels.KernelOutOfBounds,)
+    outside_model=(UnmodeledAttributeError, kernels.KernelUnsupported),
+    not_faults=(kernels.KernelOutOfBounds,),
 ).run
 
 
@@ -104,6 +110,8 @@ class ReleaseFunctions:
         self.tree = TreeSource(root, "sglang", overrides=overrides)
         self._writes: list[Callable[[list[kernels.RowWrite]], None]] = []
         self.tree._overrides["assign_req_to_token_pool_func"] = self._assign
+        # The prefill's row write, launched `kernel[grid](...)` by `write_cache_indices`.
+        self.tree._overrides["write_req_to_token_pool_triton"] = _Launch(self._write_prefill)
         for module, name in ((_EAGLE, "eagle_prepare_for_decode"), (_COMMON, "release_kv_cache")):
             if not self.tree.has(module, name):
                 raise TargetLoadError(
@@ -114,6 +122,11 @@ class ReleaseFunctions:
         # with `mark_kv_released`; 0.5.16-0.5.18 keep C and the row on `Req`, Al in a
         # `ReqKvInfo(kv_allocated_len, swa_evicted_seqlen)` dropped at release (`req.kv = None`).
         self.kv_record = self.tree.has(_BATCH, "ReqKvInfo.mark_kv_released")
+        # Admission where the release assigns both C and Al (0.5.19+; 0.5.16-0.5.18's assigns
+        # Al only and leaves C to `prepare_for_extend`, which stays kvcheck's).
+        self.alloc_for_extend: Callable[..., Any] | None = None
+        if self.kv_record and self.tree.has(_ALLOCATION, "alloc_for_extend"):
+            self.alloc_for_extend = self.tree.function(_ALLOCATION, "alloc_for_extend")
         self.prepare_for_decode = self.tree.function(_EAGLE, "eagle_prepare_for_decode")
         self.release_kv_cache = self.tree.function(_COMMON, "release_kv_cache")
         # Whether the tree keeps what it can key: `is_insert` up to 0.5.21, `checkpoint` after.
@@ -212,6 +225,22 @@ class ReleaseFunctions:
         writes = kernels.assign_req_to_token_pool(*args)
         self._writes[-1](writes)
 
+    def _write_prefill(self, *args: Any) -> None:
+        """`write_req_to_token_pool_triton`: the kernel's CPU equivalent, then the binding."""
+        writes = kernels.write_req_to_token_pool(*args)
+        self._writes[-1](writes)
+
+
+class _Launch:
+    """A Triton kernel as its callers launch it (`kernel[grid](*args)`): `run` over the
+    arguments; the grid is the number of programs, which `run` reads off the arguments."""
+
+    def __init__(self, run: Callable[..., None]) -> None:
+        self._run = run
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return self._run
+
 
 class ReleaseAllocation:
     """The release's own allocation path for one scenario (module docstring)."""
@@ -241,6 +270,8 @@ class ReleaseAllocation:
         )
         # With the release's own `release_req`, its `reset_for_retract` resets the request.
         self.resets_retracted = functions.release_req is not None
+        # With the release's own `alloc_for_extend`, it assigns C and Al at admission.
+        self.owns_admission_lengths = functions.alloc_for_extend is not None
         self._kv_class = type("ReqKvInfo", (kv_view, functions.kv_members), {})
         self._batch_class = type("ScheduleBatch", (_BatchView, functions.batch_members), {})
 
@@ -253,7 +284,35 @@ class ReleaseAllocation:
             view = self._views[req.rid] = self._req_class(req, self._kv_class(req))
         return view
 
-    def admit(self, req: FakeReq) -> None:
+    def admit(self, reqs: list[FakeReq]) -> None:
+        """Admission of a prefill batch: the release's `alloc_for_extend` where it has one
+        (0.5.19+), else kvcheck's, request by request (`_admit_one`)."""
+        alloc_for_extend = self.functions.alloc_for_extend
+        if alloc_for_extend is None:
+            for req in reqs:
+                self._admit_one(req)
+            return
+        import torch
+
+        # kvcheck's `prepare_for_extend`: no cached prefix, so each request extends its whole
+        # fill (prompt and outputs so far, a retracted request's too).
+        fills = [len(req.origin_input_ids) + len(req.output_ids) for req in reqs]
+        seq_lens = torch.tensor(fills, dtype=torch.int64)
+        batch = self._batch_class()
+        batch._set(
+            reqs=[self.view(req) for req in reqs],
+            token_to_kv_pool_allocator=self.allocator,
+            tree_cache=self.tree_cache,
+            req_to_token_pool=self.rows,
+            prefix_lens=[0] * len(reqs),
+            extend_lens=list(fills),
+            extend_num_tokens=sum(fills),
+            seq_lens=seq_lens,
+            seq_lens_cpu=seq_lens.clone(),
+        )
+        self._call(alloc_for_extend, batch)
+
+    def _admit_one(self, req: FakeReq) -> None:
         """kvcheck's admission: a row and indices for `[0, C)`, bound as SGLang writes them."""
         view = self.view(req)
         if view.kv is None:  # 0.5.16-0.5.18 drop the record at release: a fresh one
@@ -448,7 +507,14 @@ class _ReqView(_Resettable):
 
     _owner = "req"
     _fields = frozenset(
-        {"kv", "decode_batch_idx", "lock", "skip_radix_cache_insert", "reasoning_tokens"}
+        {
+            "kv",
+            "decode_batch_idx",
+            "lock",
+            "skip_radix_cache_insert",
+            "reasoning_tokens",
+            "prefix_indices",
+        }
     )
     # Greedy sampling: what DFLASH's and UNO's launches read to size their tree.
     sampling_params = Bag("req.sampling_params", top_k=1)
@@ -460,6 +526,7 @@ class _ReqView(_Resettable):
         self.lock = None
         self.skip_radix_cache_insert = False
         self.reasoning_tokens = 0
+        self.prefix_indices = _no_prefix()
 
     rid = property(lambda self: self._req.rid)
     origin_input_ids = property(lambda self: self._req.origin_input_ids)
@@ -475,6 +542,9 @@ class _ReqView(_Resettable):
         lambda self, value: setattr(self._req, "is_retracted", value),
     )
     input_embeds = None  # token ids only: the reset keeps the outputs
+    # No cached prefix at admission (a disabled cache matches nothing): 0.5.22+ read its
+    # length, 0.5.19-0.5.21 its slots (`prefix_indices`, which their reset writes back empty).
+    prefix_len = 0
 
     def finished(self) -> bool:
         """Whether the scheduler is done with it."""
@@ -488,6 +558,12 @@ class _ReqView(_Resettable):
 
     def _set_row_index(self, row: int | None) -> None:
         self.kv.req_pool_idx = row
+
+
+def _no_prefix() -> Any:
+    import torch
+
+    return torch.empty((0,), dtype=torch.int64)
 
 
 class _AllocatedLenView(Strict):
@@ -580,6 +656,11 @@ class _BatchView(Strict):
             "seq_lens_cpu",
             "seq_lens_sum",
             "max_seq_len_host",
+            # What admission's `alloc_for_extend` reads (kvcheck's `prepare_for_extend`).
+            "prefix_lens",
+            "extend_lens",
+            "extend_num_tokens",
+            "seq_lens",
         }
     )
     device = "cpu"
@@ -594,6 +675,10 @@ class _BatchView(Strict):
 
     def maybe_evict_swa(self) -> None:
         """No sliding-window attention is modelled."""
+
+    def is_dllm(self) -> bool:
+        """No diffusion language model."""
+        return False
 
     def batch_size(self) -> int:
         """The requests in the batch."""
