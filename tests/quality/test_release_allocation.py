@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Scenario
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.fakes import FakeReq, FinishLength
 from kvcheck.families.sglang.real.path import release_allocation_factory
-from kvcheck.families.sglang.scenario import Config
+from kvcheck.families.sglang.scenario import Admit, Config, Step
+from kvcheck.targets.loading import load_target
 
 
 def _tree(version: str) -> Path:
@@ -109,3 +112,70 @@ def test_configs_no_release_runs_keep_kvcheck_model() -> None:
     assert isinstance(code(Config(algorithm="eagle3", **adaptive)), ReleaseAllocation)  # type: ignore[arg-type]
     assert type(code(Config(algorithm="dflash", **adaptive))) is RuleAllocation  # type: ignore[arg-type]
     assert isinstance(code(Config(algorithm="dflash", allocation="0.5.16")), ReleaseAllocation)
+
+
+# Memory pressure with two running requests that the release's order tells apart: equal outputs,
+# so 0.5.17+ keeps the shorter prompt and retracts r0 (the longest); from the back of the batch,
+# or with the sort reversed or its prompt key flipped, r1 goes instead.
+PRESSURE = (
+    Admit("r0", 50, 60),
+    Admit("r1", 30, 60),
+    Admit("r2", 40, 60),
+    Step(),
+    *(Step((3, 3, 3)),) * 14,
+)
+_ORDER_SORT = (
+    "        sorted_indices.sort(\n"
+    "            key=lambda i: length_key(reqs[i]),\n"
+    "            reverse=True,\n"
+    "        )\n"
+)
+
+
+def _pressure(root: Path) -> tuple[str | None, set[str]]:
+    config = Config(
+        convention="honest",
+        global_counters="sglang",
+        allocation="0.5.16",
+        pool_pages=128,
+        allocation_path="release",
+        stride=3,
+    )
+    result = run_scenario(Scenario(config, PRESSURE), load_target(str(root)), record=True)
+    retracted = {
+        r.rid for entry in result.trace for r in entry.expected.requests if r.phase == "retracted"
+    }
+    return (None if result.violation is None else result.violation.invariant), retracted
+
+
+def test_0_5_23_retracts_in_its_own_order() -> None:
+    assert _pressure(_tree("0.5.23") / "sglang") == (None, {"r0"})
+
+
+@pytest.mark.parametrize(
+    ("line", "mutated"),
+    [
+        (_ORDER_SORT, ""),  # from the back of the batch, as before 0.5.17
+        (_ORDER_SORT, _ORDER_SORT.replace("reverse=True", "reverse=False")),
+        (
+            "return (len(req.output_ids), -len(req.origin_input_ids))",
+            "return (len(req.output_ids), len(req.origin_input_ids))",
+        ),
+        (  # not an order of the batch: a `pool` fault of the release's code
+            _ORDER_SORT + "        return sorted_indices\n",
+            _ORDER_SORT + "        return sorted_indices[1:]\n",
+        ),
+    ],
+    ids=["unsorted", "reversed", "shortest-prompt-first", "drops-a-row"],
+)
+def test_a_wrong_retraction_order_in_the_tree_is_caught(
+    tmp_path: Path, line: str, mutated: str
+) -> None:
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.23"), copy)
+    target = copy / "sglang/srt/managers/schedule_batch.py"
+    text = target.read_text()
+    assert text.count(line) == 1
+    target.write_text(text.replace(line, mutated))
+    invariant, _ = _pressure(copy / "sglang")
+    assert invariant is not None

@@ -53,6 +53,10 @@ class AllocationPath(Protocol):
         """Retraction: release without caching; the engine then zeroes `C` and `Al` unless
         the path `resets_retracted`."""
 
+    def retraction_order(self, reqs: list[Any]) -> list[Any] | None:
+        """The decode batch `reqs` in the order SGLang keeps them under memory pressure (most
+        preferred first; retraction pops from the back), or None to leave it to the engine."""
+
 
 def decode_reserve(config: Config, stride: int) -> int:
     """R = 2A under `config`'s allocation rule: A is the launch's draft count (to 0.5.12) or the
@@ -148,6 +152,10 @@ class RuleAllocation:
         pool.free_row(req.rid)
         if self.config.allocation_rule.zero_on_release:
             req.kv_allocated_len = 0
+
+    def retraction_order(self, reqs: list[Any]) -> list[Any] | None:
+        """See `AllocationPath.retraction_order`: the engine's own."""
+        return None
 
     def retract(self, req: Any) -> None:
         """See `AllocationPath.retract`."""

@@ -509,7 +509,8 @@ class Engine:
     def _check_decode_mem(self) -> None:
         """SGLang's `check_decode_mem` / `retract_decode` before a decode launch: when the
         estimate does not fit, retract (fewest outputs first, then longest prompt, then latest
-        in the batch) until it does, keeping one request."""
+        in the batch, unless the allocation path brings the release's own order) until it
+        does, keeping one request."""
         assert self.allocation is not None
         path, stride = self.allocation, self.scheduler.draft_worker.speculative_num_draft_tokens
 
@@ -519,7 +520,7 @@ class Engine:
 
         if fits(self.running):
             return
-        order = sorted(
+        order = path.retraction_order(self.running) or sorted(
             self.running,
             key=lambda req: (len(req.output_ids), -len(req.origin_input_ids)),
             reverse=True,

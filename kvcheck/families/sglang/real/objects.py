@@ -474,6 +474,7 @@ class RuntimeSettings:
             strip_thinking_cache=False,
             disaggregation_mode="null",
             enable_dp_attention=False,
+            retraction_policy="length",
         )
 
     def accessors(self) -> dict[str, Any]:
@@ -485,7 +486,10 @@ class RuntimeSettings:
             "get_spec": self.spec,
             "get_global_server_args": self.server_args,
             "get_server_args": self.server_args,
-            "get_schedule": lambda: Bag("get_schedule()", page_size=self.page_size),
+            # `length` is the default retraction policy (0.5.17 server_args.py:863-876).
+            "get_schedule": lambda: Bag(
+                "get_schedule()", page_size=self.page_size, retraction_policy="length"
+            ),
             "get_parallel": lambda: Bag(
                 "get_parallel()", attn_dcp_size=1, attn_cp_size=1, dcp_enabled=False
             ),

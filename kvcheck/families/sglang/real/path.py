@@ -14,6 +14,8 @@ release) and the 0.5.19+ layout (`ReqKvInfo` holding C, Al and the row; checked 
 - retraction: its `release_req` (release without caching, then the request's own
   `reset_for_retract`, which the engine then leaves the reset to: `resets_retracted`);
 - the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`;
+- the retraction chooser (0.5.17+): its `ScheduleBatch._get_decode_retraction_order`, which
+  orders the decode batch for memory-pressure retraction (`retraction_order`);
 - admission (0.5.19+): its `alloc_for_extend(batch)` (mem_cache/allocation.py), batch-level,
   which takes the rows and token indices, writes them with `write_cache_indices` and assigns C
   and Al itself (`owns_admission_lengths`); the extend batch it reads (prefix, extend and
@@ -132,8 +134,19 @@ class ReleaseFunctions:
         # Whether the tree keeps what it can key: `is_insert` up to 0.5.21, `checkpoint` after.
         parameters = inspect.signature(self.release_kv_cache).parameters
         self.release_flag = "checkpoint" if "checkpoint" in parameters else "is_insert"
-        self.batch_members = self.tree.members(
-            _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2"]
+        # The retraction chooser where the release sorts a speculative batch (0.5.17+: its
+        # `_get_decode_retraction_order` takes no `allow_policy_sort`). 0.5.16's is told by its
+        # `retract_decode` not to sort with speculative decoding (schedule_batch.py:2603-2609)
+        # and retracts from the back of the batch, an order kvcheck's model does not have yet:
+        # there the engine keeps choosing (docs/release-allocation.md).
+        batch_names = ["_new_tokens_required_next_decode_spec_v2"]
+        if self.tree.has(_BATCH, "ScheduleBatch._get_decode_retraction_order"):
+            batch_names.append("_get_decode_retraction_order")
+        self.batch_members = self.tree.members(_BATCH, "ScheduleBatch", batch_names)
+        order_of = getattr(self.batch_members, "_get_decode_retraction_order", None)
+        self.sorts_retractions = (
+            order_of is not None
+            and "allow_policy_sort" not in inspect.signature(order_of).parameters
         )
         # Retraction: the module-level `release_req` (release, then the request's own
         # `reset_for_retract`; 0.5.16+ schedule_batch.py), where the release has both.
@@ -347,6 +360,35 @@ class ReleaseAllocation:
             batch._new_tokens_required_next_decode_spec_v2, batch.reqs, self.pool.page_size
         )
         return int(tokens or 0) // self.pool.page_size
+
+    def retraction_order(self, reqs: list[FakeReq]) -> list[FakeReq] | None:
+        """The decode batch `reqs` as the release's `_get_decode_retraction_order` orders it
+        (most preferred to keep first; memory-pressure retraction pops from the back), or None
+        where the engine chooses (`ReleaseFunctions.sorts_retractions`). An order that is not a
+        permutation of the batch is a `pool` fault of the release's code; the engine then
+        keeps its own."""
+        if not self.functions.sorts_retractions:
+            return None
+        views = [self.view(req) for req in reqs]
+        order_of = self.functions.batch_members._get_decode_retraction_order  # type: ignore[attr-defined]
+        parameters = inspect.signature(order_of).parameters
+        extra = [self.settings.server_args()] if "server_args" in parameters else []
+        indices = self._call(order_of, views, *extra)
+        if indices is None:  # it raised: a fault already recorded
+            return None
+        try:
+            order = [int(index) for index in indices]
+        except (TypeError, ValueError):
+            order = []
+        if sorted(order) != list(range(len(reqs))):
+            self.pool.fault(
+                "pool",
+                None,
+                f"SGLang's _get_decode_retraction_order returned {indices!r} for a batch of "
+                f"{len(reqs)}, not an order of its rows",
+            )
+            return None
+        return [reqs[index] for index in order]
 
     def admission_pages(self, req: FakeReq, stride: int) -> int:
         """kvcheck's own, by the config's rule (SGLang's `PrefillAdder` is not driven)."""
