@@ -11,7 +11,7 @@ import pytest
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
-from kvcheck.errors import KvcheckUsageError
+from kvcheck.errors import KvcheckUsageError, TargetLoadError
 from kvcheck.families.sglang.fakes import FakeReq, FinishLength
 from kvcheck.families.sglang.real.path import release_allocation_factory
 from kvcheck.families.sglang.scenario import Admit, Config, Step
@@ -179,3 +179,70 @@ def test_a_wrong_retraction_order_in_the_tree_is_caught(
     target.write_text(text.replace(line, mutated))
     invariant, _ = _pressure(copy / "sglang")
     assert invariant is not None
+
+
+# The flat layout of 0.5.11 (C, Al and the row on `Req`, the launch a draft-input method that
+# pre-claims C itself), judged with kvcheck's reference resolver (0.5.11's own fails on
+# `committed-finished-frozen`, a resolver bug) under 0.5.11's rule, 0.5.6.
+FLAT_BUGS = {
+    "tail-never-freed": (
+        "sglang/srt/mem_cache/common.py",
+        "        tree_cache.token_to_kv_pool_allocator.free(indices_to_free)\n",
+        "        pass\n",
+    ),
+    "no-preclaim": (
+        "sglang/srt/speculative/eagle_info_v2.py",
+        "            r.kv_committed_len += 1\n",
+        "",
+    ),
+    "allocation-base-committed": (
+        "sglang/srt/speculative/eagle_info_v2.py",
+        "            cur_kv_lens_cpu.append(r.kv_allocated_len)\n",
+        "            cur_kv_lens_cpu.append(r.kv_committed_len)\n",
+    ),
+}
+
+
+def _flat_verdict(root: Path) -> str | None:
+    import attrs
+
+    from kvcheck.search.check import check
+
+    reference = load_target("builtin:reference")
+    target = attrs.evolve(
+        reference,
+        allocation=release_allocation_factory(root),
+        shape=attrs.evolve(reference.shape, allocation_rules=("0.5.6",)),
+    )
+    verdict = check(
+        target,
+        seed=1,
+        max_examples=150,
+        measure_coverage=False,
+        convention="preclaim",
+        allocation_path="release",
+    )
+    return None if verdict.violation is None else verdict.violation.invariant
+
+
+def test_0_5_11_flat_layout_runs_its_own_code_and_passes() -> None:
+    code = release_allocation_factory(_tree("0.5.11"))
+    assert code.functions().flat
+    assert _flat_verdict(_tree("0.5.11")) is None
+
+
+@pytest.mark.parametrize("name", sorted(FLAT_BUGS))
+def test_0_5_11_single_line_bugs_are_caught(tmp_path: Path, name: str) -> None:
+    file, line, mutated = FLAT_BUGS[name]
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.11"), copy)
+    target = copy / file
+    text = target.read_text()
+    assert text.count(line) == 1
+    target.write_text(text.replace(line, mutated))
+    assert _flat_verdict(copy) is not None, name
+
+
+def test_0_5_12_to_0_5_14_keep_kvchecks_model() -> None:
+    with pytest.raises(TargetLoadError, match="clamps its sizing"):
+        release_allocation_factory(_tree("0.5.12"))

@@ -32,6 +32,9 @@ class AllocationPath(Protocol):
     # Whether `admit` assigns C and Al itself, as SGLang's `alloc_for_extend` does from 0.5.19:
     # the engine then leaves them to it; otherwise the engine assigns `C = Al = P + L` first.
     owns_admission_lengths: bool
+    # Whether `prepare_decode` pre-claims C itself (the launch of 0.5.11-0.5.14's flat layout):
+    # the engine then skips its own `C += 1` under the pre-claim convention.
+    owns_preclaim: bool
 
     def admit(self, reqs: list[Any]) -> None:
         """Prefill of the batch `reqs`: each one's row and pages for positions [0, P + L)."""
@@ -80,6 +83,7 @@ class RuleAllocation:
 
     resets_retracted = False
     owns_admission_lengths = False
+    owns_preclaim = False
 
     def __init__(self, config: Config, pool: KvPool | None = None) -> None:
         self.config = config

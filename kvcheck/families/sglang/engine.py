@@ -577,7 +577,7 @@ class Engine:
             handed_out = pool.handed_out
             self.allocation.prepare_decode(reqs, stride)  # sized before the pre-claim
             self.launch_pages = (estimate, pool.handed_out - handed_out)
-        if config.preclaims:
+        if config.preclaims and not (self.allocation and self.allocation.owns_preclaim):
             for req in reqs:
                 req.kv_committed_len += 1
         rows = range(len(reqs))
