@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.errors import KvcheckUsageError
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Scenario
+from kvcheck.errors import KvcheckUsageError, TargetLoadError
 from kvcheck.families.sglang.fakes import FakeReq, FinishLength
 from kvcheck.families.sglang.real.path import release_allocation_factory
-from kvcheck.families.sglang.scenario import Config
+from kvcheck.families.sglang.scenario import Admit, Config, Step
+from kvcheck.targets.loading import load_target
 
 
 def _tree(version: str) -> Path:
@@ -29,9 +32,11 @@ def _tree(version: str) -> Path:
 def _run(root: Path) -> tuple[list[int], list[str]]:
     path = release_allocation_factory(root)(Config(allocation="0.5.16", page_size=4, stride=3))
     reqs = [FakeReq("a", 5, 10), FakeReq("b", 3, 10)]
-    for req in reqs:
-        req.kv_committed_len = req.kv_allocated_len = len(req.origin_input_ids)
-        path.admit(req)
+    if not path.owns_admission_lengths:  # the engine's assignment before 0.5.19
+        for req in reqs:
+            req.kv_committed_len = req.kv_allocated_len = len(req.origin_input_ids)
+    path.admit(reqs)
+    assert [(r.kv_committed_len, r.kv_allocated_len) for r in reqs] == [(5, 5), (3, 3)]
     path.prepare_decode(reqs, 3)
     allocated = [req.kv_allocated_len for req in reqs]
     reqs[0].output_ids += [1, 2]
@@ -107,3 +112,137 @@ def test_configs_no_release_runs_keep_kvcheck_model() -> None:
     assert isinstance(code(Config(algorithm="eagle3", **adaptive)), ReleaseAllocation)  # type: ignore[arg-type]
     assert type(code(Config(algorithm="dflash", **adaptive))) is RuleAllocation  # type: ignore[arg-type]
     assert isinstance(code(Config(algorithm="dflash", allocation="0.5.16")), ReleaseAllocation)
+
+
+# Memory pressure with two running requests that the release's order tells apart: equal outputs,
+# so 0.5.17+ keeps the shorter prompt and retracts r0 (the longest); from the back of the batch,
+# or with the sort reversed or its prompt key flipped, r1 goes instead.
+PRESSURE = (
+    Admit("r0", 50, 60),
+    Admit("r1", 30, 60),
+    Admit("r2", 40, 60),
+    Step(),
+    *(Step((3, 3, 3)),) * 14,
+)
+_ORDER_SORT = (
+    "        sorted_indices.sort(\n"
+    "            key=lambda i: length_key(reqs[i]),\n"
+    "            reverse=True,\n"
+    "        )\n"
+)
+
+
+def _pressure(root: Path) -> tuple[str | None, set[str]]:
+    config = Config(
+        convention="honest",
+        global_counters="sglang",
+        allocation="0.5.16",
+        pool_pages=128,
+        allocation_path="release",
+        stride=3,
+    )
+    result = run_scenario(Scenario(config, PRESSURE), load_target(str(root)), record=True)
+    retracted = {
+        r.rid for entry in result.trace for r in entry.expected.requests if r.phase == "retracted"
+    }
+    return (None if result.violation is None else result.violation.invariant), retracted
+
+
+def test_0_5_23_retracts_in_its_own_order() -> None:
+    assert _pressure(_tree("0.5.23") / "sglang") == (None, {"r0"})
+
+
+@pytest.mark.parametrize(
+    ("line", "mutated"),
+    [
+        (_ORDER_SORT, ""),  # from the back of the batch, as before 0.5.17
+        (_ORDER_SORT, _ORDER_SORT.replace("reverse=True", "reverse=False")),
+        (
+            "return (len(req.output_ids), -len(req.origin_input_ids))",
+            "return (len(req.output_ids), len(req.origin_input_ids))",
+        ),
+        (  # not an order of the batch: a `pool` fault of the release's code
+            _ORDER_SORT + "        return sorted_indices\n",
+            _ORDER_SORT + "        return sorted_indices[1:]\n",
+        ),
+    ],
+    ids=["unsorted", "reversed", "shortest-prompt-first", "drops-a-row"],
+)
+def test_a_wrong_retraction_order_in_the_tree_is_caught(
+    tmp_path: Path, line: str, mutated: str
+) -> None:
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.23"), copy)
+    target = copy / "sglang/srt/managers/schedule_batch.py"
+    text = target.read_text()
+    assert text.count(line) == 1
+    target.write_text(text.replace(line, mutated))
+    invariant, _ = _pressure(copy / "sglang")
+    assert invariant is not None
+
+
+# The flat layout of 0.5.11 (C, Al and the row on `Req`, the launch a draft-input method that
+# pre-claims C itself), judged with kvcheck's reference resolver (0.5.11's own fails on
+# `committed-finished-frozen`, a resolver bug) under 0.5.11's rule, 0.5.6.
+FLAT_BUGS = {
+    "tail-never-freed": (
+        "sglang/srt/mem_cache/common.py",
+        "        tree_cache.token_to_kv_pool_allocator.free(indices_to_free)\n",
+        "        pass\n",
+    ),
+    "no-preclaim": (
+        "sglang/srt/speculative/eagle_info_v2.py",
+        "            r.kv_committed_len += 1\n",
+        "",
+    ),
+    "allocation-base-committed": (
+        "sglang/srt/speculative/eagle_info_v2.py",
+        "            cur_kv_lens_cpu.append(r.kv_allocated_len)\n",
+        "            cur_kv_lens_cpu.append(r.kv_committed_len)\n",
+    ),
+}
+
+
+def _flat_verdict(root: Path) -> str | None:
+    import attrs
+
+    from kvcheck.search.check import check
+
+    reference = load_target("builtin:reference")
+    target = attrs.evolve(
+        reference,
+        allocation=release_allocation_factory(root),
+        shape=attrs.evolve(reference.shape, allocation_rules=("0.5.6",)),
+    )
+    verdict = check(
+        target,
+        seed=1,
+        max_examples=150,
+        measure_coverage=False,
+        convention="preclaim",
+        allocation_path="release",
+    )
+    return None if verdict.violation is None else verdict.violation.invariant
+
+
+def test_0_5_11_flat_layout_runs_its_own_code_and_passes() -> None:
+    code = release_allocation_factory(_tree("0.5.11"))
+    assert code.functions().flat
+    assert _flat_verdict(_tree("0.5.11")) is None
+
+
+@pytest.mark.parametrize("name", sorted(FLAT_BUGS))
+def test_0_5_11_single_line_bugs_are_caught(tmp_path: Path, name: str) -> None:
+    file, line, mutated = FLAT_BUGS[name]
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.11"), copy)
+    target = copy / file
+    text = target.read_text()
+    assert text.count(line) == 1
+    target.write_text(text.replace(line, mutated))
+    assert _flat_verdict(copy) is not None, name
+
+
+def test_0_5_12_to_0_5_14_keep_kvchecks_model() -> None:
+    with pytest.raises(TargetLoadError, match="clamps its sizing"):
+        release_allocation_factory(_tree("0.5.12"))

@@ -102,6 +102,18 @@ BUGS_0_5_23 = [
         "        self.kv.kv_committed_len = 0\n",
         '        assert not self.kv.holds_kv, "expect it is already released"\n',
     ),
+    (  # admission (`alloc_for_extend`) never records the allocated length
+        "admission-allocated-not-recorded",
+        ALLOCATION,
+        "        req.kv.kv_allocated_len = seq_len\n",
+        "",
+    ),
+    (  # admission writes each row from the prefix lengths' offsets, not the extend lengths'
+        "admission-offsets-from-prefix-lengths",
+        ALLOCATION,
+        "    extend_lens_cpu = torch.tensor(\n        batch.extend_lens,",
+        "    extend_lens_cpu = torch.tensor(\n        batch.prefix_lens,",
+    ),
 ]
 
 # Rewrites with the same page fates: they must pass.
@@ -122,6 +134,12 @@ REWRITES_0_5_23 = [
         ALLOCATION,
         "req.kv.kv_allocated_len = max(req.kv.kv_allocated_len, nxt_kv_len)",
         "req.kv.kv_allocated_len = nxt_kv_len",
+    ),
+    (  # admission records its lengths in the other order: nothing reads them in between
+        "admission-lengths-swapped",
+        ALLOCATION,
+        "        req.kv.kv_allocated_len = seq_len\n        req.kv.kv_committed_len = seq_len\n",
+        "        req.kv.kv_committed_len = seq_len\n        req.kv.kv_allocated_len = seq_len\n",
     ),
     (
         "ceil-by-negation",

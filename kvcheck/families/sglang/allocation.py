@@ -29,9 +29,15 @@ class AllocationPath(Protocol):
     # `is_retracted`, the retraction count; Al = 0 is release's): the release's own code does,
     # and the engine then leaves it to it; kvcheck's path leaves the reset to the engine.
     resets_retracted: bool
+    # Whether `admit` assigns C and Al itself, as SGLang's `alloc_for_extend` does from 0.5.19:
+    # the engine then leaves them to it; otherwise the engine assigns `C = Al = P + L` first.
+    owns_admission_lengths: bool
+    # Whether `prepare_decode` pre-claims C itself (the launch of 0.5.11-0.5.14's flat layout):
+    # the engine then skips its own `C += 1` under the pre-claim convention.
+    owns_preclaim: bool
 
-    def admit(self, req: Any) -> None:
-        """Prefill: the row and pages for positions [0, C), with `Al = C` already assigned."""
+    def admit(self, reqs: list[Any]) -> None:
+        """Prefill of the batch `reqs`: each one's row and pages for positions [0, P + L)."""
 
     def prepare_decode(self, reqs: list[Any], stride: int) -> None:
         """A decode launch at `stride`: size and allocate every request's reserve, set `Al`
@@ -49,6 +55,10 @@ class AllocationPath(Protocol):
     def retract(self, req: Any) -> None:
         """Retraction: release without caching; the engine then zeroes `C` and `Al` unless
         the path `resets_retracted`."""
+
+    def retraction_order(self, reqs: list[Any]) -> list[Any] | None:
+        """The decode batch `reqs` in the order SGLang keeps them under memory pressure (most
+        preferred first; retraction pops from the back), or None to leave it to the engine."""
 
 
 def decode_reserve(config: Config, stride: int) -> int:
@@ -72,6 +82,8 @@ class RuleAllocation:
     """kvcheck's correct allocation path for `config.allocation` (module docstring)."""
 
     resets_retracted = False
+    owns_admission_lengths = False
+    owns_preclaim = False
 
     def __init__(self, config: Config, pool: KvPool | None = None) -> None:
         self.config = config
@@ -111,10 +123,11 @@ class RuleAllocation:
         """See `AllocationPath.admission_pages`."""
         return admission_pages(self.pool, req, self.reserve(stride))
 
-    def admit(self, req: Any) -> None:
+    def admit(self, reqs: list[Any]) -> None:
         """See `AllocationPath.admit`."""
-        self.pool.take_row(req.rid)
-        self.pool.extend(req.rid, 0, req.kv_allocated_len)
+        for req in reqs:
+            self.pool.take_row(req.rid)
+            self.pool.extend(req.rid, 0, req.kv_allocated_len)
 
     def prepare_decode(self, reqs: list[Any], stride: int) -> None:
         """See `AllocationPath.prepare_decode`."""
@@ -143,6 +156,10 @@ class RuleAllocation:
         pool.free_row(req.rid)
         if self.config.allocation_rule.zero_on_release:
             req.kv_allocated_len = 0
+
+    def retraction_order(self, reqs: list[Any]) -> list[Any] | None:
+        """See `AllocationPath.retraction_order`: the engine's own."""
+        return None
 
     def retract(self, req: Any) -> None:
         """See `AllocationPath.retract`."""

@@ -509,7 +509,8 @@ class Engine:
     def _check_decode_mem(self) -> None:
         """SGLang's `check_decode_mem` / `retract_decode` before a decode launch: when the
         estimate does not fit, retract (fewest outputs first, then longest prompt, then latest
-        in the batch) until it does, keeping one request."""
+        in the batch, unless the allocation path brings the release's own order) until it
+        does, keeping one request."""
         assert self.allocation is not None
         path, stride = self.allocation, self.scheduler.draft_worker.speculative_num_draft_tokens
 
@@ -519,7 +520,7 @@ class Engine:
 
         if fits(self.running):
             return
-        order = sorted(
+        order = path.retraction_order(self.running) or sorted(
             self.running,
             key=lambda req: (len(req.output_ids), -len(req.origin_input_ids)),
             reverse=True,
@@ -536,12 +537,15 @@ class Engine:
 
     def _prefill(self, batch: list[FakeReq]) -> _EngineLaunch:
         self.waiting = [req for req in self.waiting if req not in batch]
+        path = self.allocation
         for req in batch:
             req.is_retracted = False
-            req.kv_committed_len = len(req.origin_input_ids) + len(req.output_ids)
-            if self.allocation is not None:
-                req.kv_allocated_len = req.kv_committed_len
-                self.allocation.admit(req)
+            if path is None or not path.owns_admission_lengths:
+                req.kv_committed_len = len(req.origin_input_ids) + len(req.output_ids)
+                if path is not None:
+                    req.kv_allocated_len = req.kv_committed_len
+        if path is not None:
+            path.admit(batch)
         self.last_prefill = list(batch)
         self.launch_count += 1
         stride = self.scheduler.draft_worker.speculative_num_draft_tokens
@@ -573,7 +577,7 @@ class Engine:
             handed_out = pool.handed_out
             self.allocation.prepare_decode(reqs, stride)  # sized before the pre-claim
             self.launch_pages = (estimate, pool.handed_out - handed_out)
-        if config.preclaims:
+        if config.preclaims and not (self.allocation and self.allocation.owns_preclaim):
             for req in reqs:
                 req.kv_committed_len += 1
         rows = range(len(reqs))

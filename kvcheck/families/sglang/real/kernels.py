@@ -17,6 +17,12 @@ read from the release (docs/release-allocation.md gives file:line per release):
   kernels/ops/memory/common.py:91-163; before 0.5.16 in mem_cache/common.py), and the pure-torch
   `get_last_loc_torch` they agree with: per request the slot at position `prefix - 1` of its row,
   or -1 when `prefix <= 0`.
+- `write_req_to_token_pool`: the prefill's `write_req_to_token_pool_triton` (0.5.16+
+  kernels/ops/memory/common.py:9, launched by `write_cache_indices`, mem_cache/allocation.py:79
+  in 0.5.23). Program `i` copies `pre_len_i` slots of request `i`'s matched prefix to the start
+  of its row, then `seq_len_i - pre_len_i` slots of `out_cache_loc` from offset
+  `sum over j < i of extend_len_j` after them. The count is taken from the sequence lengths and
+  the offset from the extend lengths: the kernel never checks they agree.
 
 Both address `req_to_token` as the flat row-major memory the kernels see
 (`row * width + position`): a position at or past the row's width lands in the next row, as it
@@ -30,6 +36,12 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+
+
+class KernelUnsupported(NotImplementedError):
+    """A kernel equivalent asked for what kvcheck never sets up: a prefill that copies a matched
+    prefix through raw device pointers (kvcheck's caches share no prefix). kvcheck's gap, never
+    a verdict."""
 
 
 class KernelOutOfBounds(IndexError):
@@ -116,3 +128,54 @@ def last_loc(req_to_token: Any, req_pool_indices: Any, prefix_lens: Any) -> Any:
             )
         out[i] = flat[at]
     return out
+
+
+def write_req_to_token_pool(
+    req_to_token: Any,
+    req_pool_indices: Any,
+    prefix_pointers: Any,
+    pre_lens: Any,
+    seq_lens: Any,
+    extend_lens: Any,
+    out_cache_loc: Any,
+    stride: int,
+) -> list[RowWrite]:
+    """`write_req_to_token_pool_triton[(batch,)](req_to_token, req_pool_indices, prefix_pointers,
+    pre_lens, seq_lens, extend_lens, out_cache_loc, stride)` on CPU tensors, in place (module
+    docstring); one program per entry of `req_pool_indices`. Returns the writes made, in
+    program order. A prefix to copy (`pre_len > 0`) is `KernelUnsupported`: its slots sit behind
+    a raw pointer."""
+    del prefix_pointers  # only read for a prefix, which kvcheck never admits with
+    flat = req_to_token.view(-1)
+    source = out_cache_loc.reshape(-1)
+    rows = [int(value) for value in req_pool_indices.reshape(-1).tolist()]
+    prefixes = [int(value) for value in pre_lens.tolist()]
+    ends = [int(value) for value in seq_lens.tolist()]
+    extends = [int(value) for value in extend_lens.tolist()]
+    writes: list[RowWrite] = []
+    for program, row in enumerate(rows):
+        prefix, end = prefixes[program], ends[program]
+        if prefix > 0:
+            raise KernelUnsupported(
+                f"write_req_to_token_pool copies a {prefix}-slot prefix into row {row}: kvcheck "
+                "admits no request with a cached prefix"
+            )
+        length = end - prefix
+        if length <= 0:
+            continue
+        offset = sum(extends[:program])
+        if offset < 0 or offset + length > source.shape[0]:
+            raise KernelOutOfBounds(
+                f"write_req_to_token_pool reads out_cache_loc[{offset}:{offset + length}] of "
+                f"{source.shape[0]} slots for row {row}"
+            )
+        first = row * int(stride) + prefix
+        if first < 0 or first + length > flat.shape[0]:
+            raise KernelOutOfBounds(
+                f"write_req_to_token_pool writes positions [{prefix}, {end}) of row {row} "
+                f"outside req_to_token {tuple(req_to_token.shape)}"
+            )
+        values = source[offset : offset + length]
+        flat[first : first + length] = values.to(flat.dtype)
+        writes.append(RowWrite(row, prefix, tuple(int(v) for v in values.tolist())))
+    return writes

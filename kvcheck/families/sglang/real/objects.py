@@ -233,6 +233,22 @@ class ReqToTokenPool(Strict):
         self._pool.take_row(rid)
         return row
 
+    def alloc(self, reqs: Sequence[Any]) -> list[int]:
+        """SGLang's `req_to_token_pool.alloc(reqs)` (0.5.19+, what `alloc_for_extend`'s
+        `alloc_req_slots` calls): a request already holding a row keeps it, every other one
+        takes a free row into `req.kv.req_pool_idx`; the rows, in batch order."""
+        for req in reqs:
+            if not req.kv.holds_kv:
+                req.kv.req_pool_idx = self.take(req.rid)
+        return [req.kv.req_pool_idx for req in reqs]
+
+    def available_size(self) -> int:
+        """Free rows (the table grows when none is left, so never 0 for long)."""
+        return len(self.free_slots)
+
+    def alloc_aux_to_lengths(self, **lengths: Any) -> None:
+        """No auxiliary per-row cache on a full-attention pool."""
+
     def holder(self, row: int) -> str | None:
         """The request holding `row`, if any."""
         return self._holder.get(row)
@@ -342,6 +358,9 @@ class DisabledTreeCache(Strict):
     def claim_kv_row(self, req: Any) -> bool:
         """No streaming session keeps the row."""
         return False
+
+    def maybe_hand_to_session(self, req: Any) -> None:
+        """No streaming session takes the row at admission."""
 
     def checkpoint(self, req: Any, up_to: int) -> None:
         """A disabled cache keys nothing."""
@@ -455,6 +474,7 @@ class RuntimeSettings:
             strip_thinking_cache=False,
             disaggregation_mode="null",
             enable_dp_attention=False,
+            retraction_policy="length",
         )
 
     def accessors(self) -> dict[str, Any]:
@@ -466,8 +486,13 @@ class RuntimeSettings:
             "get_spec": self.spec,
             "get_global_server_args": self.server_args,
             "get_server_args": self.server_args,
-            "get_schedule": lambda: Bag("get_schedule()", page_size=self.page_size),
-            "get_parallel": lambda: Bag("get_parallel()", attn_dcp_size=1, attn_cp_size=1),
+            # `length` is the default retraction policy (0.5.17 server_args.py:863-876).
+            "get_schedule": lambda: Bag(
+                "get_schedule()", page_size=self.page_size, retraction_policy="length"
+            ),
+            "get_parallel": lambda: Bag(
+                "get_parallel()", attn_dcp_size=1, attn_cp_size=1, dcp_enabled=False
+            ),
             "get_exec": lambda: Bag(
                 "get_exec()",
                 kernel=Bag("get_exec().kernel", attention_backend="triton"),

@@ -2,7 +2,8 @@
 (issue 21) over the fakes of `kvcheck.families.sglang.real.objects`, on kvcheck's `KvPool`.
 
 It drives the 0.5.16-0.5.18 layout (C and the row on `Req`, Al in a `ReqKvInfo` dropped at
-release) and the 0.5.19+ layout (`ReqKvInfo` holding C, Al and the row; checked on 0.5.23):
+release), the 0.5.19+ layout (`ReqKvInfo` holding C, Al and the row; checked on 0.5.23) and the
+flat layout of 0.5.11 (`ReleaseFunctions._load_flat`):
 
 - a decode launch: the release's `eagle_prepare_for_decode(batch)` (speculative/eagle_utils.py)
   for EAGLE, EAGLE3 and n-gram, DFLASH's and UNO's own draft input's `prepare_for_decode` where
@@ -13,11 +14,17 @@ release) and the 0.5.19+ layout (`ReqKvInfo` holding C, Al and the row; checked 
   `Req.effective_kv_committed_len` (0.5.16-0.5.18);
 - retraction: its `release_req` (release without caching, then the request's own
   `reset_for_retract`, which the engine then leaves the reset to: `resets_retracted`);
-- the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`.
+- the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`;
+- the retraction chooser (0.5.17+): its `ScheduleBatch._get_decode_retraction_order`, which
+  orders the decode batch for memory-pressure retraction (`retraction_order`);
+- admission (0.5.19+): its `alloc_for_extend(batch)` (mem_cache/allocation.py), batch-level,
+  which takes the rows and token indices, writes them with `write_cache_indices` and assigns C
+  and Al itself (`owns_admission_lengths`); the extend batch it reads (prefix, extend and
+  sequence lengths) is kvcheck's `prepare_for_extend`, with no cached prefix.
 
-Admission stays kvcheck's (`alloc_for_extend` is the next slice): a row and token indices for
-`[0, C)`, bound through the fakes as SGLang's `write_cache_indices` would. The Triton kernels
-are `kvcheck.families.sglang.real.kernels`. An exception the release's code raises is a `pool`
+Before 0.5.19 admission stays kvcheck's: a row and token indices for `[0, C)`, bound through the
+fakes as SGLang's `write_cache_indices` would. The Triton kernels are
+`kvcheck.families.sglang.real.kernels`. An exception the release's code raises is a `pool`
 fault at that call (the target's doing); one raised in kvcheck's fakes is kvcheck's
 (`KvcheckInternalError`), and an unmodelled access is `UnsupportedTargetError`: never a verdict.
 docs/release-allocation.md says what each release needed and what the path found.
@@ -49,6 +56,7 @@ from kvcheck.families.sglang.scenario import Config
 from kvcheck.targets.source import TreeSource
 
 _EAGLE: Final = "sglang.srt.speculative.eagle_utils"
+_EAGLE_V2: Final = "sglang.srt.speculative.eagle_info_v2"
 _DFLASH: Final = "sglang.srt.speculative.dflash_info_v2"
 _UNO: Final = "sglang.srt.speculative.uno_info"
 _COMMON: Final = "sglang.srt.mem_cache.common"
@@ -56,6 +64,7 @@ _BATCH: Final = "sglang.srt.managers.schedule_batch"
 _BASE_ALLOCATOR: Final = "sglang.srt.mem_cache.allocator.base"
 _PREFIX_CACHE: Final = "sglang.srt.mem_cache.base_prefix_cache"
 _CHUNK_CACHE: Final = "sglang.srt.mem_cache.chunk_cache"
+_ALLOCATION: Final = "sglang.srt.mem_cache.allocation"
 # The algorithms SGLang runs adaptive speculation for: any other falls back to static draft
 # counts at startup (0.5.16 and 0.5.23 speculative/adaptive_spec_params.py,
 # `adaptive_unsupported_reason`, lines 54 and 61). A scenario switching strides under another
@@ -66,7 +75,8 @@ _ROWS: Final = 8
 _WIDTH: Final = 4096
 
 _run: Final = TargetCalls(
-    outside_model=(UnmodeledAttributeError,), not_faults=(kernels.KernelOutOfBounds,)
+    outside_model=(UnmodeledAttributeError, kernels.KernelUnsupported),
+    not_faults=(kernels.KernelOutOfBounds,),
 ).run
 
 
@@ -102,8 +112,19 @@ class ReleaseFunctions:
             HybridReqToTokenPool=type("HybridReqToTokenPool", (), {}),
         )
         self.tree = TreeSource(root, "sglang", overrides=overrides)
+        self.draft_mixin: type | None = None
         self._writes: list[Callable[[list[kernels.RowWrite]], None]] = []
         self.tree._overrides["assign_req_to_token_pool_func"] = self._assign
+        # The prefill's row write, launched `kernel[grid](...)` by `write_cache_indices`.
+        self.tree._overrides["write_req_to_token_pool_triton"] = _Launch(self._write_prefill)
+        # The flat layout of 0.5.11-0.5.14 (checked on 0.5.11): C, Al and the row on `Req`,
+        # the decode launch a method of the EAGLE v2 draft input.
+        self.flat = not self.tree.has(_EAGLE, "eagle_prepare_for_decode") and self.tree.has(
+            _EAGLE_V2, "EagleDraftInputV2Mixin.prepare_for_decode"
+        )
+        if self.flat:
+            self._load_flat()
+            return
         for module, name in ((_EAGLE, "eagle_prepare_for_decode"), (_COMMON, "release_kv_cache")):
             if not self.tree.has(module, name):
                 raise TargetLoadError(
@@ -114,13 +135,31 @@ class ReleaseFunctions:
         # with `mark_kv_released`; 0.5.16-0.5.18 keep C and the row on `Req`, Al in a
         # `ReqKvInfo(kv_allocated_len, swa_evicted_seqlen)` dropped at release (`req.kv = None`).
         self.kv_record = self.tree.has(_BATCH, "ReqKvInfo.mark_kv_released")
-        self.prepare_for_decode = self.tree.function(_EAGLE, "eagle_prepare_for_decode")
+        # Admission where the release assigns both C and Al (0.5.19+; 0.5.16-0.5.18's assigns
+        # Al only and leaves C to `prepare_for_extend`, which stays kvcheck's).
+        self.alloc_for_extend: Callable[..., Any] | None = None
+        if self.kv_record and self.tree.has(_ALLOCATION, "alloc_for_extend"):
+            self.alloc_for_extend = self.tree.function(_ALLOCATION, "alloc_for_extend")
+        self.prepare_for_decode: Callable[..., Any] | None = self.tree.function(
+            _EAGLE, "eagle_prepare_for_decode"
+        )
         self.release_kv_cache = self.tree.function(_COMMON, "release_kv_cache")
         # Whether the tree keeps what it can key: `is_insert` up to 0.5.21, `checkpoint` after.
         parameters = inspect.signature(self.release_kv_cache).parameters
         self.release_flag = "checkpoint" if "checkpoint" in parameters else "is_insert"
-        self.batch_members = self.tree.members(
-            _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2"]
+        # The retraction chooser where the release sorts a speculative batch (0.5.17+: its
+        # `_get_decode_retraction_order` takes no `allow_policy_sort`). 0.5.16's is told by its
+        # `retract_decode` not to sort with speculative decoding (schedule_batch.py:2603-2609)
+        # and retracts from the back of the batch, an order kvcheck's model does not have yet:
+        # there the engine keeps choosing (docs/release-allocation.md).
+        batch_names = ["_new_tokens_required_next_decode_spec_v2"]
+        if self.tree.has(_BATCH, "ScheduleBatch._get_decode_retraction_order"):
+            batch_names.append("_get_decode_retraction_order")
+        self.batch_members = self.tree.members(_BATCH, "ScheduleBatch", batch_names)
+        order_of = getattr(self.batch_members, "_get_decode_retraction_order", None)
+        self.sorts_retractions = (
+            order_of is not None
+            and "allow_policy_sort" not in inspect.signature(order_of).parameters
         )
         # Retraction: the module-level `release_req` (release, then the request's own
         # `reset_for_retract`; 0.5.16+ schedule_batch.py), where the release has both.
@@ -200,6 +239,40 @@ class ReleaseFunctions:
             if self.tree.has(module, f"{class_name}.prepare_for_decode"):
                 self.draft_inputs[algorithm] = self.tree.members(module, class_name, names)
 
+    def _load_flat(self) -> None:
+        """The functions of the flat layout (0.5.11 checked): the launch is
+        `EagleDraftInputV2Mixin.prepare_for_decode` (speculative/eagle_info_v2.py:89), which
+        sizes `Al += C + 2A - Al` with no clamp (:125-129) and pre-claims C itself (:132);
+        release is `release_kv_cache` (mem_cache/common.py:566) through the chunk cache's
+        `cache_finished_req` and `Req.pop_committed_kv_cache` / `pop_overallocated_kv_cache`
+        (their freed flags), with Al kept; retraction is `ScheduleBatch.release_req`, a
+        method, ending in `Req.reset_for_retract`."""
+        tree = self.tree
+        if _launch_clamps(tree.file_of(_EAGLE_V2)):
+            raise TargetLoadError(
+                f"{tree.file_of(_EAGLE_V2)}'s decode launch clamps its sizing (0.5.12-0.5.14): "
+                "kvcheck drives the flat layout without the clamp (0.5.11) only so far"
+            )
+        self.kv_record = False
+        self.alloc_for_extend = None
+        self.prepare_for_decode = None
+        self.draft_mixin = tree.members(_EAGLE_V2, "EagleDraftInputV2Mixin", ["prepare_for_decode"])
+        self.release_kv_cache = tree.function(_COMMON, "release_kv_cache")
+        self.release_flag = "is_insert"
+        self.batch_members = tree.members(
+            _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2", "release_req"]
+        )
+        self.sorts_retractions = False  # from the back of a speculative batch (0.5.6-0.5.16)
+        self.release_req = None
+        self.reset_members = tree.members(_BATCH, "Req", ["reset_for_retract"])
+        self.req_members = tree.members(
+            _BATCH, "Req", ["pop_committed_kv_cache", "pop_overallocated_kv_cache"]
+        )
+        self.kv_members = type("ReqKvInfo", (), {})
+        self.allocator_members = type("BaseTokenToKVPoolAllocator", (), {})
+        self.cache_members = (tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),)
+        self.draft_inputs = {}
+
     def _present(self, module: str, class_name: str, names: list[str]) -> type:
         """The members of `class_name` among `names` that this release's file defines."""
         present = [name for name in names if self.tree.has(module, f"{class_name}.{name}")]
@@ -211,6 +284,40 @@ class ReleaseFunctions:
         """`assign_req_to_token_pool_func`: the kernel's CPU equivalent, then the binding."""
         writes = kernels.assign_req_to_token_pool(*args)
         self._writes[-1](writes)
+
+    def _write_prefill(self, *args: Any) -> None:
+        """`write_req_to_token_pool_triton`: the kernel's CPU equivalent, then the binding."""
+        writes = kernels.write_req_to_token_pool(*args)
+        self._writes[-1](writes)
+
+
+def _launch_clamps(file: Path) -> bool:
+    """Whether the flat layout's decode launch (`EagleDraftInputV2Mixin.prepare_for_decode`
+    in `file`) calls `max`, i.e. clamps its sizing as 0.5.12-0.5.14 do (0.5.11 does not)."""
+    import ast
+
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "EagleDraftInputV2Mixin":
+            for member in node.body:
+                if isinstance(member, ast.FunctionDef) and member.name == "prepare_for_decode":
+                    return any(
+                        isinstance(call, ast.Call)
+                        and isinstance(call.func, ast.Name)
+                        and call.func.id == "max"
+                        for call in ast.walk(member)
+                    )
+    return False
+
+
+class _Launch:
+    """A Triton kernel as its callers launch it (`kernel[grid](*args)`): `run` over the
+    arguments; the grid is the number of programs, which `run` reads off the arguments."""
+
+    def __init__(self, run: Callable[..., None]) -> None:
+        self._run = run
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return self._run
 
 
 class ReleaseAllocation:
@@ -233,14 +340,22 @@ class ReleaseAllocation:
         self.rows = ReqToTokenPool(self.pool, self.allocator, _ROWS, _WIDTH)
         self.tree_cache = cache_class(self.allocator, self.rows)
         self._views: dict[str, Any] = {}
+        req_view: type
+        kv_view: type
         req_view, kv_view = (
             (_ReqView, _KvView) if functions.kv_record else (_ReqFieldsView, _AllocatedLenView)
         )
+        if functions.flat:
+            req_view = _FlatReqView
         self._req_class = type(
             "Req", (req_view, functions.req_members, functions.reset_members), {}
         )
         # With the release's own `release_req`, its `reset_for_retract` resets the request.
-        self.resets_retracted = functions.release_req is not None
+        self.resets_retracted = functions.release_req is not None or functions.flat
+        # The flat layout's launch pre-claims C itself (0.5.11 eagle_info_v2.py:132).
+        self.owns_preclaim = functions.flat
+        # With the release's own `alloc_for_extend`, it assigns C and Al at admission.
+        self.owns_admission_lengths = functions.alloc_for_extend is not None
         self._kv_class = type("ReqKvInfo", (kv_view, functions.kv_members), {})
         self._batch_class = type("ScheduleBatch", (_BatchView, functions.batch_members), {})
 
@@ -253,10 +368,38 @@ class ReleaseAllocation:
             view = self._views[req.rid] = self._req_class(req, self._kv_class(req))
         return view
 
-    def admit(self, req: FakeReq) -> None:
+    def admit(self, reqs: list[FakeReq]) -> None:
+        """Admission of a prefill batch: the release's `alloc_for_extend` where it has one
+        (0.5.19+), else kvcheck's, request by request (`_admit_one`)."""
+        alloc_for_extend = self.functions.alloc_for_extend
+        if alloc_for_extend is None:
+            for req in reqs:
+                self._admit_one(req)
+            return
+        import torch
+
+        # kvcheck's `prepare_for_extend`: no cached prefix, so each request extends its whole
+        # fill (prompt and outputs so far, a retracted request's too).
+        fills = [len(req.origin_input_ids) + len(req.output_ids) for req in reqs]
+        seq_lens = torch.tensor(fills, dtype=torch.int64)
+        batch = self._batch_class()
+        batch._set(
+            reqs=[self.view(req) for req in reqs],
+            token_to_kv_pool_allocator=self.allocator,
+            tree_cache=self.tree_cache,
+            req_to_token_pool=self.rows,
+            prefix_lens=[0] * len(reqs),
+            extend_lens=list(fills),
+            extend_num_tokens=sum(fills),
+            seq_lens=seq_lens,
+            seq_lens_cpu=seq_lens.clone(),
+        )
+        self._call(alloc_for_extend, batch)
+
+    def _admit_one(self, req: FakeReq) -> None:
         """kvcheck's admission: a row and indices for `[0, C)`, bound as SGLang writes them."""
         view = self.view(req)
-        if view.kv is None:  # 0.5.16-0.5.18 drop the record at release: a fresh one
+        if not self.functions.flat and view.kv is None:  # 0.5.16-0.5.18 drop it at release
             view.kv = self._kv_class(req)
         row = self.rows.take(req.rid)
         view._set_row_index(row)
@@ -273,8 +416,13 @@ class ReleaseAllocation:
         `eagle_prepare_for_decode` (EAGLE, EAGLE3, n-gram), as SGLang's dispatcher routes."""
         self.pool.check_launch([req.rid for req in reqs])
         batch = self._batch(reqs, stride)
+        if self.functions.draft_mixin is not None:
+            draft = type("DraftInput", (_EagleV2Input, self.functions.draft_mixin), {})()
+            self._call(draft.prepare_for_decode, batch)
+            return
         draft_input = self.functions.draft_inputs.get(self.config.algorithm)
         if draft_input is None:
+            assert self.functions.prepare_for_decode is not None
             self._call(self.functions.prepare_for_decode, batch)
             return
         fake = _DRAFT_INPUT_FAKES[self.config.algorithm]
@@ -288,6 +436,35 @@ class ReleaseAllocation:
             batch._new_tokens_required_next_decode_spec_v2, batch.reqs, self.pool.page_size
         )
         return int(tokens or 0) // self.pool.page_size
+
+    def retraction_order(self, reqs: list[FakeReq]) -> list[FakeReq] | None:
+        """The decode batch `reqs` as the release's `_get_decode_retraction_order` orders it
+        (most preferred to keep first; memory-pressure retraction pops from the back), or None
+        where the engine chooses (`ReleaseFunctions.sorts_retractions`). An order that is not a
+        permutation of the batch is a `pool` fault of the release's code; the engine then
+        keeps its own."""
+        if not self.functions.sorts_retractions:
+            return None
+        views = [self.view(req) for req in reqs]
+        order_of = self.functions.batch_members._get_decode_retraction_order  # type: ignore[attr-defined]
+        parameters = inspect.signature(order_of).parameters
+        extra = [self.settings.server_args()] if "server_args" in parameters else []
+        indices = self._call(order_of, views, *extra)
+        if indices is None:  # it raised: a fault already recorded
+            return None
+        try:
+            order = [int(index) for index in indices]
+        except (TypeError, ValueError):
+            order = []
+        if sorted(order) != list(range(len(reqs))):
+            self.pool.fault(
+                "pool",
+                None,
+                f"SGLang's _get_decode_retraction_order returned {indices!r} for a batch of "
+                f"{len(reqs)}, not an order of its rows",
+            )
+            return None
+        return [reqs[index] for index in order]
 
     def admission_pages(self, req: FakeReq, stride: int) -> int:
         """kvcheck's own, by the config's rule (SGLang's `PrefillAdder` is not driven)."""
@@ -310,6 +487,10 @@ class ReleaseAllocation:
         (the engine then resets the request)."""
         self.pool.reading.discard(req.rid)
         release_req = self.functions.release_req
+        if self.functions.flat:
+            batch = self._batch([req], self.settings.draft_tokens)
+            self._retracting(req, batch.release_req, 0, 0, self.settings.server_args())
+            return
         if release_req is None:
             self._release(req, checkpoint=False)
             return
@@ -325,12 +506,20 @@ class ReleaseAllocation:
         }
         parameters = inspect.signature(release_req).parameters
         arguments = {name: value for name, value in given.items() if name in parameters}
-        records = [record for record in (view, view.kv) if record is not None]
-        self.allocator._acting = req.rid
+        self._retracting(req, release_req, **arguments)
+
+    def _retracting(
+        self, retracted: FakeReq, call: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> None:
+        """`call` as the retraction of `retracted`: its frees on its behalf, and what its reset
+        writes that kvcheck does not model kept aside (`_Resettable`)."""
+        view = self.view(retracted)
+        records = [view] if self.functions.flat else [r for r in (view, view.kv) if r is not None]
+        self.allocator._acting = retracted.rid
         for record in records:
             record._retracting = True
         try:
-            self._call(release_req, **arguments)
+            self._call(call, *args, **kwargs)
         finally:
             self.allocator._acting = None
             for record in records:
@@ -363,6 +552,7 @@ class ReleaseAllocation:
             tree_cache=self.tree_cache,
             req_to_token_pool=self.rows,
             req_pool_indices=torch.tensor([v._row_index() or 0 for v in views], dtype=torch.int64),
+            seq_lens=torch.tensor([r.kv_committed_len for r in reqs], dtype=torch.int64),
             seq_lens_cpu=torch.tensor([r.kv_committed_len for r in reqs], dtype=torch.int64),
         )
         return batch
@@ -448,7 +638,14 @@ class _ReqView(_Resettable):
 
     _owner = "req"
     _fields = frozenset(
-        {"kv", "decode_batch_idx", "lock", "skip_radix_cache_insert", "reasoning_tokens"}
+        {
+            "kv",
+            "decode_batch_idx",
+            "lock",
+            "skip_radix_cache_insert",
+            "reasoning_tokens",
+            "prefix_indices",
+        }
     )
     # Greedy sampling: what DFLASH's and UNO's launches read to size their tree.
     sampling_params = Bag("req.sampling_params", top_k=1)
@@ -460,6 +657,7 @@ class _ReqView(_Resettable):
         self.lock = None
         self.skip_radix_cache_insert = False
         self.reasoning_tokens = 0
+        self.prefix_indices = _no_prefix()
 
     rid = property(lambda self: self._req.rid)
     origin_input_ids = property(lambda self: self._req.origin_input_ids)
@@ -475,6 +673,9 @@ class _ReqView(_Resettable):
         lambda self, value: setattr(self._req, "is_retracted", value),
     )
     input_embeds = None  # token ids only: the reset keeps the outputs
+    # No cached prefix at admission (a disabled cache matches nothing): 0.5.22+ read its
+    # length, 0.5.19-0.5.21 its slots (`prefix_indices`, which their reset writes back empty).
+    prefix_len = 0
 
     def finished(self) -> bool:
         """Whether the scheduler is done with it."""
@@ -488,6 +689,12 @@ class _ReqView(_Resettable):
 
     def _set_row_index(self, row: int | None) -> None:
         self.kv.req_pool_idx = row
+
+
+def _no_prefix() -> Any:
+    import torch
+
+    return torch.empty((0,), dtype=torch.int64)
 
 
 class _AllocatedLenView(Strict):
@@ -566,6 +773,59 @@ class _ReqFieldsView(_Resettable):
         self.req_pool_idx = row
 
 
+class _FlatReqView(_Resettable):
+    """A request of the flat layout (0.5.11-0.5.14): C, Al, the row and the freed flags
+    `pop_committed_kv_cache` / `pop_overallocated_kv_cache` set, all on `Req`."""
+
+    _owner = "req"
+    _fields = frozenset(
+        {
+            "req_pool_idx",
+            "kv_committed_freed",
+            "kv_overallocated_freed",
+            "decode_batch_idx",
+            "reasoning_tokens",
+            "prefix_indices",
+        }
+    )
+
+    def __init__(self, req: FakeReq, kv: Any = None) -> None:
+        self._req = req
+        self.req_pool_idx: int | None = None
+        self.kv_committed_freed = False
+        self.kv_overallocated_freed = False
+        self.decode_batch_idx = 0
+        self.reasoning_tokens = 0
+        self.prefix_indices = _no_prefix()
+
+    kv_committed_len = _ReqFieldsView.kv_committed_len
+    kv_allocated_len = property(
+        lambda self: self._req._allocated,
+        lambda self, value: setattr(self._req, "_allocated", value),
+    )
+    rid = _ReqView.rid
+    retraction_count = _ReqView.retraction_count
+    is_retracted = _ReqView.is_retracted
+    input_embeds = _ReqView.input_embeds
+    origin_input_ids = _ReqView.origin_input_ids
+    output_ids = _ReqView.output_ids
+    finished_len = _ReqView.finished_len
+    finished = _ReqView.finished
+
+    def _row_index(self) -> int | None:
+        return self.req_pool_idx
+
+    def _set_row_index(self, row: int | None) -> None:
+        self.req_pool_idx = row
+
+
+class _EagleV2Input(Strict):
+    """The EAGLE v2 draft input whose `prepare_for_decode` is the flat layout's launch; the
+    launch reads nothing of its own."""
+
+    _owner = "batch.spec_info"
+
+
 class _BatchView(Strict):
     """The `ScheduleBatch` a decode launch and the memory check run on."""
 
@@ -580,6 +840,11 @@ class _BatchView(Strict):
             "seq_lens_cpu",
             "seq_lens_sum",
             "max_seq_len_host",
+            # What admission's `alloc_for_extend` reads (kvcheck's `prepare_for_extend`).
+            "prefix_lens",
+            "extend_lens",
+            "extend_num_tokens",
+            "seq_lens",
         }
     )
     device = "cpu"
@@ -594,6 +859,13 @@ class _BatchView(Strict):
 
     def maybe_evict_swa(self) -> None:
         """No sliding-window attention is modelled."""
+
+    def maybe_wait_verify_done(self) -> None:
+        """No verify runs on another stream: the last one is done."""
+
+    def is_dllm(self) -> bool:
+        """No diffusion language model."""
+        return False
 
     def batch_size(self) -> int:
         """The requests in the batch."""

@@ -7,9 +7,11 @@ import torch
 
 from kvcheck.families.sglang.real.kernels import (
     KernelOutOfBounds,
+    KernelUnsupported,
     RowWrite,
     assign_req_to_token_pool,
     last_loc,
+    write_req_to_token_pool,
 )
 
 
@@ -97,3 +99,56 @@ def test_last_loc_outside_the_tensor_is_out_of_bounds() -> None:
     table = torch.zeros((1, 4), dtype=torch.int32)
     with pytest.raises(KernelOutOfBounds):
         last_loc(table, _tensor([0]), _tensor([9]))
+
+
+def _prefill(
+    table: torch.Tensor, rows: list[int], seqs: list[int], extends: list[int], out: list[int]
+) -> list[RowWrite]:
+    zeros = _tensor([0] * len(rows))
+    return write_req_to_token_pool(
+        table,
+        _tensor(rows),
+        zeros,
+        zeros,
+        _tensor(seqs),
+        _tensor(extends),
+        _tensor(out),
+        table.shape[1],
+    )
+
+
+def test_prefill_write_fills_each_row_from_the_extend_lengths_before_it() -> None:
+    table = torch.zeros((3, 6), dtype=torch.int32)
+    writes = _prefill(table, [2, 1], [2, 3], [2, 3], [11, 12, 13, 14, 15])
+    assert table[2].tolist() == [11, 12, 0, 0, 0, 0]
+    assert table[1].tolist() == [13, 14, 15, 0, 0, 0]
+    assert writes == [RowWrite(2, 0, (11, 12)), RowWrite(1, 0, (13, 14, 15))]
+
+
+def test_prefill_write_counts_from_seq_lens_and_offsets_from_extend_lens() -> None:
+    # An extend length short by one moves the next row back onto the first row's last slot.
+    table = torch.zeros((2, 4), dtype=torch.int32)
+    _prefill(table, [0, 1], [2, 2], [1, 2], [5, 6, 7, 8])
+    assert table[0, :2].tolist() == [5, 6]
+    assert table[1, :2].tolist() == [6, 7]
+
+
+def test_prefill_write_past_out_cache_loc_is_out_of_bounds() -> None:
+    table = torch.zeros((2, 8), dtype=torch.int32)
+    with pytest.raises(KernelOutOfBounds, match="out_cache_loc"):
+        _prefill(table, [0], [4], [4], [1, 2, 3])
+
+
+def test_prefill_write_of_a_prefix_is_kvchecks_gap() -> None:
+    table = torch.zeros((2, 8), dtype=torch.int32)
+    with pytest.raises(KernelUnsupported, match="prefix"):
+        write_req_to_token_pool(
+            table,
+            _tensor([0]),
+            _tensor([0]),
+            _tensor([2]),
+            _tensor([4]),
+            _tensor([2]),
+            _tensor([1, 2]),
+            8,
+        )

@@ -18,12 +18,17 @@ from kvcheck.families.sglang.real.objects import (
 
 
 class _Kv:
-    def __init__(self, row: int) -> None:
+    def __init__(self, row: int | None) -> None:
         self.req_pool_idx: int | None = row
+
+    @property
+    def holds_kv(self) -> bool:
+        return self.req_pool_idx is not None
 
 
 class _Req:
-    def __init__(self, row: int) -> None:
+    def __init__(self, row: int | None, rid: str = "a") -> None:
+        self.rid = rid
         self.kv = _Kv(row)
 
     def _row_index(self) -> int | None:
@@ -161,3 +166,14 @@ def test_runtime_settings_follow_the_stride_and_keep_the_maximum() -> None:
     assert accessors["ceil_align"](5, 4) == 8
     with pytest.raises(UnmodeledAttributeError):
         _ = accessors["get_spec"]().speculative_token_map
+
+
+def test_row_alloc_keeps_a_held_row_and_gives_the_others_free_rows() -> None:
+    pool, _, table = _setup(1)
+    held = table.take("a")
+    reqs = [_Req(None, "b"), _Req(held, "a"), _Req(None, "c")]
+    rows = table.alloc(reqs)
+    assert rows[1] == held and len(set(rows)) == 3
+    assert [req.kv.req_pool_idx for req in reqs] == rows
+    assert {table.holder(row) for row in rows} == {"a", "b", "c"}
+    assert set(pool.rows) == {"a", "b", "c"}
