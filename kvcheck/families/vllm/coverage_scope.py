@@ -198,6 +198,8 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "if req.status == RequestStatus.WAITING_FOR_REMOTE_KVS:": _KV_CONNECTOR,
     "elif request.status == RequestStatus.WAITING_FOR_STREAMING_REQ:": _STREAMING,
     "if isinstance(struct_output_req.grammar, Exception):": _STRUCTURED,
+    # Drafts a grammar invalidated are subtracted from a frame's count (make_spec_decoding_stats).
+    "if num_invalid_spec_tokens:": _STRUCTURED,
     "if request_id not in self.finished_recving_kv_req_ids:": _KV_CONNECTOR,
     "if window_loaded:": _KV_CONNECTOR,
     "if not isinstance(self.connector, SupportsHMA):": _KV_CONNECTOR,
