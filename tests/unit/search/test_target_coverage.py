@@ -308,12 +308,17 @@ def test_what_only_out_of_scope_inputs_reach_is_listed_not_counted_until_it_runs
     first = positive.result()
     assert first.others[0].uncounted == {4: "negative inputs"}
     assert (first.lines_run, first.lines_total) == (4, 4) and not first.below(100)
+    # The branch into the arm only out-of-scope inputs take is not counted either.
+    assert (first.branches_run, first.branches_total) == (1, 1)
     assert first.report_lines()[-2:] == [
-        "not counted lines 4: only for negative inputs",
+        "not counted branches 2->4, lines 4: only for negative inputs",
         "            every other line and branch ran",
     ]
     assert first.to_dict()["files"][1]["uncounted_lines"] == [
         {"lines": [4], "reason": "negative inputs"}
+    ]
+    assert first.to_dict()["files"][1]["uncounted_branches"] == [
+        {"branches": [[2, 4]], "reason": "negative inputs"}
     ]
     negative = CoverageMeter(target.code, scope, uncounted_out_of_scope=True)
     assert negative.instrument(target).resolver(None).step(-1) == 2

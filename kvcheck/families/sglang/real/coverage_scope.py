@@ -1,0 +1,161 @@
+"""What of a release's allocation code only inputs outside kvcheck's scenarios reach.
+
+The functions `ReleaseAllocation` drives (docs/release-allocation.md) reach helpers of features
+kvcheck does not model: sliding-window attention, prefix sharing (the radix cache), mamba
+state, HiSparse, DeepSeek-V4 pools, KV sharding, NPU and HIP devices, disaggregation.
+`OUT_OF_SCOPE` names the functions only those features call (by qualname) and the source lines
+(stripped) whose never-taken branches only they take, each with the feature; the coverage
+report lists what they leave unrun with that reason and does not count it
+(`SideCode.out_of_scope`). A line kvcheck's scenarios do run is counted whatever this says.
+Written from 0.5.23's files (mem_cache/common.py, allocation.py, allocation_sizing.py,
+allocator/base.py, managers/schedule_batch.py, speculative/eagle_utils.py); a line of another
+release with the same text means the same.
+
+`out_of_scope` adds what depends on the run: members kvcheck's fakes implement in the
+release's stead (the allocator's free list is its pool's), and the draft inputs of the
+algorithms whose scenarios all ran kvcheck's model (adaptive switching under DFLASH or UNO,
+which no release runs: `runs_adaptively`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+__all__ = ["OUT_OF_SCOPE", "out_of_scope"]
+
+_SWA: Final = "sliding-window attention (SWA eviction), which kvcheck does not model"
+_PREFIX_SHARING: Final = "prefix sharing (a radix cache), which kvcheck's runs leave disabled"
+_MAMBA: Final = "a mamba-capable cache freeing state before any KV, which kvcheck does not model"
+_HISPARSE: Final = "HiSparse (a hisparse coordinator), which kvcheck's runs leave off"
+_DSV4: Final = "DeepSeek-V4 pools (c128 pages), which kvcheck does not model"
+_SHARDING: Final = "page-interleaved KV sharding (DCP), which kvcheck's pool is not"
+_NPU: Final = "an NPU device; kvcheck's runs are a CUDA-like device with a Triton backend"
+_HIP: Final = "HIP or NPU devices; kvcheck's runs are a CUDA-like device with a Triton backend"
+_TORCH_BACKEND: Final = (
+    "the torch-native or Ascend attention backends; kvcheck answers a Triton backend"
+)
+_OOM: Final = (
+    "an allocation that fails (out of memory): kvcheck's scheduler launches only what the "
+    "memory check admitted, as SGLang's does"
+)
+_DISAGG: Final = "decode disaggregation (the retracted KV offloaded), which kvcheck does not model"
+_NOT_SPECULATIVE: Final = "decoding without speculation; kvcheck's runs always speculate"
+_TREE_DRAFTS: Final = (
+    "tree drafting (topk > 1) with pages above 1; kvcheck's drafts are chains (topk 1)"
+)
+_PENALTIES: Final = "sampling penalties, which kvcheck's greedy requests do not ask for"
+_NO_HOST_LENS: Final = (
+    "a batch without host sequence lengths (the NPU backend's mirrorless opt-out); "
+    "kvcheck's batches carry them"
+)
+_EMBEDS: Final = "requests given as input embeddings; kvcheck's requests are token ids"
+_STREAMING: Final = (
+    "streaming sessions keeping the row (claim_kv_row), which kvcheck does not model"
+)
+_THINKING: Final = "strip_thinking_cache with reasoning tokens, which kvcheck's runs leave off"
+_ONE_RANGE: Final = (
+    "several ranges in one free_kv_row call: the release frees one range a call "
+    "(0.5.23 mem_cache/common.py:433, 476)"
+)
+_EMPTY_RANGE: Final = (
+    "an empty range: the release frees [cache_protected_len, owned) with nothing protected "
+    "(kvcheck's tree cache is disabled) and owned above 0"
+)
+_RELEASED: Final = (
+    "asking a request that holds no allocated length (released already, or a mamba cache's "
+    "early free); the release asks requests holding KV only"
+)
+_UNFINISHED: Final = (
+    "an unfinished request, which owned_kv_len never asks: it returns first "
+    "(0.5.23 managers/schedule_batch.py:1557)"
+)
+_FREE_GROUPS: Final = (
+    "free groups, which only ScheduleBatch's SWA eviction opens (0.5.23 "
+    "managers/schedule_batch.py:4080), which kvcheck does not model"
+)
+_UNO_NO_DRAFTS: Final = (
+    "UNO without a draft count, which kvcheck always gives (SGLang refuses it at startup)"
+)
+
+OUT_OF_SCOPE: Final[Mapping[str, str]] = {
+    # Functions only the features call.
+    "get_last_loc_torch": _TORCH_BACKEND,
+    "_kv_shard_rotation_bases": _SHARDING,
+    "_alloc_paged_token_slots_extend_npu": _NPU,
+    "available_and_evictable_str": _OOM,
+    "dsv4_needs_rebootstrap": _DISAGG,
+    "backup_kv_cache": _DISAGG,
+    "truncate_weight_version_events": _EMBEDS,
+    "ReqKvInfo.max_evicted_seqlen": _RELEASED,
+    "BaseTokenToKVPoolAllocator.evict_to_free_tokens": _PREFIX_SHARING,
+    "BaseTokenToKVPoolAllocator.free_group_begin": _FREE_GROUPS,
+    "BaseTokenToKVPoolAllocator.free_group_end": _FREE_GROUPS,
+    "BaseTokenToKVPoolAllocator.free_full_segments": _SWA,
+    "BaseTokenToKVPoolAllocator.free_full_segment": _SWA,
+    # Lines whose never-taken branches only the features take.
+    # mem_cache/allocation.py
+    "if (_is_hip or _is_npu) and uses_triton_dispatch:": _HIP,
+    "if uses_triton_dispatch:": _TORCH_BACKEND,
+    "if out_cache_loc is None:": _OOM,
+    "if page_interleave_shard_size(allocator) > 1:": _SHARDING,
+    "if is_dsv4:": _DSV4,
+    "if kv_shard_rotation_bases is not None:": _SHARDING,
+    "if batch is not None and batch.hisparse_coordinator is not None:": _HISPARSE,
+    # mem_cache/allocation_sizing.py
+    "if spec.speculative_algorithm is None:": _NOT_SPECULATIVE,
+    "if spec_tokens is None:": _UNO_NO_DRAFTS,
+    "if page_size == 1 or spec_topk == 1 or not spec_algo.has_draft_kv():": _TREE_DRAFTS,
+    # speculative/eagle_utils.py
+    "if batch.sampling_info.penalizer_orchestrator.is_required:": _PENALTIES,
+    "if batch.seq_lens_cpu is None:": _NO_HOST_LENS,
+    "if page_size > 1 and (get_spec().speculative_eagle_topk or 1) > 1:": _TREE_DRAFTS,
+    # mem_cache/allocator/base.py
+    "if n == 0:": _EMPTY_RANGE,
+    # mem_cache/common.py
+    "if merged and start == merged[-1][1]:": _ONE_RANGE,
+    "if hi <= lo:": _SWA,
+    "if swa_dead and swa_alive:": _SWA,
+    "if swa_dead:": _SWA,
+    "if swa_alive:": _SWA,
+    "if tree_cache is not None and tree_cache.supports_prefix_sharing():": _PREFIX_SHARING,
+    "if not req.kv.holds_kv:": _MAMBA,
+    "if tree_cache.claim_kv_row(req):": _STREAMING,
+    "if spec_algo is None and not get_serving().strip_thinking_cache:": _NOT_SPECULATIVE,
+    # managers/schedule_batch.py
+    "if page_size > 1 and lo > self.cache_protected_len:": _SWA,
+    "if self.finished_len is not None:": _UNFINISHED,
+    "if get_serving().strip_thinking_cache and self.reasoning_tokens > 0:": _THINKING,
+    "if self.input_embeds is not None:": _EMBEDS,
+    "if hisparse_coordinator is not None and not req.finished():": _HISPARSE,
+    'if get_disagg().disaggregation_mode == "decode" and offload_kv:': _DISAGG,
+}
+
+# The lines that route to an algorithm's own sizing, by algorithm.
+_ALGORITHM_LINES: Final[Mapping[str, tuple[str, ...]]] = {"uno": ("if spec_algo.is_uno():",)}
+
+
+def out_of_scope(
+    faked: Iterable[tuple[str, str]], not_run: Mapping[str, tuple[Iterable[str], bool]]
+) -> dict[str, str]:
+    """`OUT_OF_SCOPE`, with the members kvcheck's fakes implement in the release's stead
+    (`faked`: qualname and the class) and, per algorithm none of whose scenarios ran the
+    release's code (`not_run`: algorithm -> the qualnames of its own launch code, and whether
+    scenarios of it ran kvcheck's model instead), that code and the lines routing to it."""
+    reasons = dict(OUT_OF_SCOPE)
+    for qualname, owner in faked:
+        name = qualname.rpartition(".")[2]
+        reasons[qualname] = (
+            f"the release's own {owner}: kvcheck's fake implements {name} in its stead"
+        )
+    for algorithm, (qualnames, modelled) in not_run.items():
+        name = algorithm.upper()
+        why = (
+            f"{name} scenarios, which all ran kvcheck's model here: with adaptive switching "
+            f"no release runs them (--no-adaptive drives {name}'s own code)"
+            if modelled
+            else f"{name} scenarios, none of which was drawn here"
+        )
+        for key in (*qualnames, *_ALGORITHM_LINES.get(algorithm, ())):
+            reasons[key] = why
+    return reasons
