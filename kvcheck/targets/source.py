@@ -444,6 +444,28 @@ def _binds(statement: ast.stmt) -> set[str]:
     return set()
 
 
+def _names_kept(statement: ast.stmt) -> set[str]:
+    """The names a module-level assignment keeps for later calls (a dispatch table's
+    functions, a lambda's body), not those it calls while the module loads
+    (`X = register(...)`)."""
+    called_at_load: set[int] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.Lambda):
+            return  # its body runs when it is called, later
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            called_at_load.add(id(node.func))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(statement)
+    return {
+        node.id
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name) and id(node) not in called_at_load
+    }
+
+
 def _decorators_at_load(nodes: Sequence[ast.stmt], called: set[str]) -> dict[str, int]:
     """The module-level names used only as decorators of these definitions, which run when the
     code is loaded: name -> 1 for `@name`, 2 for a factory `@name(...)` (the least if both)."""
@@ -1313,7 +1335,7 @@ class TreeSource:
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     reached |= _names_read_per_call([node])
                 else:
-                    reached |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                    reached |= _names_kept(node)
         spans: list[CodeSpan] = []
         for loader in self._loaders.values():
             file = os.path.abspath(loader._filename)

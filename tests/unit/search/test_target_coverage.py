@@ -498,3 +498,89 @@ def test_load_time_lines_are_left_out_and_helper_classes_measured(tmp_path: Path
     assert not {"logged", "tagged"} & set(coverage.functions)
     # Everything that can run per call ran: no load-time line is held against the target.
     assert coverage.missed_lines == () and coverage.line_percent == 100
+
+
+# --- code beside the resolver (a release's allocation path) ---------------------------------
+
+SIDE = textwrap.dedent(
+    """\
+    def reserve(n, page):
+        if page > 1:
+            return -(-n // page) * page
+        if n < 0:
+            raise ValueError("negative")  # OUT OF SCOPE
+        return n
+    """
+)
+
+
+class _SideCode:
+    """A `MeasurableSideCode` over one file: `build(config)` gives its function, each call of
+    which goes through the wrapper the meter gave (as `ReleaseAllocation._call` does)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.compiled: dict[str, object] | None = None
+        self.wrap = None
+
+    def __call__(self, config: object) -> object:
+        if self.compiled is None:  # compiled on first use, as a release's code is
+            self.path.write_text(SIDE)
+            self.compiled = {}
+            exec(compile(SIDE, str(self.path), "exec"), self.compiled)
+        function = self.compiled["reserve"]
+        return function if self.wrap is None else self.wrap(function)
+
+    def measured_with(self, wrap: object) -> _SideCode:
+        copied = copy.copy(self)
+        copied.wrap = wrap
+        return copied
+
+    def side_code(self) -> object:
+        from kvcheck.core.target import CodeSpan, SideCode
+
+        if self.compiled is None:
+            return None
+        span = CodeSpan(file=str(self.path), qualname="reserve", def_line=1, first=2, last=6)
+        scope = {"if n < 0:": "negative lengths"}
+        return SideCode(
+            label="allocation", include=str(self.path), code=(span,), out_of_scope=scope
+        )
+
+
+def test_code_beside_the_resolver_is_measured_beside_it_under_the_same_rules(
+    target: Target, tmp_path: Path
+) -> None:
+    """The engine calls the side code itself: its coverage comes beside the resolver's (named
+    by its label, never in the resolver's figures), what only out-of-scope inputs reach listed
+    with the reason and not counted, and `--min-coverage` holds it to the same minimum."""
+    side = _SideCode(tmp_path / "alloc.py")
+    with_side = attrs.evolve(target, allocation=side)
+    meter = meter_for(with_side)
+    assert meter is not None
+    measured = meter.instrument(with_side)
+    assert run_scenario(NO_STALE, measured).violation is None
+    alone = meter.result()
+    assert alone.beside == ()  # the side code never ran: nothing beside
+    path = measured.allocation(None)
+    assert path(5, 1) == 5
+    coverage = meter.result()
+    resolver_lines = coverage.lines_total
+    (beside,) = coverage.beside
+    assert beside.label == "allocation" and beside.functions == ("reserve",)
+    assert (beside.lines_run, beside.lines_total) == (3, 4)  # `raise` not counted
+    assert (beside.branches_run, beside.branches_total) == (2, 3)  # nor the way into it
+    assert beside.missed_lines == (3,) and beside.uncounted == {5: "negative lengths"}
+    assert coverage.lines_total == resolver_lines  # the resolver's figures are its own
+    text = coverage.report_lines()
+    figures = "allocation: 3/4 lines (75%), 2/3 branches (67%) in alloc.py: reserve"
+    assert f"coverage    {figures}" in text
+    assert "not counted branches 4->5, lines 5: only for negative lengths" in text
+    assert coverage.to_dict()["allocation"]["lines_run"] == 3
+    assert coverage.parts_below(80)[-1:] == (beside,) and coverage.parts_below(60) == ()
+    assert path(5, 2) == 6
+    both = meter.result()
+    assert both.beside[0].lines_run == 4 and not both.beside[0].below(100)
+    # Two measurements merge beside code by label; one where it never ran keeps the other's.
+    assert alone.union(both).beside == both.beside
+    assert both.union(alone).beside[0].lines_run == 4

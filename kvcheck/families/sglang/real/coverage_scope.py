@@ -78,6 +78,34 @@ _UNO_NO_DRAFTS: Final = (
     "UNO without a draft count, which kvcheck always gives (SGLang refuses it at startup)"
 )
 
+_PLAN_STREAM: Final = (
+    "the overlap plan stream (SGLANG_ENABLE_OVERLAP_PLAN_STREAM, a device stream), which "
+    "kvcheck's runs leave off"
+)
+_BUFFERS: Final = (
+    "a draft input reused with its scratch buffers large enough: kvcheck gives each launch a "
+    "fresh draft input (the buffers hold no accounting)"
+)
+_EMPTY_BATCH: Final = "an empty decode batch, which the scheduler never launches"
+_NO_DRAFTS: Final = "a non-positive draft count, which SGLang refuses at startup"
+_TOP_K: Final = "requests sampling with top_k above 1; kvcheck's requests are greedy"
+_UNO_SYNC: Final = (
+    "UNO without future indices (seeded bonus tokens and frontier lengths); kvcheck's UNO "
+    "draft input always carries one future index per request"
+)
+_UNO_COUNT: Final = (
+    "a future-index count other than the batch size, which kvcheck's draft input never has"
+)
+_NO_RECORD: Final = "a decode request without a KV record, which 0.5.19+ never launches"
+_WATERMARK: Final = (
+    "an allocated length below the committed one, which a correct release never records "
+    "(kvcheck's alloc-* invariants judge it)"
+)
+_ROW_WIDTH: Final = (
+    "a reserve wider than the req_to_token row: kvcheck's rows are 4096 slots, beyond any "
+    "scenario's lengths"
+)
+
 OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     # Functions only the features call.
     "get_last_loc_torch": _TORCH_BACKEND,
@@ -122,6 +150,24 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "if not req.kv.holds_kv:": _MAMBA,
     "if tree_cache.claim_kv_row(req):": _STREAMING,
     "if spec_algo is None and not get_serving().strip_thinking_cache:": _NOT_SPECULATIVE,
+    # speculative/dflash_info_v2.py (0.5.19+)
+    "if not envs.SGLANG_ENABLE_OVERLAP_PLAN_STREAM.get():": _PLAN_STREAM,
+    "if plan_stream is not None:": _PLAN_STREAM,
+    "if plan_stream is not None and caller_stream is not None:": _PLAN_STREAM,
+    "if caller_stream is not None:": _PLAN_STREAM,
+    "if needs_cpu_alloc(self._prepare_batch_seq_lens_cpu_buf):": _BUFFERS,
+    "if needs_gpu_alloc(self._prepare_cur_kv_lens_gpu_buf):": _BUFFERS,
+    "if bs == 0:": _EMPTY_BATCH,
+    "if block_size <= 0:": _NO_DRAFTS,
+    "if top_k > max_top_k:": _TOP_K,
+    "elif uniform_top_k and top_k != uniform_top_k_value:": _TOP_K,
+    # speculative/uno_info.py
+    "if batch_size == 0:": _EMPTY_BATCH,
+    "if self.future_indices is None:": _UNO_SYNC,
+    "elif self.future_indices.numel() != batch_size:": _UNO_COUNT,
+    "if req.kv is None:": _NO_RECORD,
+    "if allocated < committed:": _WATERMARK,
+    "if max(next_lengths) > row_width:": _ROW_WIDTH,
     # managers/schedule_batch.py
     "if page_size > 1 and lo > self.cache_protected_len:": _SWA,
     "if self.finished_len is not None:": _UNFINISHED,
