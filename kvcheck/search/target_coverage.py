@@ -96,6 +96,8 @@ class TargetCoverage:
     # The same of the target's other files, when its code spans several: the figures
     # (`lines_total`, ..., `below`) are over all of them; the line lists are per file.
     others: tuple[TargetCoverage, ...] = ()
+    # The functions of `functions` of which at least one line ran, in that order.
+    functions_run: tuple[str, ...] = ()
     # What it is when it is not the resolver's code: the label of the code it measures beside
     # the resolver's (`allocation`); empty for the resolver's own.
     label: str = ""
@@ -195,6 +197,11 @@ class TargetCoverage:
             executed_branches=executed_branches - uncounted_branches,
             uncounted=uncounted,
             uncounted_branches=uncounted_branches,
+            functions_run=tuple(
+                name
+                for name in self.functions
+                if name in self.functions_run or name in other.functions_run
+            ),
             others=tuple(
                 mine.union(theirs) for mine, theirs in zip(self.others, other.others, strict=True)
             ),
@@ -242,6 +249,11 @@ class TargetCoverage:
         if explained and self.only_out_of_scope_missed():
             lines.append(f"{'':<12}every other line and branch ran")
         return lines
+
+    @property
+    def every_function_run(self) -> tuple[str, ...]:
+        """The functions that ran, in every file."""
+        return tuple(name for part in self.files for name in part.functions_run)
 
     @property
     def missed_branches_anywhere(self) -> bool:
@@ -323,6 +335,7 @@ class TargetCoverage:
                 "branches_run": self.branches_run,
                 "branch_percent": round(self.branch_percent, 1),
                 "functions": [name for part in self.files for name in part.functions],
+                "functions_run": list(self.every_function_run),
                 "files": [part._file_dict() for part in self.files],
             }
         return data
@@ -345,6 +358,7 @@ class TargetCoverage:
         return uncounted | {
             "file": self.file,
             "functions": list(self.functions),
+            "functions_run": list(self.functions_run),
             "lines_total": self.lines_total,
             "lines_run": self.lines_run,
             "line_percent": round(self.line_percent, 1),
@@ -533,15 +547,19 @@ class CoverageMeter:
 
     def _file_result(self, file: str, measured: Mapping[str, Any]) -> TargetCoverage:
         spans = tuple(span for span in self.code if span.file == file)
+        executed = _within(spans, measured["executed_lines"])
         found = TargetCoverage(
             file=file,
             functions=tuple(span.qualname for span in spans),
             statements=_within(spans, measured["executed_lines"] + measured["missing_lines"]),
-            executed=_within(spans, measured["executed_lines"]),
+            executed=executed,
             branches=_branches(spans, measured["executed_branches"] + measured["missing_branches"]),
             executed_branches=_branches(spans, measured["executed_branches"]),
             out_of_scope=self._out_of_scope(file, spans),
             label=self.label,
+            functions_run=tuple(
+                span.qualname for span in spans if any(line in span for line in executed)
+            ),
         )
         if not self.uncounted_out_of_scope:
             return found
