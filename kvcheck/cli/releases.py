@@ -309,7 +309,7 @@ def _check_release(
         seconds=round(time.perf_counter() - started, 2),
         coverage=coverage.to_dict() if coverage is not None else None,
         facts=index.facts(version, broken.invariant if broken is not None else None),
-        allocation=_allocation(list(verdicts.values())[0], coverage),
+        allocation=_allocation(next(iter(verdicts.values())), coverage),
     )
 
 
