@@ -589,8 +589,9 @@ class CoverageMeter:
         arms = _arms(found.file)
         for branch, reason in found.out_of_scope_missed().items():
             arm = arms.get(branch)
-            if arm is not None:
-                reached |= dict.fromkeys(range(arm[0], arm[1] + 1), reason)
+            if arm is not None:  # inside a function only out-of-scope inputs call: its reason
+                for line in range(arm[0], arm[1] + 1):
+                    reached.setdefault(line, reason)
         never = found.statements - found.executed
         return {line: reason for line, reason in sorted(reached.items()) if line in never}
 
@@ -694,8 +695,9 @@ class _SideMeter:
         if self._meter is None or self._code is None:
             return None
         side = self._code.side_code()
-        if side is not None:
+        if side is not None:  # what it compiled since, and reasons that depend on the run
             self._meter.grow(side.code)
+            self._meter.out_of_scope = side.out_of_scope
         return self._meter.result()
 
 
