@@ -8,8 +8,9 @@ state, HiSparse, DeepSeek-V4 pools, KV sharding, NPU and HIP devices, disaggrega
 report lists what they leave unrun with that reason and does not count it
 (`SideCode.out_of_scope`). A line kvcheck's scenarios do run is counted whatever this says.
 Written from 0.5.23's files (mem_cache/common.py, allocation.py, allocation_sizing.py,
-allocator/base.py, managers/schedule_batch.py, speculative/eagle_utils.py); a line of another
-release with the same text means the same.
+allocator/base.py, managers/schedule_batch.py, speculative/eagle_utils.py, dflash_info_v2.py,
+uno_info.py) and, where 0.5.16-0.5.18 write a line differently, 0.5.16's (`WRITTEN_FROM`); a
+line of another release with the same text means the same.
 
 `out_of_scope` adds what depends on the run: members kvcheck's fakes implement in the
 release's stead (the allocator's free list is its pool's), and the draft inputs of the
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-__all__ = ["OUT_OF_SCOPE", "out_of_scope"]
+__all__ = ["OUT_OF_SCOPE", "WRITTEN_FROM", "out_of_scope"]
 
 _SWA: Final = "sliding-window attention (SWA eviction), which kvcheck does not model"
 _PREFIX_SHARING: Final = "prefix sharing (a radix cache), which kvcheck's runs leave disabled"
@@ -106,7 +107,14 @@ _ROW_WIDTH: Final = (
     "scenario's lengths"
 )
 
-OUT_OF_SCOPE: Final[Mapping[str, str]] = {
+_ARGS_GIVEN: Final = (
+    "server args passed in, which the driven callers never do: they read the runtime settings"
+)
+_BACKUP: Final = "an allocator state backup (backup_state), which a decode launch does not ask for"
+_NO_TREE: Final = "no tree cache, which a scheduler always has"
+_HYBRID_ROWS: Final = "a hybrid (mamba) row pool, which kvcheck's full-attention pool is not"
+
+_FROM_0_5_23: Final[Mapping[str, str]] = {
     # Functions only the features call.
     "get_last_loc_torch": _TORCH_BACKEND,
     "_kv_shard_rotation_bases": _SHARDING,
@@ -176,6 +184,36 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "if hisparse_coordinator is not None and not req.finished():": _HISPARSE,
     'if get_disagg().disaggregation_mode == "decode" and offload_kv:': _DISAGG,
 }
+
+# What 0.5.16-0.5.18 write differently (0.5.16's files; the 0.5.23 text above holds where
+# the line is the same).
+_FROM_0_5_16: Final[Mapping[str, str]] = {
+    # mem_cache/allocation_sizing.py
+    "if server_args is None:": _ARGS_GIVEN,
+    "if server_args.speculative_algorithm is None:": _NOT_SPECULATIVE,
+    # mem_cache/allocation.py
+    "if _is_hip and uses_triton_dispatch:": _HIP,
+    "if backup_state:": _BACKUP,
+    # mem_cache/common.py
+    "if tree_cache is None:": _NO_TREE,
+    "if tree_cache.is_chunk_cache():": _PREFIX_SHARING,
+    "if req.req_pool_idx is None:": _MAMBA,
+    "if req.req_pool_idx is None and req.kv is None:": _STREAMING,
+    "if isinstance(tree_cache.req_to_token_pool, HybridReqToTokenPool) and (": _HYBRID_ROWS,
+    "if spec_algo is None and not global_server_args.strip_thinking_cache:": _NOT_SPECULATIVE,
+    # managers/schedule_batch.py
+    "if get_server_args().strip_thinking_cache and self.reasoning_tokens > 0:": _THINKING,
+    'if server_args.disaggregation_mode == "decode" and offload_kv:': _DISAGG,
+    # speculative/eagle_utils.py
+    "if page_size > 1 and (get_server_args().speculative_eagle_topk or 1) > 1:": _TREE_DRAFTS,
+}
+# Each release's table by the release it was written from (a quality test checks each line is
+# there).
+WRITTEN_FROM: Final[Mapping[str, Mapping[str, str]]] = {
+    "0.5.23": _FROM_0_5_23,
+    "0.5.16": _FROM_0_5_16,
+}
+OUT_OF_SCOPE: Final[Mapping[str, str]] = {**_FROM_0_5_16, **_FROM_0_5_23}
 
 # The lines that route to an algorithm's own sizing, by algorithm.
 _ALGORITHM_LINES: Final[Mapping[str, tuple[str, ...]]] = {"uno": ("if spec_algo.is_uno():",)}
