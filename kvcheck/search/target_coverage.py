@@ -172,6 +172,8 @@ class TargetCoverage:
         workers). A line stays uncounted only where neither ran it nor took the branch into
         it."""
         if len(self.others) != len(other.others) or self._code() != other._code():
+            if self.label and self.label == other.label:
+                return self._union_grown(other)
             raise ValueError("coverage of different code cannot be merged")
         theirs = {side.label: side for side in other.beside}
         mine = {side.label: side for side in self.beside}
@@ -206,6 +208,61 @@ class TargetCoverage:
                 mine.union(theirs) for mine, theirs in zip(self.others, other.others, strict=True)
             ),
             beside=beside,
+        )
+
+    def _union_grown(self, other: TargetCoverage) -> TargetCoverage:
+        """The union of two measurements of a code beside the resolver that compiled
+        different parts of it (each compiles what its scenarios reached: two fuzz workers),
+        file by file, every function either measured."""
+        theirs = {part.file: part for part in other.files}
+        mine = [
+            part._union_file(theirs[part.file]) if part.file in theirs else part
+            for part in self.files
+        ]
+        known = {part.file for part in mine}
+        merged = mine + [part for part in other.files if part.file not in known]
+        return attrs.evolve(merged[0], others=tuple(merged[1:]))
+
+    def _union_file(self, other: TargetCoverage) -> TargetCoverage:
+        """One file's two measurements over possibly different functions."""
+        _, mine, my_branches = self._code()
+        _, theirs, their_branches = other._code()
+        executed = self.executed | other.executed
+        executed_branches = self.executed_branches | other.executed_branches
+        # Uncounted where neither ran it and each that measured it left it uncounted.
+        uncounted = {
+            line: reason
+            for first, second, seen in ((self, other, theirs), (other, self, mine))
+            for line, reason in first.uncounted.items()
+            if line not in executed and (line not in seen or second.uncounted.get(line) == reason)
+        }
+        uncounted_branches = frozenset(
+            branch
+            for first, second, seen in (
+                (self, other, their_branches),
+                (other, self, my_branches),
+            )
+            for branch in first.uncounted_branches
+            if branch not in executed_branches
+            and (branch not in seen or branch in second.uncounted_branches)
+        )
+        functions = self.functions + tuple(f for f in other.functions if f not in self.functions)
+        return attrs.evolve(
+            self,
+            functions=functions,
+            statements=(mine | theirs) - uncounted.keys(),
+            executed=executed,
+            branches=(my_branches | their_branches) - uncounted_branches,
+            executed_branches=executed_branches - uncounted_branches,
+            uncounted=uncounted,
+            uncounted_branches=uncounted_branches,
+            out_of_scope={**self.out_of_scope, **other.out_of_scope},
+            functions_run=tuple(
+                name
+                for name in functions
+                if name in self.functions_run or name in other.functions_run
+            ),
+            others=(),
         )
 
     def _code(self) -> tuple[str, frozenset[int], frozenset[Branch]]:

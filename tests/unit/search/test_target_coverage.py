@@ -584,3 +584,39 @@ def test_code_beside_the_resolver_is_measured_beside_it_under_the_same_rules(
     # Two measurements merge beside code by label; one where it never ran keeps the other's.
     assert alone.union(both).beside == both.beside
     assert both.union(alone).beside[0].lines_run == 4
+
+
+def test_two_measurements_of_side_code_that_compiled_different_parts_merge() -> None:
+    """Two fuzz workers each compile what their scenarios reached of a release's tree: their
+    allocation coverages merge file by file, every function either measured, rather than
+    failing as two different codes would (the resolver's code never differs)."""
+    first = TargetCoverage(
+        file="/t/a.py",
+        functions=("f",),
+        statements=frozenset({2, 3}),
+        executed=frozenset({2}),
+        branches=frozenset({(2, 3), (2, None)}),
+        executed_branches=frozenset({(2, None)}),
+        functions_run=("f",),
+        label="allocation",
+    )
+    second = TargetCoverage(
+        file="/t/a.py",
+        functions=("f", "g"),
+        statements=frozenset({2, 3, 8}),
+        executed=frozenset({2, 3}),
+        branches=frozenset({(2, 3), (2, None)}),
+        executed_branches=frozenset({(2, 3)}),
+        uncounted={9: "SWA"},
+        functions_run=("f",),
+        label="allocation",
+        others=(attrs.evolve(first, file="/t/b.py", functions=("h",), label="allocation"),),
+    )
+    both = first.union(second)
+    assert [part.file for part in both.files] == ["/t/a.py", "/t/b.py"]
+    assert both.functions == ("f", "g") and both.functions_run == ("f",)
+    assert (both.files[0].lines_run, both.files[0].lines_total) == (2, 3)  # 8 never ran
+    assert both.files[0].uncounted == {9: "SWA"}  # only the second measured it
+    assert (both.files[0].branches_run, both.files[0].branches_total) == (2, 2)
+    with pytest.raises(ValueError, match="different code"):
+        attrs.evolve(first, label="").union(attrs.evolve(second, label="", others=()))
