@@ -10,6 +10,12 @@ excluded); vLLM's once at its default options (`vllm`). A family may add columns
 This is how docs/sglang.md and docs/vllm-generations.md show what kvcheck finds in each
 engine's history. Each row also says how much of the release's code the searches ran together,
 where the family's targets are measured.
+
+Where the family judges a release's own allocation code (SGLang, issue 21: `Verdict.
+allocation_path`), each row also has its allocation: the path its first mode's search ran (the
+release's own code, or kvcheck's model and why), that search's verdict and first invariant
+broken on the release's path, the release's allocation functions that ran and their coverage
+(`TargetCoverage.beside`), in a second table. The mode columns are the same searches, unchanged.
 """
 
 from __future__ import annotations
@@ -122,13 +128,19 @@ class ReleaseRow:
     error: str | None = None
     # The family's own columns, (name, value) in order (`Releases.facts`); SGLang has none.
     facts: tuple[tuple[str, str], ...] = ()
+    # Its allocation, where the family judges a release's own allocation code (SGLang); None
+    # for a family that does not.
+    allocation: AllocationRow | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The row as `--json` reports it (a `verdict_MODE` field per mode, then the family's
         own fields after `first_broken`)."""
         data = attrs.asdict(
-            self, filter=lambda attribute, _: attribute.name not in ("verdicts", "facts")
+            self,
+            filter=lambda attribute, _: attribute.name not in ("verdicts", "facts", "allocation"),
         )
+        if self.allocation is not None:
+            data["allocation"] = self.allocation.to_dict()
         fields = list(data.items())
         place = [name for name, _ in fields].index("first_broken")
         verdicts = [(f"verdict_{mode}", verdict) for mode, verdict in self.verdicts]
@@ -163,6 +175,66 @@ class ReleaseRow:
         )
 
 
+@attrs.frozen
+class AllocationRow:
+    """A release's allocation in `kvcheck releases`: the path its first mode's search ran,
+    and on the release's own path that search's verdict and first invariant broken, the
+    release's allocation functions that ran, and their coverage over all modes."""
+
+    path: str  # `release` or `model`
+    reason: str  # why that path (`model`: why not the release's)
+    verdict: str | None  # `pass`/`fail` on the release's path; None on the model's
+    first_broken: str | None
+    functions_run: tuple[str, ...] = ()
+    coverage: dict[str, Any] | None = None  # `TargetCoverage.to_dict()`; None: not measured
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row's `allocation` object in `--json`."""
+        return {
+            "path": self.path,
+            "reason": self.reason,
+            "verdict": self.verdict,
+            "first_broken": self.first_broken,
+            "functions_run": list(self.functions_run),
+            "coverage": self.coverage,
+        }
+
+    def columns(self) -> str:
+        """The second table's columns after the release."""
+        if self.path != "release":
+            return f"model: {self.reason}"
+        figures = (
+            "-"
+            if self.coverage is None
+            else f"{self.coverage['lines_run']}/{self.coverage['lines_total']} lines, "
+            f"{self.coverage['branches_run']}/{self.coverage['branches_total']} branches"
+        )
+        return (
+            f"{'release':<8} {self.verdict or '-':<7} {self.first_broken or '-':<26} "
+            f"{len(self.functions_run):>9}  {figures}"
+        )
+
+
+def _allocation(first: Any, coverage: Any) -> AllocationRow | None:
+    """The allocation of a release from its first mode's verdict and the coverage of all
+    modes; None for a family that does not judge a release's own allocation code."""
+    path = first.allocation_path
+    if path is None:
+        return None
+    reason = first.allocation_reason
+    if path != "release":
+        return AllocationRow(path=path, reason=reason, verdict=None, first_broken=None)
+    beside = [] if coverage is None else [c for c in coverage.beside if c.label == "allocation"]
+    return AllocationRow(
+        path=path,
+        reason=reason,
+        verdict=first.verdict,
+        first_broken=first.violation.invariant if first.violation is not None else None,
+        functions_run=beside[0].every_function_run if beside else (),
+        coverage=beside[0].to_dict() if beside else None,
+    )
+
+
 # The verdict column of a release that could not be loaded or judged.
 _NO_VERDICT = "error"
 
@@ -191,6 +263,9 @@ def run(args: argparse.Namespace) -> int:
             print(_format_row(row), flush=True)
     if args.json:
         print(json.dumps({"releases": [row.to_dict() for row in rows]}, indent=2))
+    elif any(row.allocation is not None for row in rows):
+        print()
+        print(_allocation_table(index, rows))
     failed = [row.version for row in rows if row.error is not None]
     if failed:
         print(
@@ -234,6 +309,7 @@ def _check_release(
         seconds=round(time.perf_counter() - started, 2),
         coverage=coverage.to_dict() if coverage is not None else None,
         facts=index.facts(version, broken.invariant if broken is not None else None),
+        allocation=_allocation(next(iter(verdicts.values())), coverage),
     )
 
 
@@ -279,6 +355,23 @@ def _header(index: Releases) -> str:
         f"{'first broken':<26} {'coverage':>8} {'time':>6}  {facts}"
         f"{'resolver' if not facts else 'code'}"
     )
+
+
+def _allocation_table(index: Releases, rows: list[ReleaseRow]) -> str:
+    """The second table: each release's allocation (`AllocationRow`), from its first mode's
+    search (the mode columns above are the same searches)."""
+    mode = index.modes[0][0]
+    lines = [
+        f"allocation (from the {mode} searches above)",
+        f"{'release':<13} {'path':<8} {'verdict':<7} {'first broken':<26} {'functions':>9}  "
+        "coverage",
+    ]
+    for row in rows:
+        if row.allocation is not None:
+            lines.append(f"{row.version:<13} {row.allocation.columns()}")
+        elif row.error is not None:
+            lines.append(f"{row.version:<13} -")
+    return "\n".join(lines)
 
 
 def _format_row(row: ReleaseRow) -> str:

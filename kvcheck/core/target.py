@@ -9,7 +9,7 @@ target outside the scenario it is given.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, Self, runtime_checkable
 
 import attrs
 
@@ -34,6 +34,43 @@ class CodeSpan:
 
     def __contains__(self, line: object) -> bool:
         return isinstance(line, int) and self.first <= line <= self.last
+
+
+# Wraps a callable so that each of its calls is measured (`CoverageMeter`).
+CallWrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+@attrs.frozen
+class SideCode:
+    """Code a target brings beside its resolver, which the engine calls on its own rather than
+    from inside a call of the resolver (SGLang: a release's own allocation path), as compiled
+    so far. Its coverage is measured beside the resolver's (`TargetCoverage.beside`).
+
+    `out_of_scope` names what only inputs outside kvcheck's scenarios reach, as
+    `Distribution.out_of_scope` does for the resolver: a function's qualname or a stripped
+    source line, each with those inputs; what they leave unrun is listed with the reason and
+    not counted (a side code reaches many helpers of features kvcheck does not model).
+    """
+
+    label: str  # what it is, in a word or two: `allocation`
+    include: str  # a coverage.py glob for its files (`/path/to/tree/*`: compiled as they run)
+    code: tuple[CodeSpan, ...]
+    out_of_scope: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@runtime_checkable
+class MeasurableSideCode(Protocol):
+    """What `Target.allocation` is when it brings code of the target's own (a release's), for
+    the coverage meter: a copy whose every call into that code is wrapped by `wrap`, and where
+    that code lives (None: none of it was compiled, as when the model's path is judged)."""
+
+    def measured_with(self, wrap: CallWrapper) -> Self:
+        """A copy whose calls into the target's code go through `wrap`."""
+        ...
+
+    def side_code(self) -> SideCode | None:
+        """The code compiled so far; None when nothing was."""
+        ...
 
 
 @attrs.frozen
@@ -64,7 +101,9 @@ class Target:
     # factory builds a scheduler the engine then drives) rather than in the resolver's own
     # call: the coverage meter then measures every call of those methods too.
     code_runs_in_result: bool = False
-    # Its family's: builds the allocation path the engine runs for a config (SGLang's).
+    # Its family's: builds the allocation path the engine runs for a config (SGLang's). When
+    # it brings the target's own code (`MeasurableSideCode`), that code's coverage is measured
+    # beside the resolver's.
     allocation: Callable[[Any], Any] | None = None
     deadline: float | None = DEFAULT_DEADLINE
     # The name of the engine family it belongs to (`kvcheck.core.family`): required, so that a

@@ -14,6 +14,13 @@ async_scheduler.py, utils.py) gets one `TargetCoverage` per file, the first carr
 resolver returns (`Target.code_runs_in_result`: a vLLM release's factory) is measured in every
 call of those methods.
 
+Code a target brings beside its resolver, which the engine calls on its own (a release's
+allocation path: `Target.allocation` as a `MeasurableSideCode`), is measured by a meter of its
+own, started on the first call into it (the code is compiled when first used) and over every
+file of its tree (its function-local imports compile as they run); its `TargetCoverage` comes
+beside the resolver's (`TargetCoverage.beside`), named by its label, under the same rules and
+`--min-coverage`.
+
 Lines are coverage.py's statements (a docstring, a comment or the `def` line is not one; a
 statement over several lines is its first line), and branches its arcs from a line with more than
 one way on (an `if`, a loop, a conditional expression, ...). Nothing is excluded: a target's
@@ -32,7 +39,7 @@ import functools
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,7 +48,7 @@ import coverage
 
 from kvcheck.core.deadline import shielded
 from kvcheck.core.family import distribution_of
-from kvcheck.core.target import CodeSpan, Target
+from kvcheck.core.target import CodeSpan, MeasurableSideCode, Target
 from kvcheck.errors import KvcheckInternalError
 from kvcheck.wording import plural
 
@@ -83,15 +90,37 @@ class TargetCoverage:
     # because only out-of-scope inputs reach them, each with those inputs (a family whose
     # `Distribution.uncounted_out_of_scope`); listed in the reports, never hidden.
     uncounted: Mapping[int, str] = attrs.field(factory=dict)
-    uncounted_branches: frozenset[Branch] = frozenset()  # the branches from those lines
+    # The branches from those lines, and the never-taken branches only out-of-scope inputs
+    # take (into those lines): listed with their reason, never counted.
+    uncounted_branches: frozenset[Branch] = frozenset()
     # The same of the target's other files, when its code spans several: the figures
     # (`lines_total`, ..., `below`) are over all of them; the line lists are per file.
     others: tuple[TargetCoverage, ...] = ()
+    # The functions of `functions` of which at least one line ran, in that order.
+    functions_run: tuple[str, ...] = ()
+    # What it is when it is not the resolver's code: the label of the code it measures beside
+    # the resolver's (`allocation`); empty for the resolver's own.
+    label: str = ""
+    # The coverage of code the target brings beside its resolver (`SideCode`), each with its
+    # label; the resolver's figures above do not include them.
+    beside: tuple[TargetCoverage, ...] = ()
 
     @property
     def files(self) -> tuple[TargetCoverage, ...]:
-        """One measurement per file, this one's first (each without `others`)."""
-        return (attrs.evolve(self, others=()), *self.others) if self.others else (self,)
+        """One measurement per file, this one's first (each without `others` and `beside`)."""
+        if not self.others:
+            return (attrs.evolve(self, beside=()),) if self.beside else (self,)
+        return (attrs.evolve(self, others=(), beside=()), *self.others)
+
+    @property
+    def parts(self) -> tuple[TargetCoverage, ...]:
+        """The resolver's coverage (without `beside`), then each code's beside it."""
+        return (attrs.evolve(self, beside=()), *self.beside)
+
+    def parts_below(self, minimum: float) -> tuple[TargetCoverage, ...]:
+        """The parts (`parts`) whose line coverage is under `minimum` percent: `--min-coverage`
+        holds the code beside the resolver to the same minimum."""
+        return tuple(part for part in self.parts if part.below(minimum))
 
     @property
     def lines_total(self) -> int:
@@ -143,25 +172,97 @@ class TargetCoverage:
         workers). A line stays uncounted only where neither ran it nor took the branch into
         it."""
         if len(self.others) != len(other.others) or self._code() != other._code():
+            if self.label and self.label == other.label:
+                return self._union_grown(other)
             raise ValueError("coverage of different code cannot be merged")
+        theirs = {side.label: side for side in other.beside}
+        mine = {side.label: side for side in self.beside}
+        # A code beside the resolver one measurement never ran (the model's path judged
+        # there) is taken as the other found it.
+        beside = tuple(
+            side.union(theirs[label]) if label in theirs else side for label, side in mine.items()
+        ) + tuple(side for label, side in theirs.items() if label not in mine)
         statements, branches = self._code()[1:]
         uncounted = {
             line: reason
             for line, reason in self.uncounted.items()
             if other.uncounted.get(line) == reason
         }
+        # Uncounted in both: neither took it (a branch either took is counted, and taken).
+        uncounted_branches = self.uncounted_branches & other.uncounted_branches
         executed_branches = self.executed_branches | other.executed_branches
         return attrs.evolve(
             self,
             statements=statements - uncounted.keys(),
             executed=self.executed | other.executed,
-            branches=frozenset(b for b in branches if b[0] not in uncounted),
-            executed_branches=frozenset(b for b in executed_branches if b[0] not in uncounted),
+            branches=branches - uncounted_branches,
+            executed_branches=executed_branches - uncounted_branches,
             uncounted=uncounted,
-            uncounted_branches=frozenset(b for b in branches if b[0] in uncounted),
+            uncounted_branches=uncounted_branches,
+            functions_run=tuple(
+                name
+                for name in self.functions
+                if name in self.functions_run or name in other.functions_run
+            ),
             others=tuple(
                 mine.union(theirs) for mine, theirs in zip(self.others, other.others, strict=True)
             ),
+            beside=beside,
+        )
+
+    def _union_grown(self, other: TargetCoverage) -> TargetCoverage:
+        """The union of two measurements of a code beside the resolver that compiled
+        different parts of it (each compiles what its scenarios reached: two fuzz workers),
+        file by file, every function either measured."""
+        theirs = {part.file: part for part in other.files}
+        mine = [
+            part._union_file(theirs[part.file]) if part.file in theirs else part
+            for part in self.files
+        ]
+        known = {part.file for part in mine}
+        merged = mine + [part for part in other.files if part.file not in known]
+        return attrs.evolve(merged[0], others=tuple(merged[1:]))
+
+    def _union_file(self, other: TargetCoverage) -> TargetCoverage:
+        """One file's two measurements over possibly different functions."""
+        _, mine, my_branches = self._code()
+        _, theirs, their_branches = other._code()
+        executed = self.executed | other.executed
+        executed_branches = self.executed_branches | other.executed_branches
+        # Uncounted where neither ran it and each that measured it left it uncounted.
+        uncounted = {
+            line: reason
+            for first, second, seen in ((self, other, theirs), (other, self, mine))
+            for line, reason in first.uncounted.items()
+            if line not in executed and (line not in seen or second.uncounted.get(line) == reason)
+        }
+        uncounted_branches = frozenset(
+            branch
+            for first, second, seen in (
+                (self, other, their_branches),
+                (other, self, my_branches),
+            )
+            for branch in first.uncounted_branches
+            if branch not in executed_branches
+            and (branch not in seen or branch in second.uncounted_branches)
+        )
+        functions = self.functions + tuple(f for f in other.functions if f not in self.functions)
+        return attrs.evolve(
+            self,
+            functions=functions,
+            statements=(mine | theirs) - uncounted.keys(),
+            executed=executed,
+            branches=(my_branches | their_branches) - uncounted_branches,
+            executed_branches=executed_branches - uncounted_branches,
+            uncounted=uncounted,
+            uncounted_branches=uncounted_branches,
+            out_of_scope={**self.out_of_scope, **other.out_of_scope},
+            functions_run=tuple(
+                name
+                for name in functions
+                if name in self.functions_run or name in other.functions_run
+            ),
+            others=(),
         )
 
     def _code(self) -> tuple[str, frozenset[int], frozenset[Branch]]:
@@ -181,21 +282,35 @@ class TargetCoverage:
 
     def report_lines(self) -> list[str]:
         """The text report's lines: the figures and what was measured, then what never ran
-        (per file, each under its name, when the code spans several)."""
+        (per file, each under its name, when the code spans several); then the same of each
+        code beside the resolver's, its label first."""
+        lines = self._own_report_lines()
+        for side in self.beside:
+            lines.extend(side._own_report_lines())
+        return lines
+
+    def _own_report_lines(self) -> list[str]:
+        what = f"{self.label}: " if self.label else ""
         if not self.others:
             names = ", ".join(name.rpartition(".")[2] for name in self.functions)
             return [
-                f"coverage    {self.summary()} in {Path(self.file).name}: {names}",
+                f"coverage    {what}{self.summary()} in {Path(self.file).name}: {names}",
                 *self._missed_lines(closing=True),
             ]
-        lines = [f"coverage    {self.summary()} in {plural(len(self.files), 'file')}"]
+        lines = [f"coverage    {what}{self.summary()} in {plural(len(self.files), 'file')}"]
         for part in self.files:
             names = ", ".join(name.rpartition(".")[2] for name in part.functions)
             lines.append(f"{'':<12}{part.summary()} in {Path(part.file).name}: {names}")
             lines.extend(part._missed_lines(closing=False))
-        if self.missed_branches_anywhere and self.only_out_of_scope_missed():
+        explained = self.missed_branches_anywhere or any(part.uncounted for part in self.files)
+        if explained and self.only_out_of_scope_missed():
             lines.append(f"{'':<12}every other line and branch ran")
         return lines
+
+    @property
+    def every_function_run(self) -> tuple[str, ...]:
+        """The functions that ran, in every file."""
+        return tuple(name for part in self.files for name in part.functions_run)
 
     @property
     def missed_branches_anywhere(self) -> bool:
@@ -218,10 +333,13 @@ class TargetCoverage:
         for reason, branches in by_reason.items():
             named = ", ".join(_format_branch(branch) for branch in branches)
             lines.append(f"{'':<12}{named}: only for {reason}")
+        branches_by_reason = self._uncounted_branches_by_reason()
         for index, (reason, numbers) in enumerate(self._uncounted_by_reason().items()):
             label = "not counted" if index == 0 else ""
-            lines.append(f"{label:<12}lines {format_lines(numbers)}: only for {reason}")
-        if closing and self.missed_branches and self.only_out_of_scope_missed():
+            skipped = branches_by_reason.get(reason, [])
+            into = f"branches {', '.join(map(_format_branch, skipped))}, " if skipped else ""
+            lines.append(f"{label:<12}{into}lines {format_lines(numbers)}: only for {reason}")
+        if closing and (self.missed_branches or self.uncounted) and self.only_out_of_scope_missed():
             lines.append(f"{'':<12}every other line and branch ran")
         return lines
 
@@ -229,6 +347,15 @@ class TargetCoverage:
         grouped: dict[str, list[int]] = {}
         for line, reason in sorted(self.uncounted.items()):
             grouped.setdefault(reason, []).append(line)
+        return grouped
+
+    def _uncounted_branches_by_reason(self) -> dict[str, list[Branch]]:
+        """The uncounted branches from counted lines (the ways into an uncounted arm), by
+        their reason (those from uncounted lines go with their lines)."""
+        grouped: dict[str, list[Branch]] = {}
+        for branch in sorted(self.uncounted_branches, key=_branch_order):
+            if branch[0] not in self.uncounted and branch[0] in self.out_of_scope:
+                grouped.setdefault(self.out_of_scope[branch[0]], []).append(branch)
         return grouped
 
     def out_of_scope_missed(self) -> dict[Branch, str]:
@@ -254,6 +381,8 @@ class TargetCoverage:
         """The `coverage` object of `--json` reports. Code in several files: the figures over
         all, and `files`, one object per file (the first file's also at the top, as for one)."""
         data = self._file_dict()
+        for side in self.beside:  # each under its label: `coverage.allocation`
+            data[side.label] = side.to_dict()
         if self.others:
             data |= {
                 "lines_total": self.lines_total,
@@ -263,6 +392,7 @@ class TargetCoverage:
                 "branches_run": self.branches_run,
                 "branch_percent": round(self.branch_percent, 1),
                 "functions": [name for part in self.files for name in part.functions],
+                "functions_run": list(self.every_function_run),
                 "files": [part._file_dict() for part in self.files],
             }
         return data
@@ -273,7 +403,11 @@ class TargetCoverage:
                 "uncounted_lines": [
                     {"lines": numbers, "reason": reason}
                     for reason, numbers in self._uncounted_by_reason().items()
-                ]
+                ],
+                "uncounted_branches": [
+                    {"branches": [list(branch) for branch in branches], "reason": reason}
+                    for reason, branches in self._uncounted_branches_by_reason().items()
+                ],
             }
             if self.uncounted
             else {}
@@ -281,6 +415,7 @@ class TargetCoverage:
         return uncounted | {
             "file": self.file,
             "functions": list(self.functions),
+            "functions_run": list(self.functions_run),
             "lines_total": self.lines_total,
             "lines_run": self.lines_run,
             "line_percent": round(self.line_percent, 1),
@@ -330,23 +465,37 @@ class CoverageMeter:
         out_of_scope: Mapping[str, str] | None = None,
         *,
         uncounted_out_of_scope: bool = False,
+        include: Sequence[str] | None = None,
+        label: str = "",
     ) -> None:
+        """`include`: coverage.py's globs of the files to record (default: the spans' files),
+        for code whose spans grow as it runs (`grow`). `label`: what the code is, when it is
+        not the resolver's (`TargetCoverage.label`)."""
         if not code:
             raise ValueError("coverage is measured over some code, got no spans")
-        self.code = code
-        # The files in the order of their first span: the resolver's file first.
-        self.files = tuple(dict.fromkeys(span.file for span in code))
-        self.file = self.files[0]
+        self.label = label
+        self.grow(code)
         self.out_of_scope = out_of_scope or {}
         self.uncounted_out_of_scope = uncounted_out_of_scope
         self._coverage = coverage.Coverage(
-            data_file=None, branch=True, config_file=False, include=list(self.files)
+            data_file=None,
+            branch=True,
+            config_file=False,
+            include=list(include) if include is not None else list(self.files),
         )
         # The target's pragmas do not hide its lines from kvcheck.
         self._coverage.set_option("report:exclude_lines", [])
         self._coverage.set_option("run:disable_warnings", list(_QUIET))
         self._depth = 0
         self._calls = 0  # measured calls of the resolver
+        self._side: _SideMeter | None = None
+
+    def grow(self, code: tuple[CodeSpan, ...]) -> None:
+        """Measure over `code` from now on (what a side code compiled since, included)."""
+        self.code = code
+        # The files in the order of their first span: the resolver's file first.
+        self.files = tuple(dict.fromkeys(span.file for span in code))
+        self.file = self.files[0]
 
     def instrument(self, target: Target) -> Target:
         """The target, its resolver and sibling methods measured on every call.
@@ -358,20 +507,11 @@ class CoverageMeter:
         call about 0.2 ms. A failure of coverage.py itself is a `KvcheckInternalError` (exit 2),
         never an exception of the target's.
         """
-        meter = self
 
         def measured(function: Callable[..., Any]) -> Callable[..., Any]:
-            @functools.wraps(function)
-            def call(*args: Any, **kwargs: Any) -> Any:
-                if meter._depth:  # re-entered from inside the target: already measuring
-                    return function(*args, **kwargs)
-                meter._switch(on=True)
-                try:
-                    return function(*args, **kwargs)
-                finally:
-                    meter._switch(on=False)
-
-            return call
+            # A plain function: copies of what it wraps (the exhaustive search copies its
+            # states) share it, as they share the meter.
+            return self.measured(function)
 
         # The sibling methods too: the engine calls one directly where SGLang's scheduler does
         # (the grammar step on a prefill batch, 0.5.17+).
@@ -383,7 +523,27 @@ class CoverageMeter:
             def resolver(*args: Any, **kwargs: Any) -> Any:
                 return _MeasuredCalls(build(*args, **kwargs), measured)
 
-        return attrs.evolve(target, resolver=resolver, self_methods=methods)
+        allocation = target.allocation
+        if isinstance(allocation, MeasurableSideCode):
+            # Its calls run outside the resolver's: a meter of its own, beside this one.
+            self._side = _SideMeter()
+            allocation = self._side.instrument(allocation)
+        return attrs.evolve(target, resolver=resolver, self_methods=methods, allocation=allocation)
+
+    def measured(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """`function`, each of its calls measured (`instrument`)."""
+
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._depth:  # re-entered from inside the target: already measuring
+                return function(*args, **kwargs)
+            self._switch(on=True)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self._switch(on=False)
+
+        return call
 
     def _switch(self, *, on: bool) -> None:
         # Never interrupted by the call's deadline midway, nor counted against it.
@@ -437,31 +597,41 @@ class CoverageMeter:
                 f"coverage.py recorded nothing of {self._named()} although the resolver ran "
                 f"{plural(self._calls, 'time')}; --no-coverage skips measuring"
             )
-        return attrs.evolve(found[0], others=tuple(found[1:]))
+        beside = self._side.result() if self._side is not None else None
+        return attrs.evolve(
+            found[0], others=tuple(found[1:]), beside=() if beside is None else (beside,)
+        )
 
     def _file_result(self, file: str, measured: Mapping[str, Any]) -> TargetCoverage:
         spans = tuple(span for span in self.code if span.file == file)
+        executed = _within(spans, measured["executed_lines"])
         found = TargetCoverage(
             file=file,
             functions=tuple(span.qualname for span in spans),
             statements=_within(spans, measured["executed_lines"] + measured["missing_lines"]),
-            executed=_within(spans, measured["executed_lines"]),
+            executed=executed,
             branches=_branches(spans, measured["executed_branches"] + measured["missing_branches"]),
             executed_branches=_branches(spans, measured["executed_branches"]),
             out_of_scope=self._out_of_scope(file, spans),
+            label=self.label,
+            functions_run=tuple(
+                span.qualname for span in spans if any(line in span for line in executed)
+            ),
         )
         if not self.uncounted_out_of_scope:
             return found
         uncounted = self._uncounted(found, spans)
+        # The branches from those lines, and those only out-of-scope inputs take (never taken).
+        skipped = frozenset(b for b in found.branches if b[0] in uncounted) | frozenset(
+            found.out_of_scope_missed()
+        )
         return attrs.evolve(
             found,
             statements=found.statements - uncounted.keys(),
-            branches=frozenset(b for b in found.branches if b[0] not in uncounted),
-            executed_branches=frozenset(
-                b for b in found.executed_branches if b[0] not in uncounted
-            ),
+            branches=found.branches - skipped,
+            executed_branches=found.executed_branches - skipped,
             uncounted=uncounted,
-            uncounted_branches=frozenset(b for b in found.branches if b[0] in uncounted),
+            uncounted_branches=skipped,
         )
 
     def _uncounted(self, found: TargetCoverage, spans: tuple[CodeSpan, ...]) -> dict[int, str]:
@@ -476,8 +646,9 @@ class CoverageMeter:
         arms = _arms(found.file)
         for branch, reason in found.out_of_scope_missed().items():
             arm = arms.get(branch)
-            if arm is not None:
-                reached |= dict.fromkeys(range(arm[0], arm[1] + 1), reason)
+            if arm is not None:  # inside a function only out-of-scope inputs call: its reason
+                for line in range(arm[0], arm[1] + 1):
+                    reached.setdefault(line, reason)
         never = found.statements - found.executed
         return {line: reason for line, reason in sorted(reached.items()) if line in never}
 
@@ -549,6 +720,56 @@ def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
 
 def _end(statement: ast.stmt) -> int:
     return statement.end_lineno or statement.lineno
+
+
+class _SideMeter:
+    """The meter of a code beside the resolver (`SideCode`), made on the first call into it:
+    the code is compiled when first used, and its spans grow with what it compiles later."""
+
+    def __init__(self) -> None:
+        self._code: MeasurableSideCode | None = None
+        self._meter: CoverageMeter | None = None
+
+    def instrument(self, code: MeasurableSideCode) -> MeasurableSideCode:
+        """The copy of `code` whose calls are measured."""
+        side = self
+
+        def measured(function: Callable[..., Any]) -> Callable[..., Any]:
+            # Plain functions: the paths that keep them are copied (exhaustive search), the
+            # meter shared.
+            def call(*args: Any, **kwargs: Any) -> Any:
+                meter = side._meter or side._start()
+                if meter is None:
+                    return function(*args, **kwargs)
+                return meter.measured(function)(*args, **kwargs)
+
+            return call
+
+        self._code = code.measured_with(measured)
+        return self._code
+
+    def _start(self) -> CoverageMeter | None:
+        side = self._code.side_code() if self._code is not None else None
+        if side is None or not side.code:
+            return None
+        self._meter = CoverageMeter(
+            side.code,
+            side.out_of_scope,
+            uncounted_out_of_scope=True,
+            include=[side.include],
+            label=side.label,
+        )
+        return self._meter
+
+    def result(self) -> TargetCoverage | None:
+        """What ran of it so far; None when it never ran."""
+        if self._meter is None or self._code is None:
+            return None
+        side = self._code.side_code()
+        if side is not None:  # what it compiled since, and reasons that depend on the run
+            self._meter.grow(side.code)
+            self._meter.out_of_scope = side.out_of_scope
+        return self._meter.result()
 
 
 class _MeasuredCalls:

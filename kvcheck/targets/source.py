@@ -433,6 +433,39 @@ def _names_read_per_call(functions: Iterable[_FunctionNode]) -> set[str]:
     }
 
 
+def _binds(statement: ast.stmt) -> set[str]:
+    """The module-level names a definition binds (a function's, an assignment's targets)."""
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {statement.name}
+    if isinstance(statement, ast.Assign):
+        return {name for target in statement.targets for name in _target_names(target)}
+    if isinstance(statement, ast.AnnAssign):
+        return set(_target_names(statement.target))
+    return set()
+
+
+def _names_kept(statement: ast.stmt) -> set[str]:
+    """The names a module-level assignment keeps for later calls (a dispatch table's
+    functions, a lambda's body), not those it calls while the module loads
+    (`X = register(...)`)."""
+    called_at_load: set[int] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.Lambda):
+            return  # its body runs when it is called, later
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            called_at_load.add(id(node.func))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(statement)
+    return {
+        node.id
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name) and id(node) not in called_at_load
+    }
+
+
 def _decorators_at_load(nodes: Sequence[ast.stmt], called: set[str]) -> dict[str, int]:
     """The module-level names used only as decorators of these definitions, which run when the
     code is loaded: name -> 1 for `@name`, 2 for a factory `@name(...)` (the least if both)."""
@@ -1227,6 +1260,7 @@ class TreeSource:
         self._stand_ins = family(family_name).targets.stand_ins
         self._loaders: dict[str, _Loader] = {}
         self._in_progress: set[tuple[str, str]] = set()
+        self._entries: set[str] = set()  # the functions asked for by name (`function`)
 
     def file_of(self, module: str) -> Path:
         """The source file of a dotted module of the tree (which may not exist)."""
@@ -1255,6 +1289,7 @@ class TreeSource:
             raise TargetLoadError(
                 f"{self.file_of(module)} defines no {name}, which kvcheck drives in this release"
             )
+        self._entries.add(name)
         return self._loader(module).provide(name)
 
     def members(self, module: str, class_name: str, names: Sequence[str]) -> type:
@@ -1269,13 +1304,47 @@ class TreeSource:
         return self._loader(module).provide_members(class_name, names)
 
     def code(self) -> tuple[CodeSpan, ...]:
-        """Where the compiled functions of every file live, by file and line (coverage)."""
+        """Where the compiled functions of every file that can run per call live, by file and
+        line (coverage): the functions asked for (`function`), the class members
+        (`members`), and the module-level functions their bodies reach, transitively. A
+        function only module-level code calls (a registry's `register_algorithm(...)`, a
+        settings default) runs when the tree is compiled, never per call: left out, as
+        `load_from_source` leaves out a decorator's body."""
+        members = [
+            node for loader in self._loaders.values() for node in loader._member_spans.values()
+        ]
+        statements = [
+            definition.node
+            for loader in self._loaders.values()
+            for definition in loader._statements.values()
+            if not isinstance(definition.node, ast.ClassDef)
+        ]
+        # Names match across files: a tree's imports rarely rename (`from M import N`). A
+        # module-level assignment a body reads passes on what it reads (a dispatch table's
+        # functions).
+        reached = set(self._entries) | _names_read_per_call(members)
+        per_call: set[int] = set()
+        grew = True
+        while grew:
+            grew = False
+            for node in statements:
+                if id(node) in per_call or not _binds(node) & reached:
+                    continue
+                per_call.add(id(node))
+                grew = True
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    reached |= _names_read_per_call([node])
+                else:
+                    reached |= _names_kept(node)
         spans: list[CodeSpan] = []
         for loader in self._loaders.values():
             file = os.path.abspath(loader._filename)
             for definition in loader._statements.values():
                 node = definition.node
-                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if (
+                    isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and id(node) in per_call
+                ):
                     spans.append(
                         CodeSpan(
                             file,

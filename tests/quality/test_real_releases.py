@@ -10,6 +10,7 @@ never a silent pass there.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -91,6 +92,43 @@ def test_the_newest_release_passes_and_the_last_unfixed_one_fails(tmp_path: Path
         failed.stdout
     )
     assert "STALE row" in failed.stdout, failed.stdout
+
+
+def test_the_releases_table_gives_each_release_its_allocation() -> None:
+    """`kvcheck releases` says per release whose allocation code its searches ran: 0.5.15
+    falls back to kvcheck's model and says why, 0.5.16 runs its own (issue 21) and passes
+    there, with the functions that ran and their coverage. The mode columns are the same
+    verdicts as before (0.5.12+: pass with SGLang's counters, global-counters ideally)."""
+    _releases()
+    done = _kvcheck(
+        "releases", "--from", "0.5.15", "--to", "0.5.16", "--max-examples", "150", "--json"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {row["version"]: row for row in json.loads(done.stdout)["releases"]}
+    assert {"0.5.15", "0.5.16"} <= set(rows)
+    for row in rows.values():
+        assert (row["verdict_sglang"], row["verdict_ideal"]) == ("pass", "fail")
+        assert row["first_broken"] == "global-counters"
+    model = rows["0.5.15"]["allocation"]
+    assert model["path"] == "model" and "defines no" in model["reason"]
+    assert model["verdict"] is None and model["coverage"] is None
+    own = rows["0.5.16"]["allocation"]
+    assert (own["path"], own["verdict"], own["first_broken"]) == ("release", "pass", None)
+    assert {
+        "eagle_prepare_for_decode",
+        "alloc_for_spec_decode",
+        "release_kv_cache",
+        "ChunkCache.cache_finished_req",
+        "release_req",
+        "Req.reset_for_retract",
+        "ScheduleBatch._new_tokens_required_next_decode_spec_v2",
+    } <= set(own["functions_run"])
+    assert own["coverage"]["lines_run"] > 0 and own["coverage"]["functions_run"]
+    # The text table has the allocation table under the modes'.
+    text = _kvcheck("releases", "--from", "0.5.16", "--to", "0.5.16", "--max-examples", "50")
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "allocation (from the sglang searches above)" in text.stdout
+    assert any(line.startswith("0.5.16        release  pass") for line in text.stdout.splitlines())
 
 
 def _readme_checkout_commands() -> list[str]:

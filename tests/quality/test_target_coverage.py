@@ -7,12 +7,17 @@ missing stride, a batch neither decode nor extend, a decode result without accep
 named with its reason in the report. Both ways of the copy-event check run: overlap results carry
 the event, synchronous ones do not, as in SGLang.
 
+The same search runs the release's own allocation code (issue 21): its coverage comes beside
+the resolver's, at least 90% of the lines and branches of the functions driven, and every line
+and branch never run is named with its reason (`kvcheck.families.sglang.real.coverage_scope`).
+
 Without the index (and nothing cached) it skips locally and fails under CI (`CI` set), as
 tests/quality/test_real_releases.py does.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -23,6 +28,8 @@ import pytest
 
 from kvcheck.core.target import CodeSpan, Target
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.real.coverage_scope import WRITTEN_FROM
+from kvcheck.families.sglang.real.tree import allocation_tree
 from kvcheck.search.check import check
 from kvcheck.search.target_coverage import TargetCoverage
 from kvcheck.targets.loading import load_target
@@ -199,3 +206,79 @@ def test_the_cli_reports_and_gates_on_it(measured: tuple[Target, TargetCoverage]
     assert "never run   lines" in done.stdout
     assert "only for a result without a positive row stride" in done.stdout
     assert "every other line and branch ran" in done.stdout
+
+
+# The release functions kvcheck drives, each of which must run (docs/release-allocation.md).
+ALLOCATION_DRIVEN = (
+    "eagle_prepare_for_decode",
+    "page_aligned_decode_alloc_lens",
+    "alloc_for_spec_decode",
+    "alloc_paged_token_slots_extend",
+    "release_kv_cache",
+    "_release_overallocated_kv_indices",
+    "Req.owned_kv_len",
+    "ReqKvInfo.mark_kv_released",
+    "BasePrefixCache.free_kv_row",
+    "BaseTokenToKVPoolAllocator.free_segments",
+    "release_req",
+    "Req.reset_for_retract",
+    "ScheduleBatch._new_tokens_required_next_decode_spec_v2",
+)
+
+
+def test_the_release_allocation_code_is_measured_beside_the_resolver(
+    measured: tuple[Target, TargetCoverage],
+) -> None:
+    _, coverage = measured
+    (allocation,) = coverage.beside
+    assert allocation.label == "allocation"
+    ran = {
+        name
+        for part in allocation.files
+        for name, span in zip(part.functions, _spans_of(part), strict=True)
+        if any(line in part.executed for line in range(span[0], span[1] + 1))
+    }
+    assert set(ALLOCATION_DRIVEN) <= ran, set(ALLOCATION_DRIVEN) - ran
+    assert allocation.line_percent >= 90, allocation.summary()
+    assert allocation.branch_percent >= 90, allocation.summary()
+    for part in allocation.files:
+        # Every branch never taken has its reason: counted and listed, or not counted.
+        assert set(part.out_of_scope_missed()) == set(part.missed_branches), part.file
+        for start, _ in part.uncounted_branches:
+            assert start in part.uncounted or start in part.out_of_scope, (part.file, start)
+        assert set(part.missed_lines) <= {end for _, end in part.out_of_scope_missed()}
+
+
+def _spans_of(part: TargetCoverage) -> list[tuple[int, int]]:
+    """Each measured function's lines, by the order of `functions`."""
+    tree = ast.parse(Path(part.file).read_text())
+    where: dict[str, tuple[int, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for member in node.body:
+                if isinstance(member, ast.FunctionDef):
+                    where[f"{node.name}.{member.name}"] = (member.lineno, member.end_lineno or 0)
+        elif isinstance(node, ast.FunctionDef) and node.name not in where:
+            where[node.name] = (node.lineno, node.end_lineno or 0)
+    return [where[name] for name in part.functions]
+
+
+def test_the_allocation_reasons_name_the_release_s_own_lines(
+    measured: tuple[Target, TargetCoverage],
+) -> None:
+    """Every line and function `OUT_OF_SCOPE` names from 0.5.23 is in 0.5.23's driven code,
+    and every line it names from 0.5.16 is in 0.5.16's allocation files: a reason written for
+    a line the release does not have would explain nothing."""
+    _, coverage = measured
+    (allocation,) = coverage.beside
+    texts = {line.strip() for part in allocation.files for line in _lines(part.file)}
+    functions = {name for part in allocation.files for name in part.functions}
+    for key in WRITTEN_FROM["0.5.23"]:
+        assert key in texts or key in functions, key
+    older = {
+        line.strip()
+        for file in (allocation_tree("0.5.16") / "sglang").rglob("*.py")
+        for line in file.read_text().splitlines()
+    }
+    for key in WRITTEN_FROM["0.5.16"]:
+        assert key in older, key

@@ -72,9 +72,16 @@ def test_a_release_that_fails_to_load_keeps_the_others_verdicts_in_json(
 def test_a_release_that_fails_to_load_gets_a_text_row(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "releases", "--from", "0.5.21", *FAST)
     assert code == 2
-    _, *lines = out.splitlines()
+    table, _, allocation = out.partition("\n\n")
+    _, *lines = table.splitlines()
     assert [line.split()[0] for line in lines] == ["0.5.21", "0.5.22", "0.5.23"]
     assert lines[1].split()[3:5] == ["error", "error"]
+    # The allocation table has a row for each release, the one without a verdict too.
+    assert [line.split()[0] for line in allocation.splitlines()[2:]] == [
+        "0.5.21",
+        "0.5.22",
+        "0.5.23",
+    ]
 
 
 @pytest.mark.usefixtures("three_releases")
@@ -101,7 +108,10 @@ def test_sglang_rows_are_unchanged_by_the_family_columns(
         capsys, "releases", "--family", "sglang", "--from", "0.5.21", "--to", "0.5.21", *FAST
     )
     assert code == explicit == 0
-    header, row = out.splitlines()
+    # The mode table is as before; the allocation table (issue 21) comes after it.
+    table, _, allocation = out.partition("\n\n")
+    assert allocation.startswith("allocation (from the sglang searches above)")
+    header, row = table.splitlines()
     assert header == (
         "release       convention api shape     sglang ideal  first broken               "
         "coverage   time  resolver"
@@ -123,6 +133,7 @@ def test_sglang_rows_are_unchanged_by_the_family_columns(
         "seconds",
         "coverage",
         "error",
+        "allocation",
     ]
 
 

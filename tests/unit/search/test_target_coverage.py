@@ -309,12 +309,17 @@ def test_what_only_out_of_scope_inputs_reach_is_listed_not_counted_until_it_runs
     first = positive.result()
     assert first.others[0].uncounted == {4: "negative inputs"}
     assert (first.lines_run, first.lines_total) == (4, 4) and not first.below(100)
+    # The branch into the arm only out-of-scope inputs take is not counted either.
+    assert (first.branches_run, first.branches_total) == (1, 1)
     assert first.report_lines()[-2:] == [
-        "not counted lines 4: only for negative inputs",
+        "not counted branches 2->4, lines 4: only for negative inputs",
         "            every other line and branch ran",
     ]
     assert first.to_dict()["files"][1]["uncounted_lines"] == [
         {"lines": [4], "reason": "negative inputs"}
+    ]
+    assert first.to_dict()["files"][1]["uncounted_branches"] == [
+        {"branches": [[2, 4]], "reason": "negative inputs"}
     ]
     negative = CoverageMeter(target.code, scope, uncounted_out_of_scope=True)
     assert negative.instrument(target).resolver(None).step(-1) == 2
@@ -534,3 +539,125 @@ def test_a_condition_over_several_lines_is_named_by_its_first_two(tmp_path: Path
         found = meter.result()
         assert (2, 6) in found.missed_branches
         assert (found.out_of_scope_missed() == {(2, 6): reason}) is named
+
+
+# --- code beside the resolver (a release's allocation path) ---------------------------------
+
+SIDE = textwrap.dedent(
+    """\
+    def reserve(n, page):
+        if page > 1:
+            return -(-n // page) * page
+        if n < 0:
+            raise ValueError("negative")  # OUT OF SCOPE
+        return n
+    """
+)
+
+
+class _SideCode:
+    """A `MeasurableSideCode` over one file: `build(config)` gives its function, each call of
+    which goes through the wrapper the meter gave (as `ReleaseAllocation._call` does)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.compiled: dict[str, object] | None = None
+        self.wrap = None
+
+    def __call__(self, config: object) -> object:
+        if self.compiled is None:  # compiled on first use, as a release's code is
+            self.path.write_text(SIDE)
+            self.compiled = {}
+            exec(compile(SIDE, str(self.path), "exec"), self.compiled)
+        function = self.compiled["reserve"]
+        return function if self.wrap is None else self.wrap(function)
+
+    def measured_with(self, wrap: object) -> _SideCode:
+        copied = copy.copy(self)
+        copied.wrap = wrap
+        return copied
+
+    def side_code(self) -> object:
+        from kvcheck.core.target import CodeSpan, SideCode
+
+        if self.compiled is None:
+            return None
+        span = CodeSpan(file=str(self.path), qualname="reserve", def_line=1, first=2, last=6)
+        scope = {"if n < 0:": "negative lengths"}
+        return SideCode(
+            label="allocation", include=str(self.path), code=(span,), out_of_scope=scope
+        )
+
+
+def test_code_beside_the_resolver_is_measured_beside_it_under_the_same_rules(
+    target: Target, tmp_path: Path
+) -> None:
+    """The engine calls the side code itself: its coverage comes beside the resolver's (named
+    by its label, never in the resolver's figures), what only out-of-scope inputs reach listed
+    with the reason and not counted, and `--min-coverage` holds it to the same minimum."""
+    side = _SideCode(tmp_path / "alloc.py")
+    with_side = attrs.evolve(target, allocation=side)
+    meter = meter_for(with_side)
+    assert meter is not None
+    measured = meter.instrument(with_side)
+    assert run_scenario(NO_STALE, measured).violation is None
+    alone = meter.result()
+    assert alone.beside == ()  # the side code never ran: nothing beside
+    path = measured.allocation(None)
+    assert path(5, 1) == 5
+    coverage = meter.result()
+    resolver_lines = coverage.lines_total
+    (beside,) = coverage.beside
+    assert beside.label == "allocation" and beside.functions == ("reserve",)
+    assert (beside.lines_run, beside.lines_total) == (3, 4)  # `raise` not counted
+    assert (beside.branches_run, beside.branches_total) == (2, 3)  # nor the way into it
+    assert beside.missed_lines == (3,) and beside.uncounted == {5: "negative lengths"}
+    assert coverage.lines_total == resolver_lines  # the resolver's figures are its own
+    text = coverage.report_lines()
+    figures = "allocation: 3/4 lines (75%), 2/3 branches (67%) in alloc.py: reserve"
+    assert f"coverage    {figures}" in text
+    assert "not counted branches 4->5, lines 5: only for negative lengths" in text
+    assert coverage.to_dict()["allocation"]["lines_run"] == 3
+    assert coverage.parts_below(80)[-1:] == (beside,) and coverage.parts_below(60) == ()
+    assert path(5, 2) == 6
+    both = meter.result()
+    assert both.beside[0].lines_run == 4 and not both.beside[0].below(100)
+    # Two measurements merge beside code by label; one where it never ran keeps the other's.
+    assert alone.union(both).beside == both.beside
+    assert both.union(alone).beside[0].lines_run == 4
+
+
+def test_two_measurements_of_side_code_that_compiled_different_parts_merge() -> None:
+    """Two fuzz workers each compile what their scenarios reached of a release's tree: their
+    allocation coverages merge file by file, every function either measured, rather than
+    failing as two different codes would (the resolver's code never differs)."""
+    first = TargetCoverage(
+        file="/t/a.py",
+        functions=("f",),
+        statements=frozenset({2, 3}),
+        executed=frozenset({2}),
+        branches=frozenset({(2, 3), (2, None)}),
+        executed_branches=frozenset({(2, None)}),
+        functions_run=("f",),
+        label="allocation",
+    )
+    second = TargetCoverage(
+        file="/t/a.py",
+        functions=("f", "g"),
+        statements=frozenset({2, 3, 8}),
+        executed=frozenset({2, 3}),
+        branches=frozenset({(2, 3), (2, None)}),
+        executed_branches=frozenset({(2, 3)}),
+        uncounted={9: "SWA"},
+        functions_run=("f",),
+        label="allocation",
+        others=(attrs.evolve(first, file="/t/b.py", functions=("h",), label="allocation"),),
+    )
+    both = first.union(second)
+    assert [part.file for part in both.files] == ["/t/a.py", "/t/b.py"]
+    assert both.functions == ("f", "g") and both.functions_run == ("f",)
+    assert (both.files[0].lines_run, both.files[0].lines_total) == (2, 3)  # 8 never ran
+    assert both.files[0].uncounted == {9: "SWA"}  # only the second measured it
+    assert (both.files[0].branches_run, both.files[0].branches_total) == (2, 2)
+    with pytest.raises(ValueError, match="different code"):
+        attrs.evolve(first, label="").union(attrs.evolve(second, label="", others=()))

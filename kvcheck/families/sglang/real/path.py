@@ -32,17 +32,21 @@ docs/release-allocation.md says what each release needed and what the path found
 
 from __future__ import annotations
 
+import copy
 import inspect
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 from kvcheck.core.calls import TargetCalls
+from kvcheck.core.target import CallWrapper, CodeSpan, SideCode
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.sglang.allocation import RuleAllocation, admission_pages, decode_reserve
 from kvcheck.families.sglang.fakes import FakeReq, UnmodeledAttributeError, is_finished
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.real import kernels
+from kvcheck.families.sglang.real.coverage_scope import out_of_scope
 from kvcheck.families.sglang.real.objects import (
     UNBOUND,
     Bag,
@@ -238,6 +242,12 @@ class ReleaseFunctions:
         ):
             if self.tree.has(module, f"{class_name}.prepare_for_decode"):
                 self.draft_inputs[algorithm] = self.tree.members(module, class_name, names)
+        # Where each draft input's code lives (its coverage: `ReleaseAllocationCode`).
+        self.draft_input_files = {
+            algorithm: os.path.abspath(self.tree.file_of(module))
+            for algorithm, module in (("dflash", _DFLASH), ("uno", _UNO))
+            if algorithm in self.draft_inputs
+        }
 
     def _load_flat(self) -> None:
         """The functions of the flat layout (0.5.11 checked): the launch is
@@ -323,9 +333,13 @@ class _Launch:
 class ReleaseAllocation:
     """The release's own allocation path for one scenario (module docstring)."""
 
-    def __init__(self, config: Config, functions: ReleaseFunctions) -> None:
+    def __init__(
+        self, config: Config, functions: ReleaseFunctions, measure: CallWrapper | None = None
+    ) -> None:
+        """`measure` wraps each call into the release's code (its coverage: None, unmeasured)."""
         self.config = config
         self.functions = functions
+        self.measure = measure
         self.pool = KvPool(config.page_size, config.pool_pages)
         self.pool.exclusive = False
         self.settings = RuntimeSettings(
@@ -560,8 +574,12 @@ class ReleaseAllocation:
     def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self.functions.settings_box.append(self.settings)
         self.functions._writes.append(self.rows.bind)
+
+        def call() -> Any:
+            return function(*args, **kwargs)
+
         try:
-            returned, error = _run(lambda: function(*args, **kwargs))
+            returned, error = _run(call if self.measure is None else self.measure(call))
         finally:
             self.functions.settings_box.pop()
             self.functions._writes.pop()
@@ -939,6 +957,11 @@ class ReleaseAllocationCode:
         self.where = where
         self._functions: ReleaseFunctions | None = None
         self._error: TargetLoadError | None = None
+        self._measure: CallWrapper | None = None
+        # The algorithms whose scenarios ran the release's code, and those that ran kvcheck's
+        # model instead (`runs_adaptively`): what the coverage report says of their launches.
+        self.released: set[str] = set()
+        self.modelled: set[str] = set()
 
     def functions(self) -> ReleaseFunctions:
         """The compiled functions; `TargetLoadError` (the same one each time) when the tree
@@ -958,6 +981,37 @@ class ReleaseAllocationCode:
         the tree again on first use."""
         return {**self.__dict__, "_functions": None, "_error": None}
 
+    def measured_with(self, wrap: CallWrapper) -> ReleaseAllocationCode:
+        """A copy whose paths run each call into the release's code through `wrap` (its
+        coverage), sharing what this one compiled."""
+        copied = copy.copy(self)
+        copied._measure = wrap
+        copied.released, copied.modelled = set(), set()
+        return copied
+
+    def side_code(self) -> SideCode | None:
+        """The release's allocation code compiled so far (None: none was, as when kvcheck's
+        model is judged), for its coverage beside the resolver's."""
+        if self._functions is None:
+            return None
+        functions = self._functions
+        tree = functions.tree
+        code = tree.code()
+        not_run = {
+            algorithm: (
+                [span.qualname for span in code if span.file == str(tree_file)],
+                algorithm in self.modelled,
+            )
+            for algorithm, tree_file in functions.draft_input_files.items()
+            if algorithm not in self.released
+        }
+        return SideCode(
+            label="allocation",
+            include=str(tree.root / tree.package / "*"),
+            code=code,
+            out_of_scope=out_of_scope(_faked(code), not_run),
+        )
+
     def unavailable(self) -> str | None:
         """Why this tree's own allocation path cannot run (None: it can)."""
         try:
@@ -972,8 +1026,35 @@ class ReleaseAllocationCode:
         resolver as it always did."""
         functions = self.functions()
         if not runs_adaptively(config):
+            self.modelled.add(config.algorithm)
             return RuleAllocation(config)
-        return ReleaseAllocation(config, functions)
+        self.released.add(config.algorithm)
+        return ReleaseAllocation(config, functions, self._measure)
+
+
+# The fakes standing in for the release's classes, by the class whose members they inherit: a
+# member a fake defines never runs as the release wrote it (the allocator's free list is the
+# pool's), and the coverage report says so.
+_FAKES: Final[dict[str, tuple[type, ...]]] = {
+    "BaseTokenToKVPoolAllocator": (TokenAllocator,),
+    "BasePrefixCache": (DisabledTreeCache,),
+    "ChunkCache": (DisabledTreeCache,),
+    "ReqKvInfo": (_KvView, _AllocatedLenView),
+    "Req": (_ReqView, _ReqFieldsView),
+    "ScheduleBatch": (_BatchView,),
+}
+
+
+def _faked(code: tuple[CodeSpan, ...]) -> list[tuple[str, str]]:
+    """The compiled members a fake defines, each with the class it stands in for."""
+    faked = []
+    for span in code:
+        owner, _, name = span.qualname.rpartition(".")
+        for fake in _FAKES.get(owner, ()):
+            if any(name in vars(cls) for cls in fake.__mro__ if cls is not object):
+                faked.append((span.qualname, owner))
+                break
+    return faked
 
 
 def runs_adaptively(config: Config) -> bool:

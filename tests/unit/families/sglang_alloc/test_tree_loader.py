@@ -92,3 +92,27 @@ def test_an_unprovidable_local_import_fails_when_reached(tmp_path: Path) -> None
     later = TreeSource(root, "pkg").function("pkg.late", "later")
     with pytest.raises(TargetLoadError, match="Missing"):
         later()
+
+
+def test_code_is_what_runs_per_call_not_what_runs_as_the_tree_compiles(tmp_path: Path) -> None:
+    """Coverage is measured over `code()`: a function only module-level code calls (a
+    registry's `X = register(...)`) ran before any scenario and is left out; one reached
+    through a module-level dispatch table a body reads (a value, a lambda's body) is in."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "alloc.py").write_text(
+        "def register(name):\n"
+        "    return [name]\n"
+        "REGISTRY = register('eagle')\n"
+        "def paged(n):\n"
+        "    return n * 2\n"
+        "def npu(n):\n"
+        "    return n\n"
+        "TABLE = dict(cuda=lambda n: paged(n), npu=npu)\n"
+        "def alloc(n, device='cuda'):\n"
+        "    return TABLE[device](n) + len(REGISTRY)\n"
+    )
+    tree = TreeSource(tmp_path, "pkg")
+    assert tree.function("pkg.alloc", "alloc")(3) == 7
+    assert {span.qualname for span in tree.code()} == {"alloc", "paged", "npu"}

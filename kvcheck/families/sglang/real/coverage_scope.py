@@ -1,0 +1,245 @@
+"""What of a release's allocation code only inputs outside kvcheck's scenarios reach.
+
+The functions `ReleaseAllocation` drives (docs/release-allocation.md) reach helpers of features
+kvcheck does not model: sliding-window attention, prefix sharing (the radix cache), mamba
+state, HiSparse, DeepSeek-V4 pools, KV sharding, NPU and HIP devices, disaggregation.
+`OUT_OF_SCOPE` names the functions only those features call (by qualname) and the source lines
+(stripped) whose never-taken branches only they take, each with the feature; the coverage
+report lists what they leave unrun with that reason and does not count it
+(`SideCode.out_of_scope`). A line kvcheck's scenarios do run is counted whatever this says.
+Written from 0.5.23's files (mem_cache/common.py, allocation.py, allocation_sizing.py,
+allocator/base.py, managers/schedule_batch.py, speculative/eagle_utils.py, dflash_info_v2.py,
+uno_info.py) and, where 0.5.16-0.5.18 write a line differently, 0.5.16's (`WRITTEN_FROM`); a
+line of another release with the same text means the same.
+
+`out_of_scope` adds what depends on the run: members kvcheck's fakes implement in the
+release's stead (the allocator's free list is its pool's), and the draft inputs of the
+algorithms whose scenarios all ran kvcheck's model (adaptive switching under DFLASH or UNO,
+which no release runs: `runs_adaptively`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+__all__ = ["OUT_OF_SCOPE", "WRITTEN_FROM", "out_of_scope"]
+
+_SWA: Final = "sliding-window attention (SWA eviction), which kvcheck does not model"
+_PREFIX_SHARING: Final = "prefix sharing (a radix cache), which kvcheck's runs leave disabled"
+_MAMBA: Final = "a mamba-capable cache freeing state before any KV, which kvcheck does not model"
+_HISPARSE: Final = "HiSparse (a hisparse coordinator), which kvcheck's runs leave off"
+_DSV4: Final = "DeepSeek-V4 pools (c128 pages), which kvcheck does not model"
+_SHARDING: Final = "page-interleaved KV sharding (DCP), which kvcheck's pool is not"
+_NPU: Final = "an NPU device; kvcheck's runs are a CUDA-like device with a Triton backend"
+_HIP: Final = "HIP or NPU devices; kvcheck's runs are a CUDA-like device with a Triton backend"
+_TORCH_BACKEND: Final = (
+    "the torch-native or Ascend attention backends; kvcheck answers a Triton backend"
+)
+_OOM: Final = (
+    "an allocation that fails (out of memory): kvcheck's scheduler launches only what the "
+    "memory check admitted, as SGLang's does"
+)
+_DISAGG: Final = "decode disaggregation (the retracted KV offloaded), which kvcheck does not model"
+_NOT_SPECULATIVE: Final = "decoding without speculation; kvcheck's runs always speculate"
+_TREE_DRAFTS: Final = (
+    "tree drafting (topk > 1) with pages above 1; kvcheck's drafts are chains (topk 1)"
+)
+_PENALTIES: Final = "sampling penalties, which kvcheck's greedy requests do not ask for"
+_NO_HOST_LENS: Final = (
+    "a batch without host sequence lengths (the NPU backend's mirrorless opt-out); "
+    "kvcheck's batches carry them"
+)
+_EMBEDS: Final = "requests given as input embeddings; kvcheck's requests are token ids"
+_STREAMING: Final = (
+    "streaming sessions keeping the row (claim_kv_row), which kvcheck does not model"
+)
+_THINKING: Final = "strip_thinking_cache with reasoning tokens, which kvcheck's runs leave off"
+_ONE_RANGE: Final = (
+    "several ranges in one free_kv_row call: the release frees one range a call "
+    "(0.5.23 mem_cache/common.py:433, 476)"
+)
+_EMPTY_RANGE: Final = (
+    "an empty range: the release frees [cache_protected_len, owned) with nothing protected "
+    "(kvcheck's tree cache is disabled) and owned above 0"
+)
+_RELEASED: Final = (
+    "asking a request that holds no allocated length (released already, or a mamba cache's "
+    "early free); the release asks requests holding KV only"
+)
+_UNFINISHED: Final = (
+    "an unfinished request, which owned_kv_len never asks: it returns first "
+    "(0.5.23 managers/schedule_batch.py:1557)"
+)
+_FREE_GROUPS: Final = (
+    "free groups, which only ScheduleBatch's SWA eviction opens (0.5.23 "
+    "managers/schedule_batch.py:4080), which kvcheck does not model"
+)
+_UNO_NO_DRAFTS: Final = (
+    "UNO without a draft count, which kvcheck always gives (SGLang refuses it at startup)"
+)
+
+_PLAN_STREAM: Final = (
+    "the overlap plan stream (SGLANG_ENABLE_OVERLAP_PLAN_STREAM, a device stream), which "
+    "kvcheck's runs leave off"
+)
+_BUFFERS: Final = (
+    "a draft input reused with its scratch buffers large enough: kvcheck gives each launch a "
+    "fresh draft input (the buffers hold no accounting)"
+)
+_EMPTY_BATCH: Final = "an empty decode batch, which the scheduler never launches"
+_NO_DRAFTS: Final = "a non-positive draft count, which SGLang refuses at startup"
+_TOP_K: Final = "requests sampling with top_k above 1; kvcheck's requests are greedy"
+_UNO_SYNC: Final = (
+    "UNO without future indices (seeded bonus tokens and frontier lengths); kvcheck's UNO "
+    "draft input always carries one future index per request"
+)
+_UNO_COUNT: Final = (
+    "a future-index count other than the batch size, which kvcheck's draft input never has"
+)
+_NO_RECORD: Final = "a decode request without a KV record, which 0.5.19+ never launches"
+_WATERMARK: Final = (
+    "an allocated length below the committed one, which a correct release never records "
+    "(kvcheck's alloc-* invariants judge it)"
+)
+_ROW_WIDTH: Final = (
+    "a reserve wider than the req_to_token row: kvcheck's rows are 4096 slots, beyond any "
+    "scenario's lengths"
+)
+
+_ARGS_GIVEN: Final = (
+    "server args passed in, which the driven callers never do: they read the runtime settings"
+)
+_BACKUP: Final = "an allocator state backup (backup_state), which a decode launch does not ask for"
+_NO_TREE: Final = "no tree cache, which a scheduler always has"
+_HYBRID_ROWS: Final = "a hybrid (mamba) row pool, which kvcheck's full-attention pool is not"
+
+_FROM_0_5_23: Final[Mapping[str, str]] = {
+    # Functions only the features call.
+    "get_last_loc_torch": _TORCH_BACKEND,
+    "_kv_shard_rotation_bases": _SHARDING,
+    "_alloc_paged_token_slots_extend_npu": _NPU,
+    "available_and_evictable_str": _OOM,
+    "dsv4_needs_rebootstrap": _DISAGG,
+    "backup_kv_cache": _DISAGG,
+    "truncate_weight_version_events": _EMBEDS,
+    "ReqKvInfo.max_evicted_seqlen": _RELEASED,
+    "BaseTokenToKVPoolAllocator.evict_to_free_tokens": _PREFIX_SHARING,
+    "BaseTokenToKVPoolAllocator.free_group_begin": _FREE_GROUPS,
+    "BaseTokenToKVPoolAllocator.free_group_end": _FREE_GROUPS,
+    "BaseTokenToKVPoolAllocator.free_full_segments": _SWA,
+    "BaseTokenToKVPoolAllocator.free_full_segment": _SWA,
+    # Lines whose never-taken branches only the features take.
+    # mem_cache/allocation.py
+    "if (_is_hip or _is_npu) and uses_triton_dispatch:": _HIP,
+    "if uses_triton_dispatch:": _TORCH_BACKEND,
+    "if out_cache_loc is None:": _OOM,
+    "if page_interleave_shard_size(allocator) > 1:": _SHARDING,
+    "if is_dsv4:": _DSV4,
+    "if kv_shard_rotation_bases is not None:": _SHARDING,
+    "if batch is not None and batch.hisparse_coordinator is not None:": _HISPARSE,
+    # mem_cache/allocation_sizing.py
+    "if spec.speculative_algorithm is None:": _NOT_SPECULATIVE,
+    "if spec_tokens is None:": _UNO_NO_DRAFTS,
+    "if page_size == 1 or spec_topk == 1 or not spec_algo.has_draft_kv():": _TREE_DRAFTS,
+    # speculative/eagle_utils.py
+    "if batch.sampling_info.penalizer_orchestrator.is_required:": _PENALTIES,
+    "if batch.seq_lens_cpu is None:": _NO_HOST_LENS,
+    "if page_size > 1 and (get_spec().speculative_eagle_topk or 1) > 1:": _TREE_DRAFTS,
+    # mem_cache/allocator/base.py
+    "if n == 0:": _EMPTY_RANGE,
+    # mem_cache/common.py
+    "if merged and start == merged[-1][1]:": _ONE_RANGE,
+    "if hi <= lo:": _SWA,
+    "if swa_dead and swa_alive:": _SWA,
+    "if swa_dead:": _SWA,
+    "if swa_alive:": _SWA,
+    "if tree_cache is not None and tree_cache.supports_prefix_sharing():": _PREFIX_SHARING,
+    "if not req.kv.holds_kv:": _MAMBA,
+    "if tree_cache.claim_kv_row(req):": _STREAMING,
+    "if spec_algo is None and not get_serving().strip_thinking_cache:": _NOT_SPECULATIVE,
+    # speculative/dflash_info_v2.py (0.5.19+)
+    "if not envs.SGLANG_ENABLE_OVERLAP_PLAN_STREAM.get():": _PLAN_STREAM,
+    "if plan_stream is not None:": _PLAN_STREAM,
+    "if plan_stream is not None and caller_stream is not None:": _PLAN_STREAM,
+    "if caller_stream is not None:": _PLAN_STREAM,
+    "if needs_cpu_alloc(self._prepare_batch_seq_lens_cpu_buf):": _BUFFERS,
+    "if needs_gpu_alloc(self._prepare_cur_kv_lens_gpu_buf):": _BUFFERS,
+    "if bs == 0:": _EMPTY_BATCH,
+    "if block_size <= 0:": _NO_DRAFTS,
+    "if top_k > max_top_k:": _TOP_K,
+    "elif uniform_top_k and top_k != uniform_top_k_value:": _TOP_K,
+    # speculative/uno_info.py
+    "if batch_size == 0:": _EMPTY_BATCH,
+    "if self.future_indices is None:": _UNO_SYNC,
+    "elif self.future_indices.numel() != batch_size:": _UNO_COUNT,
+    "if req.kv is None:": _NO_RECORD,
+    "if allocated < committed:": _WATERMARK,
+    "if max(next_lengths) > row_width:": _ROW_WIDTH,
+    # managers/schedule_batch.py
+    "if page_size > 1 and lo > self.cache_protected_len:": _SWA,
+    "if self.finished_len is not None:": _UNFINISHED,
+    "if get_serving().strip_thinking_cache and self.reasoning_tokens > 0:": _THINKING,
+    "if self.input_embeds is not None:": _EMBEDS,
+    "if hisparse_coordinator is not None and not req.finished():": _HISPARSE,
+    'if get_disagg().disaggregation_mode == "decode" and offload_kv:': _DISAGG,
+}
+
+# What 0.5.16-0.5.18 write differently (0.5.16's files; the 0.5.23 text above holds where
+# the line is the same).
+_FROM_0_5_16: Final[Mapping[str, str]] = {
+    # mem_cache/allocation_sizing.py
+    "if server_args is None:": _ARGS_GIVEN,
+    "if server_args.speculative_algorithm is None:": _NOT_SPECULATIVE,
+    # mem_cache/allocation.py
+    "if _is_hip and uses_triton_dispatch:": _HIP,
+    "if backup_state:": _BACKUP,
+    # mem_cache/common.py
+    "if tree_cache is None:": _NO_TREE,
+    "if tree_cache.is_chunk_cache():": _PREFIX_SHARING,
+    "if req.req_pool_idx is None:": _MAMBA,
+    "if req.req_pool_idx is None and req.kv is None:": _STREAMING,
+    "if isinstance(tree_cache.req_to_token_pool, HybridReqToTokenPool) and (": _HYBRID_ROWS,
+    "if spec_algo is None and not global_server_args.strip_thinking_cache:": _NOT_SPECULATIVE,
+    # managers/schedule_batch.py
+    "if get_server_args().strip_thinking_cache and self.reasoning_tokens > 0:": _THINKING,
+    'if server_args.disaggregation_mode == "decode" and offload_kv:': _DISAGG,
+    # speculative/eagle_utils.py
+    "if page_size > 1 and (get_server_args().speculative_eagle_topk or 1) > 1:": _TREE_DRAFTS,
+}
+# Each release's table by the release it was written from (a quality test checks each line is
+# there).
+WRITTEN_FROM: Final[Mapping[str, Mapping[str, str]]] = {
+    "0.5.23": _FROM_0_5_23,
+    "0.5.16": _FROM_0_5_16,
+}
+OUT_OF_SCOPE: Final[Mapping[str, str]] = {**_FROM_0_5_16, **_FROM_0_5_23}
+
+# The lines that route to an algorithm's own sizing, by algorithm.
+_ALGORITHM_LINES: Final[Mapping[str, tuple[str, ...]]] = {"uno": ("if spec_algo.is_uno():",)}
+
+
+def out_of_scope(
+    faked: Iterable[tuple[str, str]], not_run: Mapping[str, tuple[Iterable[str], bool]]
+) -> dict[str, str]:
+    """`OUT_OF_SCOPE`, with the members kvcheck's fakes implement in the release's stead
+    (`faked`: qualname and the class) and, per algorithm none of whose scenarios ran the
+    release's code (`not_run`: algorithm -> the qualnames of its own launch code, and whether
+    scenarios of it ran kvcheck's model instead), that code and the lines routing to it."""
+    reasons = dict(OUT_OF_SCOPE)
+    for qualname, owner in faked:
+        name = qualname.rpartition(".")[2]
+        reasons[qualname] = (
+            f"the release's own {owner}: kvcheck's fake implements {name} in its stead"
+        )
+    for algorithm, (qualnames, modelled) in not_run.items():
+        name = algorithm.upper()
+        why = (
+            f"{name} scenarios, which all ran kvcheck's model here: with adaptive switching "
+            f"no release runs them (--no-adaptive drives {name}'s own code)"
+            if modelled
+            else f"{name} scenarios, none of which was drawn here"
+        )
+        for key in (*qualnames, *_ALGORITHM_LINES.get(algorithm, ())):
+            reasons[key] = why
+    return reasons
