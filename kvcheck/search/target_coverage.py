@@ -359,11 +359,12 @@ class TargetCoverage:
         return grouped
 
     def out_of_scope_missed(self) -> dict[Branch, str]:
-        """The never-taken branches from a line only out-of-scope inputs branch on, with those."""
+        """The never-taken branches from a line only out-of-scope inputs branch on, with those.
+        Only from a line that ran: one never reached took neither way, the in-scope one too."""
         return {
             branch: self.out_of_scope[branch[0]]
             for branch in self.missed_branches
-            if branch[0] in self.out_of_scope
+            if branch[0] in self.out_of_scope and branch[0] in self.executed
         }
 
     def only_out_of_scope_missed(self) -> bool:

@@ -541,6 +541,25 @@ def test_a_condition_over_several_lines_is_named_by_its_first_two(tmp_path: Path
         assert (found.out_of_scope_missed() == {(2, 6): reason}) is named
 
 
+def test_a_named_line_that_never_ran_explains_neither_of_its_branches() -> None:
+    """A named line explains the way only the feature takes once the line ran; a line never
+    reached took neither way, so both stay missed (counted), not hidden under the reason."""
+    reason = "a feature kvcheck does not model"
+    ran = TargetCoverage(
+        file="f.py",
+        functions=("decide",),
+        statements=frozenset({2, 6, 7}),
+        executed=frozenset({2, 7}),
+        branches=frozenset({(2, 6), (2, 7)}),
+        executed_branches=frozenset({(2, 7)}),
+        out_of_scope={2: reason},
+    )
+    assert ran.out_of_scope_missed() == {(2, 6): reason}
+    unreached = attrs.evolve(ran, executed=frozenset(), executed_branches=frozenset())
+    assert unreached.out_of_scope_missed() == {}
+    assert set(unreached.missed_branches) == {(2, 6), (2, 7)}
+
+
 GUARDED = textwrap.dedent(
     """\
     def grow(pool, n):
