@@ -359,11 +359,12 @@ class TargetCoverage:
         return grouped
 
     def out_of_scope_missed(self) -> dict[Branch, str]:
-        """The never-taken branches from a line only out-of-scope inputs branch on, with those."""
+        """The never-taken branches from a line only out-of-scope inputs branch on, with those.
+        Only from a line that ran: one never reached took neither way, the in-scope one too."""
         return {
             branch: self.out_of_scope[branch[0]]
             for branch in self.missed_branches
-            if branch[0] in self.out_of_scope
+            if branch[0] in self.out_of_scope and branch[0] in self.executed
         }
 
     def only_out_of_scope_missed(self) -> bool:
@@ -649,6 +650,13 @@ class CoverageMeter:
             if arm is not None:  # inside a function only out-of-scope inputs call: its reason
                 for line in range(arm[0], arm[1] + 1):
                     reached.setdefault(line, reason)
+        # An exception handler is entered by no branch coverage.py records: a named `except`
+        # line that never ran names its whole handler.
+        for first, last in _handlers(found.file):
+            reason = found.out_of_scope.get(first)
+            if reason is not None and first not in found.executed:
+                for line in range(first, last + 1):
+                    reached.setdefault(line, reason)
         never = found.statements - found.executed
         return {line: reason for line, reason in sorted(reached.items()) if line in never}
 
@@ -671,11 +679,25 @@ class CoverageMeter:
 def _line_keys(text: list[str], number: int) -> tuple[str, ...]:
     """What names line `number` (1-based) of `text` in an `out_of_scope` table: its stripped
     text, and for a line that ends in an opening bracket (`if (`, whose text alone names
-    nothing), also that text joined with the next line's (`if (self.log_stats`)."""
+    nothing) or an `except` line (`except Exception:` names no handler in particular), also
+    that text joined with the next line's (`if (self.log_stats`)."""
     line = text[number - 1].strip()
-    if line.endswith(("(", "[", "{")) and number < len(text):
+    if (line.endswith(("(", "[", "{")) or line.startswith("except")) and number < len(text):
         return line, line + text[number].strip()
     return (line,)
+
+
+def _handlers(file: str) -> list[tuple[int, int]]:
+    """The lines each `except` handler of `file` spans, from its `except` line."""
+    try:
+        tree = ast.parse(Path(file).read_text(encoding="utf-8"), filename=file)
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return []  # as `_arms`: a vanished file only counts every line
+    return [
+        (node.lineno, _end(node.body[-1]))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ExceptHandler)
+    ]
 
 
 def _arms(file: str) -> dict[Branch, tuple[int, int]]:

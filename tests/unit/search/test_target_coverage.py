@@ -541,6 +541,86 @@ def test_a_condition_over_several_lines_is_named_by_its_first_two(tmp_path: Path
         assert (found.out_of_scope_missed() == {(2, 6): reason}) is named
 
 
+def test_a_named_line_that_never_ran_explains_neither_of_its_branches() -> None:
+    """A named line explains the way only the feature takes once the line ran; a line never
+    reached took neither way, so both stay missed (counted), not hidden under the reason."""
+    reason = "a feature kvcheck does not model"
+    ran = TargetCoverage(
+        file="f.py",
+        functions=("decide",),
+        statements=frozenset({2, 6, 7}),
+        executed=frozenset({2, 7}),
+        branches=frozenset({(2, 6), (2, 7)}),
+        executed_branches=frozenset({(2, 7)}),
+        out_of_scope={2: reason},
+    )
+    assert ran.out_of_scope_missed() == {(2, 6): reason}
+    unreached = attrs.evolve(ran, executed=frozenset(), executed_branches=frozenset())
+    assert unreached.out_of_scope_missed() == {}
+    assert set(unreached.missed_branches) == {(2, 6), (2, 7)}
+
+
+GUARDED = textwrap.dedent(
+    """\
+    def grow(pool, n):
+        taken = pool.take(n)
+        try:
+            pool.grow_aux(n)
+        except Exception:
+            pool.give_back(taken)
+            raise
+        try:
+            pool.note(n)
+        except Exception:
+            pool.forget(n)
+        return taken
+    """
+)
+
+
+def test_a_named_except_line_leaves_its_never_run_handler_uncounted(tmp_path: Path) -> None:
+    """No branch enters a handler: an `except` line, named with the line after it (the
+    handler's first), leaves its whole handler uncounted while it never runs; an unnamed
+    handler stays counted as never run."""
+    file = tmp_path / "guarded.py"
+    file.write_text(GUARDED)
+    namespace: dict[str, Any] = {}
+    exec(compile(file.read_text(), str(file), "exec"), namespace)
+    span = CodeSpan(file=str(file), qualname="grow", def_line=1, first=2, last=12)
+    target = Target(
+        spec="guarded",
+        resolver=namespace["grow"],
+        description="",
+        self_methods={},
+        shape=None,
+        code=(span,),
+        family="sglang",
+    )
+
+    class Pool:
+        def take(self, n: int) -> list[int]:
+            return list(range(n))
+
+        def grow_aux(self, n: int) -> None:
+            pass
+
+        def note(self, n: int) -> None:
+            pass
+
+    reason = "an auxiliary cache failing to grow, which kvcheck does not model"
+    for table, uncounted in (
+        ({"except Exception:pool.give_back(taken)": reason}, {5: reason, 6: reason, 7: reason}),
+        ({"except Exception:": reason}, {5: reason, 6: reason, 7: reason, 10: reason, 11: reason}),
+        ({"except Exception:pool.forget(taken)": reason}, {}),
+    ):
+        meter = CoverageMeter((span,), table, uncounted_out_of_scope=True)
+        measured = meter.instrument(target)
+        assert measured.resolver(Pool(), 2) == [0, 1]
+        found = meter.result()
+        assert found.uncounted == uncounted
+        assert set(found.missed_lines) == {5, 6, 7, 10, 11} - uncounted.keys()
+
+
 # --- code beside the resolver (a release's allocation path) ---------------------------------
 
 SIDE = textwrap.dedent(

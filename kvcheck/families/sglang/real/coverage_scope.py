@@ -110,6 +110,23 @@ _ROW_WIDTH: Final = (
 _ARGS_GIVEN: Final = (
     "server args passed in, which the driven callers never do: they read the runtime settings"
 )
+_NO_TRITON: Final = (
+    "a backend or device without Triton (torch-native, Intel AMX); kvcheck answers a Triton backend"
+)
+_CHUNKED: Final = (
+    "a request extending a row it already holds (a later chunk of chunked prefill, a session's "
+    "record); kvcheck prefills each prompt whole, without sessions"
+)
+_DLLM: Final = "diffusion LLM (dLLM) batches reusing retained KV, which kvcheck does not model"
+_AUX_CACHE: Final = (
+    "an auxiliary row cache failing to grow (alloc_aux_to_lengths raising): no 0.5.23 code "
+    "attaches one (mem_cache/memory_pool.py:475), and kvcheck's row pool has none"
+)
+_PRIORITY_RETRACTION: Final = (
+    "the priority retraction policy (request priorities); kvcheck's runs keep SGLang's default "
+    "length policy, whose order they do run"
+)
+
 _BACKUP: Final = "an allocator state backup (backup_state), which a decode launch does not ask for"
 _NO_TREE: Final = "no tree cache, which a scheduler always has"
 _HYBRID_ROWS: Final = "a hybrid (mamba) row pool, which kvcheck's full-attention pool is not"
@@ -129,6 +146,7 @@ _FROM_0_5_23: Final[Mapping[str, str]] = {
     "BaseTokenToKVPoolAllocator.free_group_end": _FREE_GROUPS,
     "BaseTokenToKVPoolAllocator.free_full_segments": _SWA,
     "BaseTokenToKVPoolAllocator.free_full_segment": _SWA,
+    "_alloc_extend_loc_with_kv_reuse": _DLLM,
     # Lines whose never-taken branches only the features take.
     # mem_cache/allocation.py
     "if (_is_hip or _is_npu) and uses_triton_dispatch:": _HIP,
@@ -138,6 +156,18 @@ _FROM_0_5_23: Final[Mapping[str, str]] = {
     "if is_dsv4:": _DSV4,
     "if kv_shard_rotation_bases is not None:": _SHARDING,
     "if batch is not None and batch.hisparse_coordinator is not None:": _HISPARSE,
+    "if support_triton(prefill_backend):": _NO_TRITON,
+    "if not isinstance(req_to_token_pool, HybridReqToTokenPool):": _HYBRID_ROWS,
+    "if req_pool_indices is None:": _OOM,
+    "if (_is_hip or _is_cuda or _is_xpu or _is_npu) and get_parallel().dcp_enabled:": _SHARDING,
+    "if req.kv.holds_kv:": _CHUNKED,
+    "if req.prefix_len == 0:": _PREFIX_SHARING,
+    "if batch.is_dllm():": _DLLM,
+    "if batch.hisparse_coordinator is not None:": _HISPARSE,
+    "if reuse_kv is not None and any(reuse_kv):": _DLLM,
+    # An `except` line is named with the line after it (its handler's first).
+    "except Exception:batch.tree_cache.token_to_kv_pool_allocator.free(out_cache_loc)": _AUX_CACHE,
+    "if _is_npu:": _NPU,
     # mem_cache/allocation_sizing.py
     "if spec.speculative_algorithm is None:": _NOT_SPECULATIVE,
     "if spec_tokens is None:": _UNO_NO_DRAFTS,
@@ -183,6 +213,7 @@ _FROM_0_5_23: Final[Mapping[str, str]] = {
     "if self.input_embeds is not None:": _EMBEDS,
     "if hisparse_coordinator is not None and not req.finished():": _HISPARSE,
     'if get_disagg().disaggregation_mode == "decode" and offload_kv:': _DISAGG,
+    'if get_schedule().retraction_policy == "priority":': _PRIORITY_RETRACTION,
 }
 
 # What 0.5.16-0.5.18 write differently (0.5.16's files; the 0.5.23 text above holds where
@@ -219,14 +250,29 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {**_FROM_0_5_16, **_FROM_0_5_23}
 _ALGORITHM_LINES: Final[Mapping[str, tuple[str, ...]]] = {"uno": ("if spec_algo.is_uno():",)}
 
 
+_RETRACTION_CHOOSER: Final = "ScheduleBatch._get_decode_retraction_order"
+_UNSORTED_RETRACTION: Final = (
+    "a retraction chooser kvcheck does not call: this release's retract_decode tells it not "
+    "to sort a speculative batch (0.5.16 managers/schedule_batch.py:2603-2609) and retracts "
+    "from the back, an order kvcheck's model does not have yet"
+)
+
+
 def out_of_scope(
-    faked: Iterable[tuple[str, str]], not_run: Mapping[str, tuple[Iterable[str], bool]]
+    faked: Iterable[tuple[str, str]],
+    not_run: Mapping[str, tuple[Iterable[str], bool]],
+    *,
+    sorts_retractions: bool = True,
 ) -> dict[str, str]:
     """`OUT_OF_SCOPE`, with the members kvcheck's fakes implement in the release's stead
-    (`faked`: qualname and the class) and, per algorithm none of whose scenarios ran the
+    (`faked`: qualname and the class), per algorithm none of whose scenarios ran the
     release's code (`not_run`: algorithm -> the qualnames of its own launch code, and whether
-    scenarios of it ran kvcheck's model instead), that code and the lines routing to it."""
+    scenarios of it ran kvcheck's model instead) that code and the lines routing to it, and
+    the retraction chooser where kvcheck does not call it (`sorts_retractions` false: 0.5.16,
+    whose speculative batches retract unsorted)."""
     reasons = dict(OUT_OF_SCOPE)
+    if not sorts_retractions:
+        reasons[_RETRACTION_CHOOSER] = _UNSORTED_RETRACTION
     for qualname, owner in faked:
         name = qualname.rpartition(".")[2]
         reasons[qualname] = (

@@ -1009,7 +1009,9 @@ class ReleaseAllocationCode:
             label="allocation",
             include=str(tree.root / tree.package / "*"),
             code=code,
-            out_of_scope=out_of_scope(_faked(code), not_run),
+            out_of_scope=out_of_scope(
+                _faked(code), not_run, sorts_retractions=functions.sorts_retractions
+            ),
         )
 
     def unavailable(self) -> str | None:
