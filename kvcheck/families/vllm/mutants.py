@@ -491,6 +491,7 @@ CONFORMANCE_MUTANTS: Final[Mapping[str, str]] = {
     "vllm-identity": "no-stale-gate",
     "vllm-exactly-once": "token-counted-discard",
     "vllm-pool": "freed-twice",
+    "vllm-deferred-free": "eager-free",
     "vllm-placeholder-drafts": "placeholder-survivors",
     "vllm-spec-stats": "stats-position-shifted",
     "vllm-quiescence": "finished-kept",
