@@ -170,7 +170,7 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     beside a decode with too little budget left to pad it to `1 + k` (:1320-1328), a
     preempted request's stale frame of drafts delivered (what vLLM 0.27+ counts in its
     statistics), and, with frees deferred, a preemption refused because the victim's frame is
-    still in flight (:940-942)."""
+    still in flight (:940-942) and an abort with the request's frame in flight."""
     drafts = drawn.options.placeholder_drafts
     pressure = VllmConfig(
         num_blocks=6,
@@ -258,6 +258,13 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         Scenario(
             attrs.evolve(pressure, defer_frees=True),
             (Add("r0", 4, 12), Add("r1", 4, 12), Drain(0)),
+            family=NAME,
+        ),
+        # Frees deferred, room to spare: r0 is aborted with its frame in flight and r1 admitted
+        # while r0's blocks wait for that frame.
+        Scenario(
+            attrs.evolve(reset, defer_frees=True),
+            (Add("r0", 4, 8), *_steps(2, 0), Abort("r0"), Add("r1", 12, 2), Drain(0)),
             family=NAME,
         ),
     )
