@@ -124,6 +124,9 @@ class ReferenceScheduler:
         self.finished_since: list[str] = []
         self.current_step = 0
         self.lookahead = settings.num_spec_tokens
+        # Deferred frees (`settings.defer_block_free`): (the last step launched when the blocks
+        # were freed, the blocks), returned to the pool once that step's frame has returned.
+        self.deferred: list[tuple[int, list[int]]] = []
 
     # --- requests in and out ---------------------------------------------------------------
 
@@ -164,9 +167,31 @@ class ReferenceScheduler:
     def _forget(self, req: Req) -> None:
         del self.requests[req.rid]
 
+    # The reference honours `settings.defer_block_free` (the engine judges deferral only
+    # where the scheduler says it has it).
+    defers_frees = True
+
+    def _must_defer(self, req: Req) -> bool:
+        """Whether `req`'s blocks must wait: frees are deferred and a frame with it is out."""
+        return self.settings.defer_block_free and req.in_flight > 0
+
     def _free_blocks(self, req: Req) -> None:
-        self.pool.release(req.blocks)
+        if self._must_defer(req):
+            if req.blocks:
+                self.deferred.append((self.current_step, req.blocks))
+        else:
+            self.pool.release(req.blocks)
         req.blocks = []
+
+    def _release_deferred(self, returned_step: int) -> None:
+        """Return the deferred blocks no frame launched up to `returned_step` may write."""
+        kept = []
+        for fence, blocks in self.deferred:
+            if fence <= returned_step:
+                self.pool.release(blocks)
+            else:
+                kept.append((fence, blocks))
+        self.deferred = kept
 
     # --- schedule ----------------------------------------------------------------------------
 
@@ -228,6 +253,10 @@ class ReferenceScheduler:
                 continue
             fitted = True
             while not self._allocate(req, num_new):
+                if self._must_defer(self.running[-1]):
+                    # Preempting it frees nothing now: its blocks would only be deferred.
+                    fitted = False
+                    break
                 victim = self.running.pop()
                 self._preempt(victim, drop_stale=False)
                 preempted.append(victim.rid)
@@ -362,6 +391,7 @@ class ReferenceScheduler:
             if reason is not None:
                 finished[req.rid] = reason
                 self._finish(req, f"finished_{reason}")
+        self._release_deferred(launch.step)
         return Delivered(new_tokens, finished, self._spec_stats(drafts_counted))
 
     def _drafts_counted(self, item: ScheduledRequest, accepted: int) -> tuple[int, int]:
@@ -461,7 +491,7 @@ class ReferenceScheduler:
             free_blocks=len(self.pool.free),
             ref_counts=dict(self.pool.ref),
             blocks_of=owners,
-            deferred=(),
+            deferred=tuple(block for _, blocks in self.deferred for block in blocks),
         )
 
 

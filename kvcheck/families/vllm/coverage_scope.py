@@ -3,8 +3,8 @@
 kvcheck drives the KV-cache accounting of text generation (`docs/vllm.md`); a release's
 `Scheduler` also holds the code of features kvcheck does not model: KV connectors (disaggregated
 prefill, KV offload), encoder inputs and their cache, hybrid Mamba models, structured output,
-streaming-input sessions, the priority policy, LoRA, pooling, statistics, sync scheduling,
-deferred block frees (the list of docs/vllm.md's "Not modelled"). `OUT_OF_SCOPE` names the source
+streaming-input sessions, the priority policy, LoRA, pooling, statistics, sync scheduling
+(the list of docs/vllm.md's "Not modelled"). `OUT_OF_SCOPE` names the source
 lines (stripped) whose never-taken branches only those features take, and the functions only
 they call, each with the feature; the coverage report lists what they leave unrun with that
 reason and does not count it (`VllmDistribution.uncounted_out_of_scope`). Written from vLLM
@@ -42,9 +42,13 @@ _PAUSED: Final = "a paused scheduler, which kvcheck's engine never pauses"
 _RUNNER_ERRORS: Final = (
     "per-request errors and NaN logits from the model runner, which kvcheck's runner never reports"
 )
-_DEFERRED_FREES: Final = (
-    "deferred block frees (defer_block_free), which kvcheck's engine leaves off and its "
-    "reference model does not model"
+_DEFERRED_COPIES: Final = (
+    "deferring the free of copy-on-write retentions, which only prefix caching makes and "
+    "kvcheck's runs leave off"
+)
+_DEFERRED_RESET: Final = (
+    "a deferred free of a request whose blocks are already deferred, which only a reset with "
+    'frames in flight makes and which then raises (docs/vllm.md "Deferred block frees")'
 )
 _SAMPLING: Final = (
     "stop token ids, min_tokens or repetition detection, which kvcheck's requests do not set"
@@ -135,9 +139,7 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "if finished_req_ids:": _CLIENTS,
     "if pending is None:": _ENCODER,
     "if existing is not None:": _STREAMING,
-    "if self._request_blocks_can_be_freed(request):": _DEFERRED_FREES,
     "elif request_ids is not None:": _ALL_IDS,
-    "Scheduler._drain_deferred_frees": _DEFERRED_FREES,
     "Scheduler.make_stats": _STATISTICS,
     "Scheduler.make_spec_decoding_stats": _STATISTICS,
     "if self.log_stats:": _STATISTICS,
@@ -153,12 +155,12 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "for request in error_reqs:": _RUNNER_ERRORS,
     "if kv_transfer_config is not None and kv_transfer_config.is_kv_producer:": _KV_CONNECTOR,
     "if failed_kv_load_req_ids and req_id in failed_kv_load_req_ids:": _KV_CONNECTOR,
-    "if self.defer_block_free and total_num_scheduled_tokens > 0:": _DEFERRED_FREES,
-    "if self.defer_block_free:": _DEFERRED_FREES,
-    (
-        "if self.defer_block_free and scheduler_output.total_num_scheduled_tokens > 0:"
-    ): _DEFERRED_FREES,
-    "if not self.defer_block_free or fence_seq <= self.processed_step_seq:": _DEFERRED_FREES,
+    "if not self.defer_block_free or fence_seq <= self.processed_step_seq:": _DEFERRED_COPIES,
+    "if blocks:": _DEFERRED_RESET,
+    # `_drain_deferred_loads` runs with deferred frees on; only a connector's loads fill it.
+    "for request_id, (fence, num_tokens, queries, hits) in list(self.deferred_loads.items()": (
+        _KV_CONNECTOR
+    ),
     "if last_token_id in (sampling_params.stop_token_ids or ()):": _SAMPLING,
     "if request.num_output_tokens < sampling_params.min_tokens:": _SAMPLING,
     "if repetition_detection is not None and (": _SAMPLING,
@@ -285,7 +287,6 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "if input_budget <= draft_slots:": _DRAFT_SLOTS,
     "if (self.ec_connector is not None": _ENCODER_CONNECTOR,
     "if (self.connector is not None": _KV_CONNECTOR,
-    "if not self._request_blocks_can_be_freed(preempted_req):": _DEFERRED_FREES,
     "if (self.policy == SchedulingPolicy.PRIORITY": _PRIORITY,
     "if (self.lora_config": _LORA,
     "if (not window_loaded": _PREFIX_CACHING,

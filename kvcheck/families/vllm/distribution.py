@@ -94,12 +94,25 @@ def draw_config(
         long_prefill_token_threshold=draws.choice((0, 0, 4, 8)),
         placeholder_drafts=options.placeholder_drafts,
         spec_stats=options.spec_stats,
+        defer_frees=draws.choice((False, False, True)),
     )
 
 
-def _event_element(max_model_len: int, k: int) -> Callable[[Draws], tuple[Any, ...]]:
+# With deferred frees, a reset draws a step instead: vLLM 0.24.0 on raise at
+# `reset_prefix_cache(reset_running_requests=True)` when a preempted request's blocks wait on a
+# frame in flight (the pool is not all free, scheduler.py:3211-3219 @0.33.0), a known crash
+# `check` would otherwise find first every time (docs/vllm.md "Deferred block frees").
+_KINDS: Final = ("step", "add", "step", "abort", "step", "add", "reset", "step")
+_KINDS_DEFERRING: Final = ("step", "add", "step", "abort", "step", "add", "step", "step")
+
+
+def _event_element(
+    max_model_len: int, k: int, defer_frees: bool
+) -> Callable[[Draws], tuple[Any, ...]]:
+    kinds = _KINDS_DEFERRING if defer_frees else _KINDS
+
     def element(draws: Draws) -> tuple[Any, ...]:
-        kind = draws.choice(("step", "add", "step", "abort", "step", "add", "reset", "step"))
+        kind = draws.choice(kinds)
         if kind == "add":
             eos = draws.integer(0, 6) if draws.boolean() else None
             return ("add", draws.integer(1, max_model_len - 1), draws.integer(1, 12), eos)
@@ -120,8 +133,8 @@ def draw_scenario(draws: Draws, space: VllmSpace) -> Scenario:
     raw = [
         first,
         *draws.many(
-            ("vllm-event", config.max_model_len, k),
-            _event_element(config.max_model_len, k),
+            ("vllm-event", config.max_model_len, k, config.defer_frees),
+            _event_element(config.max_model_len, k, config.defer_frees),
             0,
             space.max_events,
         ),
@@ -154,9 +167,10 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     stale frame with rejected drafts is delivered and one request finishes by length in a stale
     frame while preempted (the roll-back's stale guard, scheduler.py:2360 @0.33.0, vllm#46066's
     fix; the preempted request's stop, :2491-2494, 2545-2548), a one-token prompt admitted
-    beside a decode with too little budget left to pad it to `1 + k` (:1320-1328), and a
+    beside a decode with too little budget left to pad it to `1 + k` (:1320-1328), a
     preempted request's stale frame of drafts delivered (what vLLM 0.27+ counts in its
-    statistics)."""
+    statistics), and, with frees deferred, a preemption refused because the victim's frame is
+    still in flight (:940-942) and an abort with the request's frame in flight."""
     drafts = drawn.options.placeholder_drafts
     pressure = VllmConfig(
         num_blocks=6,
@@ -239,6 +253,20 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
         Scenario(stale_drafts, (Add("r0", 4, 12), Add("r1", 4, 3), Drain(1)), family=NAME),
         Scenario(unpadded, (Add("r0", 1, 6), Step(0), Add("r1", 1, 4), Drain(0)), family=NAME),
         Scenario(preempting, (Add("r0", 1, 7), Add("r1", 7, 5), Drain(0)), family=NAME),
+        # Frees deferred under KV pressure: the request to preempt has its frame in flight, so
+        # preempting it would free nothing now and the scheduler stops instead (:940-942).
+        Scenario(
+            attrs.evolve(pressure, defer_frees=True),
+            (Add("r0", 4, 12), Add("r1", 4, 12), Drain(0)),
+            family=NAME,
+        ),
+        # Frees deferred, room to spare: r0 is aborted with its frame in flight and r1 admitted
+        # while r0's blocks wait for that frame.
+        Scenario(
+            attrs.evolve(reset, defer_frees=True),
+            (Add("r0", 4, 8), *_steps(2, 0), Abort("r0"), Add("r1", 12, 2), Drain(0)),
+            family=NAME,
+        ),
     )
     return tuple(s for s in every if s.config.runner in drawn.runners)
 

@@ -78,6 +78,7 @@ def settings_of(config: VllmConfig) -> SchedulerSettings:
         pp_size=config.pp_size,
         use_v2_model_runner=config.runner == "v2",
         long_prefill_token_threshold=config.long_prefill_token_threshold,
+        defer_block_free=config.defer_frees,
     )
 
 
@@ -106,6 +107,9 @@ class Frame:
 
     launch: Launch
     entries: tuple[FrameEntry, ...]
+    # With deferred frees judged: each scheduled request's blocks just after the launch, the
+    # blocks this frame may still write until it returns.
+    blocks: Mapping[str, tuple[int, ...]] = attrs.field(factory=dict)
 
     @property
     def step(self) -> int:
@@ -150,6 +154,10 @@ class Observation:
     drained: bool | None = None
     drain_steps: int = 0
     raised: str | None = None  # the scheduler raised (its exception as text)
+    # Deferred frees judged (the config asks and the scheduler has them): per frame in flight,
+    # oldest first, (step, request, the blocks the frame may still write).
+    defers: bool = False
+    written_in_flight: tuple[tuple[int, str, tuple[int, ...]], ...] = ()
 
 
 class Runner:
@@ -263,6 +271,9 @@ class VllmEngine:
             self.raised = error
         else:
             self.scheduler = made
+        # Deferred frees are judged only where the scheduler has them (vLLM 0.24.0 on, and
+        # kvcheck's built-ins): an older release frees at once whatever the config says.
+        self.defers = config.defer_frees and bool(getattr(self.scheduler, "defers_frees", False))
         # This event's facts.
         self._launches: list[Frame] = []
         self._deliveries: list[DeliveryFact] = []
@@ -300,6 +311,14 @@ class VllmEngine:
             frame = self.runner.launch(
                 launch, {rid: (before.get(rid), ph) for rid, ph in after.items()}
             )
+            if self.defers:
+                blocks_of = self._call("pool_view").blocks_of
+                frame = attrs.evolve(
+                    frame,
+                    blocks={
+                        entry.rid: tuple(blocks_of.get(entry.rid, ())) for entry in frame.entries
+                    },
+                )
             self.queue.appendleft(frame)
             self._launches.append(frame)
             executed = bool(launch.scheduled)
@@ -438,6 +457,12 @@ class VllmEngine:
             drained=drained,
             drain_steps=steps,
             raised=self.raised,
+            defers=self.defers,
+            written_in_flight=tuple(
+                (frame.step, rid, blocks)
+                for frame in reversed(self.queue)
+                for rid, blocks in frame.blocks.items()
+            ),
         )
 
     def clone(self) -> VllmEngine:

@@ -219,18 +219,21 @@ def check_pool(expected: Expectation, observed: Observation) -> Iterator[Finding
     pool = observed.pool
     if pool is None:
         return
+    # A deferred block keeps its reference until the deferred free drops it: it counts as held,
+    # and its count is one per table holding it plus one per deferred free waiting on it (so a
+    # block freed both at once and later, or twice later, shows as a count that disagrees).
     held = sum(1 for count in pool.ref_counts.values() if count != 0)
-    total = pool.free_blocks + held + 1 + len(pool.deferred)
+    total = pool.free_blocks + held + 1
     if total != pool.num_blocks:
         yield Finding(
             None,
             pool.num_blocks,
             total,
-            f"free {pool.free_blocks} + held {held} + null 1 + deferred {len(pool.deferred)} = "
-            f"{total} blocks, of {pool.num_blocks}",
+            f"free {pool.free_blocks} + held {held} (deferred {len(pool.deferred)} among them) "
+            f"+ null 1 = {total} blocks, of {pool.num_blocks}",
         )
     owners: dict[int, int] = {}
-    for blocks in pool.blocks_of.values():
+    for blocks in (*pool.blocks_of.values(), pool.deferred):
         for block in blocks:
             owners[block] = owners.get(block, 0) + 1
     for block in sorted(set(owners) | set(pool.ref_counts)):
@@ -241,11 +244,36 @@ def check_pool(expected: Expectation, observed: Observation) -> Iterator[Finding
                 owners.get(block, 0),
                 count,
                 f"block {block} has ref count {count} but {owners.get(block, 0)} block tables "
-                f"hold it{' (freed more than once)' if count < 0 else ''}",
+                f"and deferred frees hold it{' (freed more than once)' if count < 0 else ''}",
             )
     for rid in pool.blocks_of:
         if rid not in observed.request_ids:
             yield Finding(rid, "no blocks", pool.blocks_of[rid], f"{rid} is gone but owns blocks")
+
+
+def check_deferred_free(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """With deferred frees, a block a frame in flight may still write stays with its request or
+    waits in the deferred list until that frame returns: never free, never another's."""
+    pool = observed.pool
+    if not observed.defers or pool is None:
+        return
+    deferred = set(pool.deferred)
+    reported: set[int] = set()
+    for step, rid, blocks in observed.written_in_flight:
+        held = set(pool.blocks_of.get(rid, ()))
+        for block in blocks:
+            if block in held or block in deferred or block in reported:
+                continue
+            reported.add(block)
+            owners = sorted(other for other, table in pool.blocks_of.items() if block in table)
+            where = f"held by {', '.join(owners)}" if owners else "back in the free pool"
+            yield Finding(
+                rid,
+                "held or deferred",
+                where,
+                f"block {block} of {rid}, which the frame of step {step} still in flight may "
+                f"write, is {where} before that frame returned",
+            )
 
 
 def check_placeholder_drafts(expected: Expectation, observed: Observation) -> Iterator[Finding]:
@@ -408,8 +436,14 @@ INVARIANTS: Final = {
         _invariant(
             "vllm-pool",
             "every block is free, held or the null block; a block's ref count equals the tables "
-            "holding it (a block freed twice shows as a negative count)",
+            "and deferred frees holding it (a block freed twice shows as a count too low)",
             check_pool,
+        ),
+        _invariant(
+            "vllm-deferred-free",
+            "with deferred frees, a freed request's blocks that a frame in flight may write go "
+            "back to the pool only after that frame returns (and, as vllm-pool says, once)",
+            check_deferred_free,
         ),
         _invariant(
             "vllm-placeholder-drafts",

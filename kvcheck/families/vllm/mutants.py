@@ -264,6 +264,16 @@ class StatsSkipStale(ReferenceScheduler):
         return attrs.evolve(delivered, spec_stats=self._spec_stats(fresh))
 
 
+class EagerFree(ReferenceScheduler):
+    """Deferred frees ignored: a finished, aborted or preempted request's blocks go back to the
+    pool at once while a frame launched with it may still write them (what `defer_block_free`,
+    vLLM 0.24.0 on, exists to prevent: a consumer connector's load into a reused block races
+    the in-flight step's write)."""
+
+    def _must_defer(self, req: Req) -> bool:
+        return False
+
+
 @attrs.frozen
 class Entry:
     """One entry of the corpus (`kvcheck.core.family.MutantEntry`)."""
@@ -282,6 +292,16 @@ class Entry:
 
 
 CORPUS: Final[tuple[Entry, ...]] = (
+    Entry(
+        "eager-free",
+        "mutant",
+        EagerFree,
+        "vllm-deferred-free",
+        "defer_block_free (scheduler.py:188-195, 3077-3093 @0.33.0)",
+        "a freed request's blocks return to the pool with its frames still in flight",
+        # An abort with the request's frame in flight, on an engine that defers frees.
+        needs={"defer_frees": True},
+    ),
     Entry(
         "stale-rejection",
         "mutant",
@@ -471,6 +491,7 @@ CONFORMANCE_MUTANTS: Final[Mapping[str, str]] = {
     "vllm-identity": "no-stale-gate",
     "vllm-exactly-once": "token-counted-discard",
     "vllm-pool": "freed-twice",
+    "vllm-deferred-free": "eager-free",
     "vllm-placeholder-drafts": "placeholder-survivors",
     "vllm-spec-stats": "stats-position-shifted",
     "vllm-quiescence": "finished-kept",

@@ -68,6 +68,11 @@ class VllmConfig:
     # statistics"): "excluded", a stale frame whose output is dropped adds nothing; "included",
     # it adds its drafts like any other; "off", not judged.
     spec_stats: SpecStatsMode = "excluded"
+    # Deferred block frees (`defer_block_free`, 0.24.0 on): a finished, aborted or preempted
+    # request's blocks go back to the pool only once every frame launched with it has returned
+    # (the release turns this on for a KV-consumer connector with overlapping batches; kvcheck
+    # sets the flag itself, docs/vllm.md "Deferred block frees").
+    defer_frees: bool = False
 
     @property
     def depth(self) -> int:
@@ -195,12 +200,21 @@ class VllmScenarios:
             raise ScenarioFormatError(
                 f"vllm: 'placeholder_drafts' must be a boolean, got {drafts!r}"
             )
+        defer_frees = data.get("defer_frees", defaults.defer_frees)
+        if type(defer_frees) is not bool:
+            raise ScenarioFormatError(f"vllm: 'defer_frees' must be a boolean, got {defer_frees!r}")
         spec_stats = data.get("spec_stats", defaults.spec_stats)
         if spec_stats not in SPEC_STATS_MODES:
             raise ScenarioFormatError(
                 f"vllm: 'spec_stats' must be excluded, included or off, got {spec_stats!r}"
             )
-        return VllmConfig(**values, runner=runner, placeholder_drafts=drafts, spec_stats=spec_stats)
+        return VllmConfig(
+            **values,
+            runner=runner,
+            placeholder_drafts=drafts,
+            spec_stats=spec_stats,
+            defer_frees=defer_frees,
+        )
 
     @staticmethod
     def event_to_dict(event: VllmEvent) -> dict[str, Any]:
@@ -299,6 +313,7 @@ def describe_config(config: VllmConfig) -> str:
         f"{config.num_spec_tokens}, {config.num_blocks} blocks of {config.block_size}, budget "
         f"{config.max_num_scheduled_tokens}, max_model_len {config.max_model_len}"
         + (", placeholder drafts judged" if config.placeholder_drafts else "")
+        + (", frees deferred" if config.defer_frees else "")
         + ("" if config.spec_stats == "excluded" else f", spec stats {config.spec_stats}")
     )
 

@@ -58,6 +58,7 @@ def size(scenario: Scenario) -> tuple[int, ...]:
         config.depth,
         config.num_spec_tokens,
         config.long_prefill_token_threshold,
+        config.defer_frees,
     )
 
 
@@ -92,6 +93,8 @@ def _config_variants(config: VllmConfig) -> Iterator[VllmConfig]:
         yield attrs.evolve(config, runner="v1")
     if config.long_prefill_token_threshold:
         yield attrs.evolve(config, long_prefill_token_threshold=0)
+    if config.defer_frees:
+        yield attrs.evolve(config, defer_frees=False)
 
 
 def config_variants(scenario: Scenario) -> Iterator[Scenario]:
@@ -140,6 +143,8 @@ class VllmBounds:
     budget: int = 16
     prompt_len: int = 4
     max_tokens: int = 12
+    # Every engine defers block frees (`VllmConfig.defer_frees`).
+    defer_frees: bool = False
 
     def describe(self) -> str:
         """The bounds in one line."""
@@ -149,6 +154,7 @@ class VllmBounds:
             f"up to {self.max_tokens} outputs), depths {', '.join(map(str, self.depths))}, "
             f"k {self.num_spec_tokens}, budget {self.budget}, "
             f"{'a pool that preempts' if self.preemption else 'a roomy pool'}"
+            + (", frees deferred" if self.defer_frees else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,6 +245,7 @@ def start_configs(bounds: VllmBounds, options: VllmJudging) -> list[VllmConfig]:
                 pp_size=pp_size,
                 placeholder_drafts=options.placeholder_drafts,
                 spec_stats=options.spec_stats,
+                defer_frees=bounds.defer_frees,
             )
         )
     return configs

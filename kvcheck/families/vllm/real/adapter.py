@@ -349,6 +349,9 @@ class ReleaseScheduler:
         self._settings = settings
         self._step = 0
         self._outputs: dict[int, Any] = {}
+        # Whether the release can defer block frees (`defer_block_free`, set in its
+        # `__init__` from 0.24.0 on); before, it frees at once whatever the settings say.
+        self.defers_frees = "defer_block_free" in compiled.init_values
 
     def _release(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call into the release's code. What the code touched of a fake that kvcheck does
