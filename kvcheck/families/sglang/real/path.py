@@ -282,6 +282,7 @@ class ReleaseFunctions:
         self.allocator_members = type("BaseTokenToKVPoolAllocator", (), {})
         self.cache_members = (tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),)
         self.draft_inputs = {}
+        self.draft_input_files = {}  # no draft input of its own: EAGLE's mixin only
 
     def _present(self, module: str, class_name: str, names: list[str]) -> type:
         """The members of `class_name` among `names` that this release's file defines."""
