@@ -732,7 +732,29 @@ class _AllocatedLenView(Strict):
     )
 
 
-class _ReqFieldsView(_Resettable):
+class _RowOnReq(_Resettable):
+    """A request whose row index (`req_pool_idx`) sits on `Req` itself, as in the layouts
+    before 0.5.19; what it shares with 0.5.19+'s request is read through `_ReqView`."""
+
+    req_pool_idx: int | None
+
+    rid = _ReqView.rid
+    retraction_count = _ReqView.retraction_count
+    is_retracted = _ReqView.is_retracted
+    input_embeds = _ReqView.input_embeds
+    origin_input_ids = _ReqView.origin_input_ids
+    output_ids = _ReqView.output_ids
+    finished_len = _ReqView.finished_len
+    finished = _ReqView.finished
+
+    def _row_index(self) -> int | None:
+        return self.req_pool_idx
+
+    def _set_row_index(self, row: int | None) -> None:
+        self.req_pool_idx = row
+
+
+class _ReqFieldsView(_RowOnReq):
     """A request of 0.5.16-0.5.18: C, the row and the cache fields on `Req` itself, Al in its
     `kv` record, which release drops (`req.kv = None`: no allocated length, as Al = 0)."""
 
@@ -776,23 +798,9 @@ class _ReqFieldsView(_Resettable):
         lambda self: self._req.kv_committed_len,
         lambda self, value: setattr(self._req, "kv_committed_len", value),
     )
-    rid = _ReqView.rid
-    retraction_count = _ReqView.retraction_count
-    is_retracted = _ReqView.is_retracted
-    input_embeds = _ReqView.input_embeds
-    origin_input_ids = _ReqView.origin_input_ids
-    output_ids = _ReqView.output_ids
-    finished_len = _ReqView.finished_len
-    finished = _ReqView.finished
-
-    def _row_index(self) -> int | None:
-        return self.req_pool_idx
-
-    def _set_row_index(self, row: int | None) -> None:
-        self.req_pool_idx = row
 
 
-class _FlatReqView(_Resettable):
+class _FlatReqView(_RowOnReq):
     """A request of the flat layout (0.5.11-0.5.14): C, Al, the row and the freed flags
     `pop_committed_kv_cache` / `pop_overallocated_kv_cache` set, all on `Req`."""
 
@@ -822,20 +830,6 @@ class _FlatReqView(_Resettable):
         lambda self: self._req._allocated,
         lambda self, value: setattr(self._req, "_allocated", value),
     )
-    rid = _ReqView.rid
-    retraction_count = _ReqView.retraction_count
-    is_retracted = _ReqView.is_retracted
-    input_embeds = _ReqView.input_embeds
-    origin_input_ids = _ReqView.origin_input_ids
-    output_ids = _ReqView.output_ids
-    finished_len = _ReqView.finished_len
-    finished = _ReqView.finished
-
-    def _row_index(self) -> int | None:
-        return self.req_pool_idx
-
-    def _set_row_index(self, row: int | None) -> None:
-        self.req_pool_idx = row
 
 
 class _EagleV2Input(Strict):
