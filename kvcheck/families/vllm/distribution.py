@@ -171,73 +171,65 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     preempted request's stale frame of drafts delivered (what vLLM 0.27+ counts in its
     statistics), and, with frees deferred, a preemption refused because the victim's frame is
     still in flight (:940-942) and an abort with the request's frame in flight."""
-    drafts = drawn.options.placeholder_drafts
-    pressure = VllmConfig(
+
+    def config(**fields: Any) -> VllmConfig:
+        # Every witness is judged under the drawn options (`fits`), on pages of 4 tokens.
+        return VllmConfig(
+            block_size=4,
+            placeholder_drafts=drawn.options.placeholder_drafts,
+            spec_stats=drawn.options.spec_stats,
+            **fields,
+        )
+
+    pressure = config(
         num_blocks=6,
-        block_size=4,
         max_num_scheduled_tokens=16,
         max_num_seqs=4,
         max_model_len=16,
         num_spec_tokens=3,
         runner="v2",
         pp_size=2,
-        placeholder_drafts=drafts,
-        spec_stats=drawn.options.spec_stats,
     )
-    reset = VllmConfig(
+    reset = config(
         num_blocks=32,
-        block_size=4,
         max_num_scheduled_tokens=32,
         max_num_seqs=4,
         max_model_len=32,
         num_spec_tokens=3,
-        placeholder_drafts=drafts,
-        spec_stats=drawn.options.spec_stats,
     )
-    chunked = VllmConfig(
+    chunked = config(
         num_blocks=32,
-        block_size=4,
         max_num_scheduled_tokens=6,
         max_num_seqs=4,
         max_model_len=32,
         num_spec_tokens=0,
-        placeholder_drafts=drafts,
-        spec_stats=drawn.options.spec_stats,
     )
-    gap = VllmConfig(
+    gap = config(
         num_blocks=20,
-        block_size=4,
         max_num_scheduled_tokens=3,
         max_num_seqs=4,
         max_model_len=32,
         num_spec_tokens=2,
-        placeholder_drafts=drafts,
-        spec_stats=drawn.options.spec_stats,
     )
     # Two requests under KV pressure: one is preempted with a frame of drafts in flight, and
     # that stale frame is delivered (0.27+'s deliver mode; its drafts count, vllm-spec-stats).
-    preempting = VllmConfig(
+    preempting = config(
         num_blocks=9,
-        block_size=4,
         max_num_scheduled_tokens=32,
         max_num_seqs=2,
         max_model_len=24,
         num_spec_tokens=2,
         long_prefill_token_threshold=4,
-        placeholder_drafts=drafts,
-        spec_stats=drawn.options.spec_stats,
     )
     # Room for two requests' prompts, not their outputs: one is preempted while frames with
     # drafts are in flight, and it accepts one draft of three per frame.
     stale_drafts = attrs.evolve(pressure, num_blocks=8)
-    unpadded = VllmConfig(
+    unpadded = config(
         num_blocks=20,
-        block_size=4,
         max_num_scheduled_tokens=3,
         max_num_seqs=4,
         max_model_len=8,
         num_spec_tokens=1,
-        placeholder_drafts=drafts,
     )
     every = (
         Scenario(

@@ -195,3 +195,14 @@ def test_exhaust_finds_the_duplicate_at_depth_3_and_nothing_at_depth_2() -> None
     assert found.failure is not None and found.failure.violation is not None
     assert found.failure.violation.invariant == "vllm-exactly-once"
     assert exhaust(mutant, bounds=VllmBounds(events=9, depths=(2,))).failure is None
+
+
+@pytest.mark.parametrize("spec_stats", ["excluded", "included", "off"])
+@pytest.mark.parametrize("placeholder_drafts", [False, True])
+def test_every_witness_is_judged_under_the_drawn_options(
+    spec_stats: str, placeholder_drafts: bool
+) -> None:
+    from kvcheck.families.vllm.distribution import fits
+
+    space = VllmSpace(VllmJudging(placeholder_drafts, spec_stats))  # type: ignore[arg-type]
+    assert all(fits(space, s) for s in witnesses(space))
