@@ -206,57 +206,41 @@ def compile_release(
     scheduler, every method it defines over the package's compiled `Scheduler`.
     """
     stand_ins = _base_stand_ins()
-    engine = load_definitions(
+
+    def publish(module: str, path: Path, names: list[str]) -> dict[str, Any]:
+        # Compiled from the release's `path`, and what the files compiled later import from
+        # `module`.
+        loaded = load_definitions(path, names, stand_ins=stand_ins, allow_unavailable=True)
+        for name, value in loaded.items():
+            stand_ins[(module, name)] = value
+        return loaded
+
+    engine = publish(
+        "vllm.v1.engine",
         package / "v1/engine/__init__.py",
         ["FinishReason", "EngineCoreEventType"],
-        stand_ins=stand_ins,
-        allow_unavailable=True,
     )
-    for name, value in engine.items():
-        stand_ins[("vllm.v1.engine", name)] = value
-    request = load_definitions(
-        package / "v1/request.py",
-        ["Request", "RequestStatus"],
-        stand_ins=stand_ins,
-        allow_unavailable=True,
+    request = publish("vllm.v1.request", package / "v1/request.py", ["Request", "RequestStatus"])
+    utils = publish(
+        "vllm.v1.core.sched.utils", package / _SCHED / "utils.py", ["check_stop", "remove_all"]
     )
-    for name, value in request.items():
-        stand_ins[("vllm.v1.request", name)] = value
-    utils = load_definitions(
-        package / _SCHED / "utils.py",
-        ["check_stop", "remove_all"],
-        stand_ins=stand_ins,
-        allow_unavailable=True,
-    )
-    for name, value in utils.items():
-        stand_ins[("vllm.v1.core.sched.utils", name)] = value
-    output = load_definitions(
+    output = publish(
+        "vllm.v1.core.sched.output",
         package / _SCHED / "output.py",
         ["SchedulerOutput", "NewRequestData", "CachedRequestData"],
-        stand_ins=stand_ins,
-        allow_unavailable=True,
     )
-    for name, value in output.items():
-        stand_ins[("vllm.v1.core.sched.output", name)] = value
     # `PauseState` arrives in 0.17.0 (the scheduler's pause, `interface.py`); the releases
     # before neither define nor import it.
     interface: dict[str, Any] = {}
     if _class_node(package / _SCHED / "interface.py", "PauseState") is not None:
-        interface = load_definitions(
-            package / _SCHED / "interface.py",
-            ["PauseState"],
-            stand_ins=stand_ins,
-            allow_unavailable=True,
+        interface = publish(
+            "vllm.v1.core.sched.interface", package / _SCHED / "interface.py", ["PauseState"]
         )
-        stand_ins[("vllm.v1.core.sched.interface", "PauseState")] = interface["PauseState"]
-    queue = load_definitions(
+    queue = publish(
+        "vllm.v1.core.sched.request_queue",
         package / _SCHED / "request_queue.py",
         ["SchedulingPolicy", "create_request_queue"],
-        stand_ins=stand_ins,
-        allow_unavailable=True,
     )
-    for name, value in queue.items():
-        stand_ins[("vllm.v1.core.sched.request_queue", name)] = value
     sync_file = package / _SCHED / "scheduler.py"
     async_file, async_class = package / _SCHED / "async_scheduler.py", "AsyncScheduler"
     if scheduler_file is not None and scheduler_class == "Scheduler":
