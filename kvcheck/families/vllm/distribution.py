@@ -27,9 +27,11 @@ from kvcheck.families.vllm.scenario import (
     Abort,
     Add,
     Drain,
+    Reject,
     Reset,
     Runner,
     Step,
+    Trim,
     VllmConfig,
     VllmEvent,
 )
@@ -44,12 +46,25 @@ class VllmSpace:
     # The runners the target can run behind (a release before 0.23.0 runs async scheduling at
     # depth 2 only: `SchedulerFactory.runners`); a config with another is never drawn.
     runners: tuple[Runner, ...] = RUNNERS
+    # Whether requests may have a grammar (trimmed drafts, `Trim`) and their grammar may reject
+    # tokens (`Reject`): only where the target's factory says its scheduler validates drafts
+    # against a grammar (`structured_output`, vLLM 0.14.0 on) and finishes a request the
+    # grammar rejects (`grammar_errors_finish`, 0.20.0 on).
+    grammars: bool = True
+    rejections: bool = True
 
 
 def space_for(target: Target, options: VllmJudging) -> VllmSpace:
     """The space a search of `target` under `options` draws from: the runners its factory
-    says it can run behind (`runners`, optional: every runner when it says nothing)."""
-    return VllmSpace(options, runners=target_runners(target))
+    says it can run behind (`runners`, optional: every runner when it says nothing), and
+    grammars where it says its scheduler has them (optional: none when it says nothing)."""
+    grammars = bool(getattr(target.resolver, "structured_output", False))
+    return VllmSpace(
+        options,
+        runners=target_runners(target),
+        grammars=grammars,
+        rejections=grammars and bool(getattr(target.resolver, "grammar_errors_finish", False)),
+    )
 
 
 def target_runners(target: Target) -> tuple[Runner, ...]:
@@ -104,22 +119,33 @@ def draw_config(
 # `check` would otherwise find first every time (docs/vllm.md "Deferred block frees").
 _KINDS: Final = ("step", "add", "step", "abort", "step", "add", "reset", "step")
 _KINDS_DEFERRING: Final = ("step", "add", "step", "abort", "step", "add", "step", "step")
+# With grammars, a request's grammar may trim its drafts and (where the target finishes a
+# request its grammar rejects) reject its next tokens.
+_GRAMMAR_KINDS: Final = ("trim", "step")
+_REJECTION_KINDS: Final = ("trim", "reject")
 
 
 def _event_element(
-    max_model_len: int, k: int, defer_frees: bool
+    max_model_len: int, k: int, defer_frees: bool, grammars: bool, rejections: bool
 ) -> Callable[[Draws], tuple[Any, ...]]:
-    kinds = _KINDS_DEFERRING if defer_frees else _KINDS
+    kinds: tuple[str, ...] = _KINDS_DEFERRING if defer_frees else _KINDS
+    if grammars:
+        kinds = kinds + (_REJECTION_KINDS if rejections else _GRAMMAR_KINDS)
 
     def element(draws: Draws) -> tuple[Any, ...]:
         kind = draws.choice(kinds)
         if kind == "add":
             eos = draws.integer(0, 6) if draws.boolean() else None
-            return ("add", draws.integer(1, max_model_len - 1), draws.integer(1, 12), eos)
+            grammar = grammars and draws.boolean()
+            return ("add", draws.integer(1, max_model_len - 1), draws.integer(1, 12), eos, grammar)
         if kind == "step":
             return ("step", draws.integer(0, k))
         if kind == "abort":
             return ("abort", draws.integer(0, 3))
+        if kind == "trim":
+            return ("trim", draws.integer(0, 3), draws.integer(0, k))
+        if kind == "reject":
+            return ("reject", draws.integer(0, 3))
         return ("reset",)
 
     return element
@@ -129,22 +155,39 @@ def draw_scenario(draws: Draws, space: VllmSpace) -> Scenario:
     """One scenario of `space`."""
     config = draw_config(draws, space.options, space.runners)
     k = config.num_spec_tokens
-    first = ("add", draws.integer(1, config.max_model_len - 1), draws.integer(1, 12), None)
+    first_grammar = space.grammars and draws.boolean()
+    first = (
+        "add",
+        draws.integer(1, config.max_model_len - 1),
+        draws.integer(1, 12),
+        None,
+        first_grammar,
+    )
+    grammars, rejections = space.grammars, space.rejections
     raw = [
         first,
         *draws.many(
-            ("vllm-event", config.max_model_len, k, config.defer_frees),
-            _event_element(config.max_model_len, k, config.defer_frees),
+            ("vllm-event", config.max_model_len, k, config.defer_frees, grammars, rejections),
+            _event_element(config.max_model_len, k, config.defer_frees, grammars, rejections),
             0,
             space.max_events,
         ),
     ]
     events: list[VllmEvent] = []
     added = 0
+    with_grammar: list[str] = []
     for item in raw:
         if item[0] == "add":
-            events.append(Add(f"r{added}", item[1], item[2], item[3]))
+            events.append(Add(f"r{added}", item[1], item[2], item[3], item[4]))
+            if item[4]:
+                with_grammar.append(f"r{added}")
             added += 1
+        elif item[0] in ("trim", "reject"):
+            # Drawn for a request that has a grammar; none yet, none drawn.
+            if not with_grammar:
+                continue
+            rid = with_grammar[item[1] % len(with_grammar)]
+            events.append(Trim(rid, item[2]) if item[0] == "trim" else Reject(rid))
         elif item[0] == "step":
             events.append(Step(item[1]))
         elif item[0] == "abort":
@@ -169,8 +212,10 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     fix; the preempted request's stop, :2491-2494, 2545-2548), a one-token prompt admitted
     beside a decode with too little budget left to pad it to `1 + k` (:1320-1328), a
     preempted request's stale frame of drafts delivered (what vLLM 0.27+ counts in its
-    statistics), and, with frees deferred, a preemption refused because the victim's frame is
-    still in flight (:940-942) and an abort with the request's frame in flight."""
+    statistics), with frees deferred, a preemption refused because the victim's frame is
+    still in flight (:940-942) and an abort with the request's frames in flight (at depths 2
+    and 3: a deferred free that waits past a delivery, :3113-3116), and, where the
+    target has grammars, a request whose grammar trims its drafts and then rejects its tokens."""
 
     def config(**fields: Any) -> VllmConfig:
         # Every witness is judged under the drawn options (`fits`), on pages of 4 tokens.
@@ -259,8 +304,38 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
             (Add("r0", 4, 8), *_steps(2, 0), Abort("r0"), Add("r1", 12, 2), Drain(0)),
             family=NAME,
         ),
+        # Frees deferred at depth 3, two requests on alternate steps of the pipeline's cadence:
+        # r0 is aborted with two non-empty frames in flight, so its deferred free still waits
+        # after the older one returns (the fence test, scheduler.py:3113-3116 @0.33.0).
+        Scenario(
+            attrs.evolve(reset, runner="v2", pp_size=2, defer_frees=True),
+            (Add("r0", 4, 8), Step(0), Add("r1", 4, 8), Step(0), Abort("r0"), Drain(0)),
+            family=NAME,
+        ),
     )
-    return tuple(s for s in every if s.config.runner in drawn.runners)
+    grammar: tuple[Scenario, ...] = ()
+    if drawn.grammars:
+        # A request with a grammar that accepts one draft of three decodes beside a plain one:
+        # each step of it waits for its frame in flight, the scheduler pads the invalidated
+        # drafts (scheduler.py:2883-2918 @0.33.0) and the statistics leave them out; then,
+        # where the target finishes a request its grammar rejects, the grammar rejects its
+        # next tokens (:2432-2443).
+        rejection = (Reject("r0"),) if drawn.rejections else ()
+        grammar = (
+            Scenario(
+                reset,
+                (
+                    Add("r0", 4, 10, grammar=True),
+                    Add("r1", 4, 10),
+                    Trim("r0", 1),
+                    *_steps(4, 2),
+                    *rejection,
+                    Drain(2),
+                ),
+                family=NAME,
+            ),
+        )
+    return tuple(s for s in every + grammar if s.config.runner in drawn.runners)
 
 
 def fits(drawn: VllmSpace, scenario: Scenario) -> bool:
