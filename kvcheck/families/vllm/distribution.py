@@ -215,7 +215,8 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     statistics), with frees deferred, a preemption refused because the victim's frame is
     still in flight (:940-942) and an abort with the request's frames in flight (at depths 2
     and 3: a deferred free that waits past a delivery, :3113-3116), and, where the
-    target has grammars, a request whose grammar trims its drafts and then rejects its tokens."""
+    target has grammars, a request whose grammar trims its drafts beside one whose grammar
+    rejects its tokens."""
 
     def config(**fields: Any) -> VllmConfig:
         # Every witness is judged under the drawn options (`fits`), on pages of 4 tokens.
@@ -315,26 +316,20 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     )
     grammar: tuple[Scenario, ...] = ()
     if drawn.grammars:
-        # A request with a grammar that accepts one draft of three decodes beside a plain one:
-        # each step of it waits for its frame in flight, the scheduler pads the invalidated
-        # drafts (scheduler.py:2883-2918 @0.33.0) and the statistics leave them out; then,
-        # where the target finishes a request its grammar rejects, the grammar rejects its
-        # next tokens (:2432-2443).
-        rejection = (Reject("r0"),) if drawn.rejections else ()
-        grammar = (
-            Scenario(
-                reset,
-                (
-                    Add("r0", 4, 10, grammar=True),
-                    Add("r1", 4, 10),
-                    Trim("r0", 1),
-                    *_steps(4, 2),
-                    *rejection,
-                    Drain(2),
-                ),
-                family=NAME,
-            ),
+        # Two requests with a grammar. r0's accepts one draft of three: each of its steps waits
+        # for its frame in flight, the scheduler pads the invalidated drafts
+        # (scheduler.py:2883-2918 @0.33.0) and the statistics leave them out (:3317-3318).
+        # Where the target finishes a request its grammar rejects, r1's grammar rejects its
+        # first tokens, with its next frame in flight (:2432-2443).
+        rejection = (Reject("r1"),) if drawn.rejections else ()
+        events = (
+            Add("r0", 4, 10, grammar=True),
+            Add("r1", 4, 10, grammar=True),
+            Trim("r0", 1),
+            *rejection,
+            Drain(2),
         )
+        grammar = (Scenario(reset, events, family=NAME),)
     return tuple(s for s in every + grammar if s.config.runner in drawn.runners)
 
 
