@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 from kvcheck.errors import ScenarioFormatError
+from kvcheck.wording import plural
 
 NAME: Final = "vllm"
 # A token's value is its position plus this; the end-of-sequence token lies below it.
@@ -374,7 +375,7 @@ def describe_event(event: VllmEvent) -> str:
     if isinstance(event, Reset):
         return "reset_prefix_cache(reset_running_requests=True)"
     if isinstance(event, Trim):
-        return f"{event.rid}'s grammar accepts {event.valid} drafts a frame"
+        return f"{event.rid}'s grammar accepts {plural(event.valid, 'draft')} a frame"
     if isinstance(event, Reject):
         return f"{event.rid}'s grammar rejects its next tokens"
     return f"drain (accept {event.accept})"
