@@ -10,12 +10,14 @@ aborts, resets) and a final drain that runs the engine idle.
 from __future__ import annotations
 
 import argparse
+import random
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.draws import Draws
+from kvcheck.core.draws import Draws, RandomDraws
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.families.vllm.coverage_scope import OUT_OF_SCOPE
@@ -119,75 +121,48 @@ def draw_config(
 # `check` would otherwise find first every time (docs/vllm.md "Deferred block frees").
 _KINDS: Final = ("step", "add", "step", "abort", "step", "add", "reset", "step")
 _KINDS_DEFERRING: Final = ("step", "add", "step", "abort", "step", "add", "step", "step")
-# With grammars, a request's grammar may trim its drafts and (where the target finishes a
-# request its grammar rejects) reject its next tokens.
-_GRAMMAR_KINDS: Final = ("trim", "step")
-_REJECTION_KINDS: Final = ("trim", "reject")
 
 
 def _event_element(
-    max_model_len: int, k: int, defer_frees: bool, grammars: bool, rejections: bool
+    max_model_len: int, k: int, defer_frees: bool
 ) -> Callable[[Draws], tuple[Any, ...]]:
-    kinds: tuple[str, ...] = _KINDS_DEFERRING if defer_frees else _KINDS
-    if grammars:
-        kinds = kinds + (_REJECTION_KINDS if rejections else _GRAMMAR_KINDS)
+    kinds = _KINDS_DEFERRING if defer_frees else _KINDS
 
     def element(draws: Draws) -> tuple[Any, ...]:
         kind = draws.choice(kinds)
         if kind == "add":
             eos = draws.integer(0, 6) if draws.boolean() else None
-            grammar = grammars and draws.boolean()
-            return ("add", draws.integer(1, max_model_len - 1), draws.integer(1, 12), eos, grammar)
+            return ("add", draws.integer(1, max_model_len - 1), draws.integer(1, 12), eos)
         if kind == "step":
             return ("step", draws.integer(0, k))
         if kind == "abort":
             return ("abort", draws.integer(0, 3))
-        if kind == "trim":
-            return ("trim", draws.integer(0, 3), draws.integer(0, k))
-        if kind == "reject":
-            return ("reject", draws.integer(0, 3))
         return ("reset",)
 
     return element
 
 
 def draw_scenario(draws: Draws, space: VllmSpace) -> Scenario:
-    """One scenario of `space`."""
+    """One scenario of `space`: an engine and its events, then, where the space has grammars,
+    a grammar plan for them (`with_grammars`)."""
     config = draw_config(draws, space.options, space.runners)
     k = config.num_spec_tokens
-    first_grammar = space.grammars and draws.boolean()
-    first = (
-        "add",
-        draws.integer(1, config.max_model_len - 1),
-        draws.integer(1, 12),
-        None,
-        first_grammar,
-    )
-    grammars, rejections = space.grammars, space.rejections
+    first = ("add", draws.integer(1, config.max_model_len - 1), draws.integer(1, 12), None)
     raw = [
         first,
         *draws.many(
-            ("vllm-event", config.max_model_len, k, config.defer_frees, grammars, rejections),
-            _event_element(config.max_model_len, k, config.defer_frees, grammars, rejections),
+            ("vllm-event", config.max_model_len, k, config.defer_frees),
+            _event_element(config.max_model_len, k, config.defer_frees),
             0,
             space.max_events,
         ),
     ]
     events: list[VllmEvent] = []
     added = 0
-    with_grammar: list[str] = []
     for item in raw:
         if item[0] == "add":
-            events.append(Add(f"r{added}", item[1], item[2], item[3], item[4]))
-            if item[4]:
-                with_grammar.append(f"r{added}")
+            events.append(Add(f"r{added}", item[1], item[2], item[3]))
             added += 1
-        elif item[0] in ("trim", "reject"):
-            # Drawn for a request that has a grammar; none yet, none drawn.
-            if not with_grammar:
-                continue
-            rid = with_grammar[item[1] % len(with_grammar)]
-            events.append(Trim(rid, item[2]) if item[0] == "trim" else Reject(rid))
         elif item[0] == "step":
             events.append(Step(item[1]))
         elif item[0] == "abort":
@@ -195,7 +170,44 @@ def draw_scenario(draws: Draws, space: VllmSpace) -> Scenario:
         else:
             events.append(Reset())
     events.append(Drain(draws.integer(0, k)))
+    if space.grammars:
+        events = with_grammars(events, k, space.rejections)
     return Scenario(config, tuple(events), family=NAME)
+
+
+# At most this many `trim`/`reject` events a grammar plan adds.
+_GRAMMAR_EVENTS: Final = 4
+
+
+def with_grammars(events: list[VllmEvent], k: int, rejections: bool) -> list[VllmEvent]:
+    """`events` with a grammar plan: about half the requests added with a grammar, and up to
+    `_GRAMMAR_EVENTS` trims of their drafts (to 0..k a frame) and, with `rejections`,
+    rejections of their next tokens, each after the request's `add` and before the last event.
+
+    The plan is drawn from a generator seeded with the events themselves, not from the search's
+    draws: those stay what they were before grammars came (a search of the same seed meets the
+    same engines and events, now some with grammars), and a plan is a pure function of its
+    events, so a scenario file replays it as written and kvcheck's shrinker shrinks it as
+    events."""
+    plan = RandomDraws(random.Random(zlib.crc32(repr(events).encode())))
+    out: list[VllmEvent] = []
+    grammars: list[str] = []
+    for event in events:
+        if isinstance(event, Add) and plan.boolean():
+            event = attrs.evolve(event, grammar=True)
+            grammars.append(event.rid)
+        out.append(event)
+    if not grammars:
+        return out
+    for _ in range(plan.integer(0, _GRAMMAR_EVENTS)):
+        rid = plan.choice(tuple(grammars))
+        added = next(i for i, e in enumerate(out) if isinstance(e, Add) and e.rid == rid)
+        at = plan.integer(added + 1, len(out) - 1)
+        if rejections and plan.boolean():
+            out.insert(at, Reject(rid))
+        else:
+            out.insert(at, Trim(rid, plan.integer(0, k)))
+    return out
 
 
 def _steps(count: int, accept: int = 0) -> tuple[Step, ...]:
