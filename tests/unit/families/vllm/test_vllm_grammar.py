@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Scenario, from_json, to_json
+from kvcheck.core.scenario import from_json, to_json
 from kvcheck.errors import ScenarioFormatError, TargetLoadError
 from kvcheck.families.vllm.builtins import ReferenceScheduler, Req, builtin_target
 from kvcheck.families.vllm.engine import FakeGrammar, VllmEngine
@@ -25,6 +25,7 @@ from kvcheck.families.vllm.scenario import (
     VllmScenarios,
 )
 from kvcheck.targets.loading import load_target
+from tests.unit.families.vllm.sequences import first_violation, scenario
 
 # Depth 2 and depth 3 (V2 runner, pp 2), k 3, room for both requests.
 DEPTH_2 = VllmConfig(
@@ -41,15 +42,6 @@ DEPTH_3 = VllmConfig(
 # r0's grammar accepts one draft of three; r1's rejects its first tokens.
 TRIMMED = (Add("r0", 4, 10, grammar=True), Add("r1", 4, 10, grammar=True), Trim("r0", 1))
 WITNESS = (*TRIMMED, Reject("r1"), Drain(3))
-
-
-def scenario(config: VllmConfig, *events: object) -> Scenario:
-    return Scenario(config, tuple(events), family="vllm")
-
-
-def first_violation(spec: str, s: Scenario) -> str | None:
-    result = run_scenario(s, load_target(spec))
-    return None if result.violation is None else result.violation.invariant
 
 
 class ErrorIgnored(ReferenceScheduler):
