@@ -144,13 +144,13 @@ def test_a_release_with_grammars_passes_the_witness(version: str) -> None:
 
 
 def test_releases_are_driven_through_grammars_only_where_their_code_has_them() -> None:
-    for version in ("0.13.0", "0.14.0", "0.20.0"):
+    for version in ("0.13.0", "0.14.0"):
         _release(version)
-    targets = {v: load_target(f"vllm=={v}") for v in ("0.13.0", "0.14.0", "0.20.0")}
-    older, validating, finishing = (VllmEngine(DEPTH_2, target) for target in targets.values())
+    targets = {v: load_target(f"vllm=={v}") for v in ("0.13.0", "0.14.0")}
+    older, validating = (VllmEngine(DEPTH_2, target) for target in targets.values())
     # 0.13.0 has no `update_draft_token_ids_in_output`: a request added with a grammar runs
-    # without one; 0.14.0-0.19.1 log a rejection and go on, so none is driven there.
+    # without one; 0.14.0-0.19.1 log a rejection and go on, so none is driven there (0.20.0 on
+    # finish the request, as 0.33.0 does in the test above).
     assert not older.grammars_driven and not older.rejections_driven
     assert validating.grammars_driven and not validating.rejections_driven
-    assert finishing.grammars_driven and finishing.rejections_driven
     assert run_scenario(scenario(DEPTH_2, *WITNESS), targets["0.14.0"]).violation is None
