@@ -521,6 +521,9 @@ class CoverageMeter:
         if target.code_runs_in_result:
             build = resolver
 
+            # Keeps what the resolver says of itself (a vLLM factory's `runners`, read when the
+            # search draws its scenarios from the measured target).
+            @functools.wraps(build)
             def resolver(*args: Any, **kwargs: Any) -> Any:
                 return _MeasuredCalls(build(*args, **kwargs), measured)
 

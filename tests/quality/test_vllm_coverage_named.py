@@ -2,7 +2,8 @@
 every branch of them that never runs is named with a reason (`coverage_scope.OUT_OF_SCOPE`):
 a feature kvcheck does not model, a setting its engine leaves at one value, or a guard no state
 reaches. The in-scope branches the search used to miss are driven instead (the distribution's
-witnesses: a stale frame with rejected drafts, a stop while preempted, an unpadded admission).
+witnesses: a stale frame with rejected drafts, a stop while preempted, an unpadded admission,
+a grammar that trims drafts and rejects tokens, a deferred free past a delivery).
 
 Skipped when the wheel cannot be had; a failure under CI=true.
 """
@@ -41,3 +42,7 @@ def test_every_unrun_branch_of_0_33_0_is_named_with_a_reason() -> None:
     scheduler = coverage.files[0]
     assert scheduler.file.endswith("v1/core/sched/scheduler.py")
     assert {(2360, 2365), (2491, 2494)} <= scheduler.executed_branches
+    # The grammar's paths run: invalidated drafts padded (update_draft_token_ids_in_output), a
+    # rejection that finishes its request, the statistics leaving the invalidated drafts out
+    # (:2912-2913, 2432-2435, 3317-3318 @0.33.0).
+    assert {(2912, 2913), (2432, 2435), (3317, 3318)} <= scheduler.executed_branches

@@ -99,6 +99,8 @@ class Req:
     sent: bool = False
     # The 0.26 generation's discard counter, kept only by the mutants that have one.
     discard: int | None = None
+    # Its output is constrained by the settings' grammar (vLLM's `use_structured_output`).
+    structured: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -127,13 +129,20 @@ class ReferenceScheduler:
         # Deferred frees (`settings.defer_block_free`): (the last step launched when the blocks
         # were freed, the blocks), returned to the pool once that step's frame has returned.
         self.deferred: list[tuple[int, list[int]]] = []
+        # (step, request) -> drafts the grammar invalidated in that launch (vLLM's
+        # `num_invalid_spec_tokens`, kept on the launch's output until it is delivered).
+        self.invalid_drafts: dict[tuple[int, str], int] = {}
 
     # --- requests in and out ---------------------------------------------------------------
 
     def add_request(self, request: NewRequest) -> None:
         """See `SchedulerUnderTest.add_request`."""
         req = Req(
-            request.request_id, request.prompt_token_ids, request.max_tokens, request.eos_token_id
+            request.request_id,
+            request.prompt_token_ids,
+            request.max_tokens,
+            request.eos_token_id,
+            structured=request.structured_output and self.settings.grammar is not None,
         )
         self.requests[req.rid] = req
         self.waiting.append(req)
@@ -168,8 +177,12 @@ class ReferenceScheduler:
         del self.requests[req.rid]
 
     # The reference honours `settings.defer_block_free` (the engine judges deferral only
-    # where the scheduler says it has it).
+    # where the scheduler says it has it), validates drafts against the settings' grammar and
+    # finishes a request whose tokens the grammar rejects (the engine drives grammars only
+    # where the scheduler says so).
     defers_frees = True
+    structured_output = True
+    grammar_errors_finish = True
 
     def _must_defer(self, req: Req) -> bool:
         """Whether `req`'s blocks must wait: frees are deferred and a frame with it is out."""
@@ -307,17 +320,20 @@ class ReferenceScheduler:
             preempted=tuple(preempted),
             finished=tuple(self.finished_since),
         )
-        self._after_schedule(launch)
+        launch = self._after_schedule(launch)
         self.finished_since = []
         return launch
 
     def _is_chunk(self, req: Req) -> bool:
         return req.computed < req.num_tokens + req.placeholders
 
-    def _after_schedule(self, launch: Launch) -> None:
+    def _after_schedule(self, launch: Launch) -> Launch:
         """The launch (`_update_after_schedule`, base and async): optimistic `C`, the in-flight
-        count, the chunk flag and, for a frame that samples, its placeholders."""
+        count, the chunk flag and, for a frame that samples, its placeholders; the launch waits
+        for validation when a request with a grammar still has a frame out (its grammar needs
+        that frame's tokens before this one samples)."""
         scheduled_ids = set()
+        pending = False
         for item in launch.scheduled:
             req = self.requests[item.request_id]
             scheduled_ids.add(req.rid)
@@ -326,11 +342,13 @@ class ReferenceScheduler:
             req.is_prefill_chunk = self._is_chunk(req)
             if req.is_prefill_chunk:
                 continue
+            pending = pending or (req.structured and req.placeholders > 0)
             req.placeholders += SAMPLED_PER_STEP + len(item.spec_token_ids)
             req.spec = [PLACEHOLDER_TOKEN] * self.settings.num_spec_tokens
             if self.settings.use_v2_model_runner:
                 req.next_decode_step = self.current_step + self.settings.pp_size
         self._clear_unscheduled_placeholders(scheduled_ids)
+        return attrs.evolve(launch, pending_structured_output_tokens=pending)
 
     def _clear_unscheduled_placeholders(self, scheduled_ids: set[str]) -> None:
         if self.settings.use_v2_model_runner:
@@ -359,6 +377,37 @@ class ReferenceScheduler:
                 self._preempt(self.running.pop(), drop_stale=True)
         return len(self.pool.free) == self.pool.num_blocks - 1
 
+    # --- validate drafts against the grammar ---------------------------------------------
+
+    def update_draft_token_ids_in_output(
+        self, launch: Launch, drafts: Mapping[str, tuple[int, ...]]
+    ) -> Launch:
+        """See `SchedulerUnderTest.update_draft_token_ids_in_output`: a held launch's drafts
+        become the runner's, cut to the number scheduled and to the prefix the grammar accepts,
+        and padded back with `-1` to the number scheduled, which the placeholders reserved."""
+        scheduled = []
+        for item in launch.scheduled:
+            req = self.requests.get(item.request_id)
+            proposed = drafts.get(item.request_id)
+            if req is None or req.finished or not item.spec_token_ids or proposed is None:
+                scheduled.append(item)
+                continue
+            count = len(item.spec_token_ids)
+            valid = list(proposed[:count])
+            if req.structured and self.settings.grammar is not None:
+                valid = self.settings.grammar.validate_tokens(req.rid, valid)
+            invalid = count - len(valid)
+            if invalid:
+                self.invalid_drafts[launch.step, req.rid] = invalid
+            scheduled.append(
+                attrs.evolve(item, spec_token_ids=tuple(self._pad_validated(valid, invalid)))
+            )
+        return attrs.evolve(launch, scheduled=tuple(scheduled))
+
+    def _pad_validated(self, valid: list[int], invalid: int) -> list[int]:
+        """The validated drafts padded back to the number scheduled."""
+        return valid + [PLACEHOLDER_TOKEN] * invalid
+
     # --- deliver ---------------------------------------------------------------------------
 
     def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
@@ -368,6 +417,7 @@ class ReferenceScheduler:
         drafts_counted: list[tuple[int, int]] = []
         for item in launch.scheduled:
             req = self.requests.get(item.request_id)
+            invalid = self.invalid_drafts.pop((launch.step, item.request_id), 0)
             stale = False
             if req is not None:
                 req.in_flight -= item.num_scheduled_tokens
@@ -383,10 +433,12 @@ class ReferenceScheduler:
             if item.spec_token_ids and generated:
                 accepted = max(len(generated) - SAMPLED_PER_STEP, 0)
                 self._roll_back(req, len(item.spec_token_ids) - accepted, stale)
-                drafts_counted.append(self._drafts_counted(item, accepted))
+                drafts_counted.append(self._drafts_counted(item, accepted, invalid))
             if not generated:
                 continue
             kept, reason = self._append(req, generated, stale)
+            if kept and not self._grammar_accepts(req, kept):
+                reason = "error"
             new_tokens[req.rid] = tuple(kept)
             if reason is not None:
                 finished[req.rid] = reason
@@ -394,9 +446,19 @@ class ReferenceScheduler:
         self._release_deferred(launch.step)
         return Delivered(new_tokens, finished, self._spec_stats(drafts_counted))
 
-    def _drafts_counted(self, item: ScheduledRequest, accepted: int) -> tuple[int, int]:
-        """What one applied frame adds to the statistics: its drafts and the accepted ones."""
-        return len(item.spec_token_ids), accepted
+    def _drafts_counted(
+        self, item: ScheduledRequest, accepted: int, invalid: int = 0
+    ) -> tuple[int, int]:
+        """What one applied frame adds to the statistics: its drafts but those the grammar
+        invalidated, and the accepted ones."""
+        return len(item.spec_token_ids) - invalid, accepted
+
+    def _grammar_accepts(self, req: Req, tokens: list[int]) -> bool:
+        """The grammar advances over delivered tokens (stale ones too: they are the request's
+        output); False: it rejects them and the request finishes with an error."""
+        if not req.structured or self.settings.grammar is None:
+            return True
+        return self.settings.grammar.accept_tokens(req.rid, tokens)
 
     def _dropped_drafts_counted(
         self, item: ScheduledRequest, output: FrameOutput
@@ -478,6 +540,7 @@ class ReferenceScheduler:
             tuple(sorted(self.pool.ref.items())),
             tuple(self.finished_since),
             self.current_step,
+            tuple(sorted(self.invalid_drafts.items())),
         )
 
     def pool_view(self) -> PoolView:

@@ -2,7 +2,7 @@
 
 kvcheck drives the KV-cache accounting of text generation (`docs/vllm.md`); a release's
 `Scheduler` also holds the code of features kvcheck does not model: KV connectors (disaggregated
-prefill, KV offload), encoder inputs and their cache, hybrid Mamba models, structured output,
+prefill, KV offload), encoder inputs and their cache, hybrid Mamba models, grammar compilation,
 streaming-input sessions, the priority policy, LoRA, pooling, statistics, sync scheduling
 (the list of docs/vllm.md's "Not modelled"). `OUT_OF_SCOPE` names the source
 lines (stripped) whose never-taken branches only those features take, and the functions only
@@ -29,7 +29,12 @@ _MAMBA: Final = "hybrid Mamba models, whose state cache kvcheck does not model"
 _ENCODER: Final = (
     "multimodal or encoder-decoder requests (encoder inputs); kvcheck's requests are text"
 )
-_STRUCTURED: Final = "structured output (grammars), which kvcheck's requests do not ask for"
+# Structured output itself is driven (a request's grammar trims its drafts and may reject its
+# tokens, docs/vllm.md "Grammars"); its grammar is compiled when the request is added.
+_GRAMMAR_COMPILING: Final = (
+    "a grammar still compiling or that failed to compile; kvcheck's grammars are compiled when "
+    "their request is added"
+)
 _PRIORITY: Final = "the priority policy; kvcheck's schedulers are FCFS"
 _STREAMING: Final = "streaming-input sessions, which kvcheck's requests are not"
 _POOLING: Final = "pooling models"
@@ -172,7 +177,6 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "for req_id in kv_connector_output.finished_recving or ():": _KV_CONNECTOR,
     "if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:": _KV_CONNECTOR,
     "if load_kv_async:": _KV_CONNECTOR,
-    "elif request.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR:": _STRUCTURED,
     "for input_id in list(cached_encoder_input_ids):": _ENCODER,
     "for req_id, input_ids in scheduled_encoder_inputs.items():": _ENCODER,
     "for req_id in failed_req_ids:": _KV_CONNECTOR,
@@ -183,7 +187,6 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "if item_identifier in mm_hashes_to_schedule:": _ENCODER,
     "for input_id in encoding:": _ENCODER,
     "if request.streaming_queue:": _STREAMING,
-    "if new_token_ids and not self.structured_output_manager.accept_tokens(": _STRUCTURED,
     "if self.ec_connector is not None and self.ec_connector.has_cache_item(": _ENCODER_CONNECTOR,
     "if not self.encoder_cache_manager.can_allocate(": _ENCODER,
     "if update.mm_features:": _ENCODER,
@@ -199,9 +202,7 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "if not marked_invalid_block:": _KV_CONNECTOR,
     "if req.status == RequestStatus.WAITING_FOR_REMOTE_KVS:": _KV_CONNECTOR,
     "elif request.status == RequestStatus.WAITING_FOR_STREAMING_REQ:": _STREAMING,
-    "if isinstance(struct_output_req.grammar, Exception):": _STRUCTURED,
-    # Drafts a grammar invalidated are subtracted from a frame's count (make_spec_decoding_stats).
-    "if num_invalid_spec_tokens:": _STRUCTURED,
+    "if isinstance(struct_output_req.grammar, Exception):": _GRAMMAR_COMPILING,
     "if request_id not in self.finished_recving_kv_req_ids:": _KV_CONNECTOR,
     "if window_loaded:": _KV_CONNECTOR,
     "if not isinstance(self.connector, SupportsHMA):": _KV_CONNECTOR,
@@ -226,7 +227,7 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "if marked_invalid_block:": _KV_CONNECTOR,
     "if block_id in marked_invalid_block_ids:": _KV_CONNECTOR,
     "if block_id not in invalid_block_ids:": _KV_CONNECTOR,
-    "if not struct_output_req or struct_output_req.grammar is None:": _STRUCTURED,
+    "if not struct_output_req or struct_output_req.grammar is None:": _GRAMMAR_COMPILING,
     "if finished_partial_tails:": _KV_CONNECTOR,
     "if self.connector.reset_cache() is False:": _KV_CONNECTOR,
     "if reset_successful and self.aux_output_connector is not None:": _KV_CONNECTOR,
@@ -301,8 +302,8 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "if request.num_computed_tokens == 0:": _HOLDS_KV,
     "if did_prefix_cache_lookup:": _HOLDS_KV,
     "if not ready_to_schedule:": (
-        "a blocked waiting status (a remote KV load, a grammar, a streaming session), which "
-        "kvcheck's requests never have"
+        "a blocked waiting status (a remote KV load, a grammar still compiling, a streaming "
+        "session), which kvcheck's requests never have"
     ),
     "if self._is_blocked_waiting_status(request.status):": _STREAMING,
     "if finished:": _STREAMING,

@@ -10,12 +10,14 @@ aborts, resets) and a final drain that runs the engine idle.
 from __future__ import annotations
 
 import argparse
+import random
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
 
-from kvcheck.core.draws import Draws
+from kvcheck.core.draws import Draws, RandomDraws
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
 from kvcheck.families.vllm.coverage_scope import OUT_OF_SCOPE
@@ -27,9 +29,11 @@ from kvcheck.families.vllm.scenario import (
     Abort,
     Add,
     Drain,
+    Reject,
     Reset,
     Runner,
     Step,
+    Trim,
     VllmConfig,
     VllmEvent,
 )
@@ -44,12 +48,25 @@ class VllmSpace:
     # The runners the target can run behind (a release before 0.23.0 runs async scheduling at
     # depth 2 only: `SchedulerFactory.runners`); a config with another is never drawn.
     runners: tuple[Runner, ...] = RUNNERS
+    # Whether requests may have a grammar (trimmed drafts, `Trim`) and their grammar may reject
+    # tokens (`Reject`): only where the target's factory says its scheduler validates drafts
+    # against a grammar (`structured_output`, vLLM 0.14.0 on) and finishes a request the
+    # grammar rejects (`grammar_errors_finish`, 0.20.0 on).
+    grammars: bool = True
+    rejections: bool = True
 
 
 def space_for(target: Target, options: VllmJudging) -> VllmSpace:
     """The space a search of `target` under `options` draws from: the runners its factory
-    says it can run behind (`runners`, optional: every runner when it says nothing)."""
-    return VllmSpace(options, runners=target_runners(target))
+    says it can run behind (`runners`, optional: every runner when it says nothing), and
+    grammars where it says its scheduler has them (optional: none when it says nothing)."""
+    grammars = bool(getattr(target.resolver, "structured_output", False))
+    return VllmSpace(
+        options,
+        runners=target_runners(target),
+        grammars=grammars,
+        rejections=grammars and bool(getattr(target.resolver, "grammar_errors_finish", False)),
+    )
 
 
 def target_runners(target: Target) -> tuple[Runner, ...]:
@@ -126,7 +143,8 @@ def _event_element(
 
 
 def draw_scenario(draws: Draws, space: VllmSpace) -> Scenario:
-    """One scenario of `space`."""
+    """One scenario of `space`: an engine and its events, then, where the space has grammars,
+    a grammar plan for them (`with_grammars`)."""
     config = draw_config(draws, space.options, space.runners)
     k = config.num_spec_tokens
     first = ("add", draws.integer(1, config.max_model_len - 1), draws.integer(1, 12), None)
@@ -152,7 +170,44 @@ def draw_scenario(draws: Draws, space: VllmSpace) -> Scenario:
         else:
             events.append(Reset())
     events.append(Drain(draws.integer(0, k)))
+    if space.grammars:
+        events = with_grammars(events, k, space.rejections)
     return Scenario(config, tuple(events), family=NAME)
+
+
+# At most this many `trim`/`reject` events a grammar plan adds.
+_GRAMMAR_EVENTS: Final = 4
+
+
+def with_grammars(events: list[VllmEvent], k: int, rejections: bool) -> list[VllmEvent]:
+    """`events` with a grammar plan: about half the requests added with a grammar, and up to
+    `_GRAMMAR_EVENTS` trims of their drafts (to 0..k a frame) and, with `rejections`,
+    rejections of their next tokens, each after the request's `add` and before the last event.
+
+    The plan is drawn from a generator seeded with the events themselves, not from the search's
+    draws: those stay what they were before grammars came (a search of the same seed meets the
+    same engines and events, now some with grammars), and a plan is a pure function of its
+    events, so a scenario file replays it as written and kvcheck's shrinker shrinks it as
+    events."""
+    plan = RandomDraws(random.Random(zlib.crc32(repr(events).encode())))
+    out: list[VllmEvent] = []
+    grammars: list[str] = []
+    for event in events:
+        if isinstance(event, Add) and plan.boolean():
+            event = attrs.evolve(event, grammar=True)
+            grammars.append(event.rid)
+        out.append(event)
+    if not grammars:
+        return out
+    for _ in range(plan.integer(0, _GRAMMAR_EVENTS)):
+        rid = plan.choice(tuple(grammars))
+        added = next(i for i, e in enumerate(out) if isinstance(e, Add) and e.rid == rid)
+        at = plan.integer(added + 1, len(out) - 1)
+        if rejections and plan.boolean():
+            out.insert(at, Reject(rid))
+        else:
+            out.insert(at, Trim(rid, plan.integer(0, k)))
+    return out
 
 
 def _steps(count: int, accept: int = 0) -> tuple[Step, ...]:
@@ -169,8 +224,11 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     fix; the preempted request's stop, :2491-2494, 2545-2548), a one-token prompt admitted
     beside a decode with too little budget left to pad it to `1 + k` (:1320-1328), a
     preempted request's stale frame of drafts delivered (what vLLM 0.27+ counts in its
-    statistics), and, with frees deferred, a preemption refused because the victim's frame is
-    still in flight (:940-942) and an abort with the request's frame in flight."""
+    statistics), with frees deferred, a preemption refused because the victim's frame is
+    still in flight (:940-942) and an abort with the request's frames in flight (at depths 2
+    and 3: a deferred free that waits past a delivery, :3113-3116), and, where the
+    target has grammars, a request whose grammar trims its drafts beside one whose grammar
+    rejects its tokens."""
 
     def config(**fields: Any) -> VllmConfig:
         # Every witness is judged under the drawn options (`fits`), on pages of 4 tokens.
@@ -259,8 +317,32 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
             (Add("r0", 4, 8), *_steps(2, 0), Abort("r0"), Add("r1", 12, 2), Drain(0)),
             family=NAME,
         ),
+        # Frees deferred at depth 3, two requests on alternate steps of the pipeline's cadence:
+        # r0 is aborted with two non-empty frames in flight, so its deferred free still waits
+        # after the older one returns (the fence test, scheduler.py:3113-3116 @0.33.0).
+        Scenario(
+            attrs.evolve(reset, runner="v2", pp_size=2, defer_frees=True),
+            (Add("r0", 4, 8), Step(0), Add("r1", 4, 8), Step(0), Abort("r0"), Drain(0)),
+            family=NAME,
+        ),
     )
-    return tuple(s for s in every if s.config.runner in drawn.runners)
+    grammar: tuple[Scenario, ...] = ()
+    if drawn.grammars:
+        # Two requests with a grammar. r0's accepts one draft of three: each of its steps waits
+        # for its frame in flight, the scheduler pads the invalidated drafts
+        # (scheduler.py:2883-2918 @0.33.0) and the statistics leave them out (:3317-3318).
+        # Where the target finishes a request its grammar rejects, r1's grammar rejects its
+        # first tokens, with its next frame in flight (:2432-2443).
+        rejection = (Reject("r1"),) if drawn.rejections else ()
+        events = (
+            Add("r0", 4, 10, grammar=True),
+            Add("r1", 4, 10, grammar=True),
+            Trim("r0", 1),
+            *rejection,
+            Drain(2),
+        )
+        grammar = (Scenario(reset, events, family=NAME),)
+    return tuple(s for s in every + grammar if s.config.runner in drawn.runners)
 
 
 def fits(drawn: VllmSpace, scenario: Scenario) -> bool:

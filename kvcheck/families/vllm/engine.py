@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -32,11 +32,14 @@ from kvcheck.core.target import Target
 from kvcheck.families.vllm.scenario import (
     EOS_TOKEN,
     SAMPLED_PER_STEP,
+    TOKEN_BASE,
     Abort,
     Add,
     Drain,
+    Reject,
     Reset,
     Step,
+    Trim,
     VllmConfig,
     VllmEvent,
     token_at,
@@ -49,6 +52,7 @@ from kvcheck.families.vllm.target import (
     NewRequest,
     PoolView,
     RequestView,
+    ScheduledRequest,
     SchedulerSettings,
     SchedulerUnderTest,
 )
@@ -65,8 +69,63 @@ CALLS: Final = TargetCalls(
 )
 
 
-def settings_of(config: VllmConfig) -> SchedulerSettings:
-    """What the scheduler is built with for `config`."""
+class FakeGrammar:
+    """kvcheck's grammar (`target.Grammar`) for the requests added with one. Like the runner it
+    decides from its own state, never from the scheduler's: per request, how many of a frame's
+    proposed drafts it accepts (`Trim`; all until told) and whether it rejects the next tokens
+    delivered (`Reject`, armed until a delivery with tokens spends it). It logs what it decided
+    for kvcheck's ledger."""
+
+    def __init__(self) -> None:
+        self.requests: set[str] = set()
+        self.valid: dict[str, int] = {}
+        self.armed: set[str] = set()
+        # Since the engine last read them: the requests whose tokens it rejected.
+        self.rejected: list[str] = []
+
+    def validate_tokens(self, request_id: str, drafts: Sequence[int]) -> list[int]:
+        """See `target.Grammar.validate_tokens`: the real drafts (up to the first `-1`), cut to
+        the number this request's grammar accepts."""
+        real = list(drafts)
+        if PLACEHOLDER_TOKEN in real:
+            real = real[: real.index(PLACEHOLDER_TOKEN)]
+        limit = self.valid.get(request_id)
+        if request_id not in self.requests or limit is None:
+            return real
+        return real[:limit]
+
+    def accept_tokens(self, request_id: str, tokens: Sequence[int]) -> bool:
+        """See `target.Grammar.accept_tokens`: False once for an armed request."""
+        if tokens and request_id in self.armed:
+            self.armed.discard(request_id)
+            self.rejected.append(request_id)
+            return False
+        return True
+
+    def take_rejected(self) -> frozenset[str]:
+        """The requests rejected since the last call."""
+        taken = frozenset(self.rejected)
+        self.rejected = []
+        return taken
+
+
+def proposed_drafts(item: ScheduledRequest, k: int) -> tuple[int, ...]:
+    """The `k` drafts kvcheck's runner proposes for a request of its batch, whatever the step
+    scheduled of them (the scheduler cuts them to that): real token ids for the positions after
+    the step's. Their values only need to be real ids; what is judged is how many the grammar
+    keeps."""
+    end = item.num_computed_tokens + item.num_scheduled_tokens
+    return tuple(TOKEN_BASE + position for position in range(end, end + k))
+
+
+def leading_real_drafts(drafts: Sequence[int]) -> int:
+    """How many drafts come before the first `-1` placeholder."""
+    drafts = list(drafts)
+    return drafts.index(PLACEHOLDER_TOKEN) if PLACEHOLDER_TOKEN in drafts else len(drafts)
+
+
+def settings_of(config: VllmConfig, grammar: FakeGrammar | None = None) -> SchedulerSettings:
+    """What the scheduler is built with for `config` (and kvcheck's grammar)."""
     return SchedulerSettings(
         num_blocks=config.num_blocks,
         block_size=config.block_size,
@@ -79,6 +138,7 @@ def settings_of(config: VllmConfig) -> SchedulerSettings:
         use_v2_model_runner=config.runner == "v2",
         long_prefill_token_threshold=config.long_prefill_token_threshold,
         defer_block_free=config.defer_frees,
+        grammar=grammar,
     )
 
 
@@ -99,6 +159,15 @@ class FrameEntry:
     placeholder_gap: bool
     # What is wrong with the launch itself (unknown request, bad length, ...), "" if nothing.
     fault: str = ""
+    # A request with a grammar: the drafts the runner may accept (a grammar-invalid draft never
+    # matches the constrained sample; vLLM's runner caps acceptance at the grammar's valid
+    # prefix, v1/worker/gpu/structured_outputs.py:15-47 @0.33.0), the drafts the grammar
+    # invalidated (the statistics leave them out), and, for a launch whose drafts were
+    # validated, what the runner proposed and what the scheduler then scheduled.
+    acceptable: int | None = None
+    invalid: int = 0
+    proposed: tuple[int, ...] | None = None
+    validated: tuple[int, ...] | None = None
 
 
 @attrs.frozen
@@ -132,6 +201,8 @@ class DeliveryFact:
     accept: int = 0
     live: frozenset[str] = frozenset()
     stale: frozenset[str] = frozenset()
+    # The requests whose delivered tokens kvcheck's grammar rejected in this delivery.
+    rejected: frozenset[str] = frozenset()
 
 
 @attrs.frozen
@@ -158,6 +229,8 @@ class Observation:
     # oldest first, (step, request, the blocks the frame may still write).
     defers: bool = False
     written_in_flight: tuple[tuple[int, str, tuple[int, ...]], ...] = ()
+    # Every request whose delivered tokens kvcheck's grammar has rejected so far.
+    grammar_rejected: frozenset[str] = frozenset()
 
 
 class Runner:
@@ -224,7 +297,7 @@ class Runner:
             if not entry.samples:
                 sampled[entry.rid] = ()
                 continue
-            accepted = min(accept, entry.drafts)
+            accepted = accepted_drafts(entry, accept)
             key = (entry.rid, entry.incarnation)
             start = self.true_length[key]
             eos = self.eos_positions.get(entry.rid)
@@ -237,6 +310,13 @@ class Runner:
                 # The runner's optimistic count learns the drafts this frame rejected.
                 self.known_tokens[entry.rid] -= entry.drafts - accepted
         return FrameOutput(frame.step, sampled)
+
+
+def accepted_drafts(entry: FrameEntry, accept: int) -> int:
+    """The drafts the runner accepts of `entry`'s frame when the step accepts `accept`: at most
+    its k, and for a request with a grammar at most the drafts the grammar left valid."""
+    accepted = min(accept, entry.drafts)
+    return accepted if entry.acceptable is None else min(accepted, entry.acceptable)
 
 
 class TargetRaised(Exception):
@@ -265,8 +345,10 @@ class VllmEngine:
         # `schedule()` calls so far: the scheduler's step clock, which the V2 runner's cadence
         # reads and the views do not show, so equal views at different steps are not one state.
         self.schedules = 0
+        self.grammar = FakeGrammar()
+        self.grammar_rejected: frozenset[str] = frozenset()
         self.scheduler: SchedulerUnderTest | None = None
-        made, error = CALLS.run(self.factory, settings_of(config))
+        made, error = CALLS.run(self.factory, settings_of(config, self.grammar))
         if error is not None:
             self.raised = error
         else:
@@ -274,6 +356,13 @@ class VllmEngine:
         # Deferred frees are judged only where the scheduler has them (vLLM 0.24.0 on, and
         # kvcheck's built-ins): an older release frees at once whatever the config says.
         self.defers = config.defer_frees and bool(getattr(self.scheduler, "defers_frees", False))
+        # Grammars are driven only where the scheduler validates drafts against one (vLLM
+        # 0.14.0 on, and kvcheck's built-ins): elsewhere a request added with a grammar runs
+        # without one. A rejection is driven only where it finishes the request (0.20.0 on).
+        self.grammars_driven = bool(getattr(self.scheduler, "structured_output", False))
+        self.rejections_driven = self.grammars_driven and bool(
+            getattr(self.scheduler, "grammar_errors_finish", False)
+        )
         # This event's facts.
         self._launches: list[Frame] = []
         self._deliveries: list[DeliveryFact] = []
@@ -300,7 +389,13 @@ class VllmEngine:
         return out
 
     def step(self, accept: int) -> bool:
-        """One `step_with_batch_queue`; False when the engine is idle (nothing was done)."""
+        """One `step_with_batch_queue`; False when the engine is idle (nothing was done).
+
+        A launch whose structured-output requests wait on their frame in flight
+        (`pending_structured_output_tokens`) is held back: the oldest frame is delivered
+        first, then the scheduler validates the held launch's drafts against the grammar and it
+        joins the queue (engine/core.py:745-764, 801-822 @0.33.0)."""
+        held: Frame | None = None
         if self._call("has_requests"):
             known = [rid for rid in self._call("request_ids")]
             before = self._placeholders(known)
@@ -311,6 +406,7 @@ class VllmEngine:
             frame = self.runner.launch(
                 launch, {rid: (before.get(rid), ph) for rid, ph in after.items()}
             )
+            frame = self._with_grammar_limits(frame)
             if self.defers:
                 blocks_of = self._call("pool_view").blocks_of
                 frame = attrs.evolve(
@@ -319,13 +415,70 @@ class VllmEngine:
                         entry.rid: tuple(blocks_of.get(entry.rid, ())) for entry in frame.entries
                     },
                 )
-            self.queue.appendleft(frame)
             self._launches.append(frame)
             executed = bool(launch.scheduled)
-            if len(self.queue) < self.config.depth and (executed or self._call("has_requests")):
-                return True
+            if executed and launch.pending_structured_output_tokens:
+                held = frame
+            else:
+                self.queue.appendleft(frame)
+                if len(self.queue) < self.config.depth and (executed or self._call("has_requests")):
+                    return True
         elif not self.queue:
             return False
+        if self.queue:
+            self._deliver_oldest(accept)
+        if held is not None:
+            self.queue.appendleft(self._validate_drafts(held))
+        return True
+
+    def _with_grammar_limits(self, frame: Frame) -> Frame:
+        """The runner's view of a request with a grammar at launch: it may accept only the
+        drafts ahead of the first `-1` (vLLM's bitmask strips the padding,
+        scheduler.py:2249-2254 @0.33.0); a launch held for validation revises this."""
+        entries = tuple(
+            attrs.evolve(entry, acceptable=leading_real_drafts(item.spec_token_ids))
+            if entry.rid in self.grammar.requests
+            else entry
+            for entry, item in zip(frame.entries, frame.launch.scheduled, strict=True)
+        )
+        return attrs.evolve(frame, entries=entries)
+
+    def _validate_drafts(self, frame: Frame) -> Frame:
+        """Hand the scheduler the runner's drafts for a held launch to validate
+        (`update_draft_token_ids_in_output`); the frame with kvcheck's ledger of what the
+        grammar kept and what the scheduler now schedules."""
+        k = self.config.num_spec_tokens
+        if not k:
+            return frame  # no drafter, nothing to validate (engine/core.py:803 @0.33.0)
+        # The drafter proposes for every request of its batch (`take_draft_token_ids`).
+        proposals = {item.request_id: proposed_drafts(item, k) for item in frame.launch.scheduled}
+        launch: Launch = self._call("update_draft_token_ids_in_output", frame.launch, proposals)
+        now = {item.request_id: item.spec_token_ids for item in launch.scheduled}
+        entries = []
+        for entry in frame.entries:
+            # Cut to the drafts the step scheduled, as the scheduler cuts them.
+            proposed = proposals[entry.rid][: entry.drafts]
+            # A request finished or aborted meanwhile is skipped (its frame is swallowed).
+            gone = entry.rid in self.finished or entry.rid in self.aborted
+            if entry.drafts and entry.rid in self.grammar.requests and not gone:
+                scheduled = tuple(now.get(entry.rid, ()))
+                entry = attrs.evolve(
+                    entry,
+                    acceptable=len(self.grammar.validate_tokens(entry.rid, proposed)),
+                    # The drafts the scheduler padded out (vLLM's `num_invalid_spec_tokens`):
+                    # 0.14.0-0.33.0 pad what the grammar rejects; 0.34.0 keeps every draft
+                    # and leaves the grammar to the sampler (scheduler.py:3039 @0.34.0).
+                    invalid=scheduled.count(PLACEHOLDER_TOKEN),
+                    proposed=proposed,
+                    validated=scheduled,
+                )
+            entries.append(entry)
+        validated = attrs.evolve(frame, launch=launch, entries=tuple(entries))
+        self._launches = [validated if f is frame else f for f in self._launches]
+        return validated
+
+    def _deliver_oldest(self, accept: int) -> None:
+        """Deliver the oldest frame in the queue, `accept` drafts accepted per request."""
         oldest = self.queue.pop()
         output = self.runner.deliver(oldest, accept)
         rids = {entry.rid for entry in oldest.entries}
@@ -338,12 +491,13 @@ class VllmEngine:
         except TargetRaised:
             self._deliveries.append(fact)
             raise
-        self._deliveries.append(attrs.evolve(fact, delivered=delivered))
+        rejected = self.grammar.take_rejected()
+        self.grammar_rejected = self.grammar_rejected | rejected
+        self._deliveries.append(attrs.evolve(fact, delivered=delivered, rejected=rejected))
         for rid, tokens in delivered.new_token_ids.items():
             self.emitted[rid] = self.emitted.get(rid, ()) + tuple(tokens)
         for rid, reason in delivered.finished.items():
             self.finished.setdefault(rid, reason)
-        return True
 
     def _mark_stale(self, rids: Iterable[str]) -> None:
         """`rids` were preempted or reset: their frames in the queue now are stale."""
@@ -388,6 +542,9 @@ class VllmEngine:
                     self.eos_positions[event.rid] = (
                         None if event.eos_at is None else event.prompt_len + event.eos_at
                     )
+                    grammar = event.grammar and self.grammars_driven
+                    if grammar:
+                        self.grammar.requests.add(event.rid)
                     self._call(
                         "add_request",
                         NewRequest(
@@ -395,8 +552,14 @@ class VllmEngine:
                             self.runner.true_tokens(event.rid, event.prompt_len),
                             event.max_tokens,
                             eos_token_id=EOS_TOKEN,
+                            structured_output=grammar,
                         ),
                     )
+                elif isinstance(event, Trim):
+                    self.grammar.valid[event.rid] = event.valid
+                elif isinstance(event, Reject):
+                    if event.rid in self.grammar.requests and self.rejections_driven:
+                        self.grammar.armed.add(event.rid)
                 elif isinstance(event, Step):
                     self.step(event.accept)
                 elif isinstance(event, Abort):
@@ -458,6 +621,7 @@ class VllmEngine:
             drain_steps=steps,
             raised=self.raised,
             defers=self.defers,
+            grammar_rejected=self.grammar_rejected,
             written_in_flight=tuple(
                 (frame.step, rid, blocks)
                 for frame in reversed(self.queue)
@@ -468,7 +632,11 @@ class VllmEngine:
     def clone(self) -> VllmEngine:
         """An independent copy (the scheduler deep-copied)."""
         twin = copy.copy(self)
-        twin.scheduler = copy.deepcopy(self.scheduler)
+        # The scheduler holds kvcheck's grammar (its settings): one copy for both, so the
+        # twin's scheduler consults the twin's grammar.
+        memo: dict[int, Any] = {}
+        twin.scheduler = copy.deepcopy(self.scheduler, memo)
+        twin.grammar = copy.deepcopy(self.grammar, memo)
         twin.runner = copy.deepcopy(self.runner)
         twin.prompts = twin.runner.prompts
         twin.eos_positions = twin.runner.eos_positions
@@ -513,6 +681,10 @@ class VllmEngine:
             tuple(sorted(self.finished.items())),
             tuple(sorted(self.aborted)),
             tuple(sorted(self.stale_marks)),
+            tuple(sorted(self.grammar.requests)),
+            tuple(sorted(self.grammar.valid.items())),
+            tuple(sorted(self.grammar.armed)),
+            tuple(sorted(self.grammar_rejected)),
             self.raised,
             self.schedules,
             attrs.astuple(self.config),

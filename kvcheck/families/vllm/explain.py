@@ -19,6 +19,10 @@ _WHY: Final = {
     "vllm-exactly-once": "a position was delivered twice or never (vllm#48245's duplicates, "
     "vllm#49620's lost tokens)",
     "vllm-pool": "the block pool's ledger does not add up",
+    "vllm-grammar": "the scheduler's validated drafts no longer match what its placeholders "
+    "reserved, or a request its grammar rejected was not finished with an error",
+    "vllm-spec-stats": "the step's speculative statistics count other frames or drafts than "
+    "the ones it applied (grammar-invalidated drafts are not proposals)",
     "vllm-placeholder-drafts": "`-1` drafts survived a step the request sat out "
     "(vllm#37159/#40768/#46899)",
     "vllm-quiescence": "the engine did not end empty with every block free",

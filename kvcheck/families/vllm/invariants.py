@@ -14,15 +14,16 @@ from typing import Final
 import attrs
 
 from kvcheck.core.invariant import Finding, Invariant, Violation
-from kvcheck.families.vllm.engine import DeliveryFact, Observation
+from kvcheck.families.vllm.engine import DeliveryFact, Observation, accepted_drafts
 from kvcheck.families.vllm.model import Expectation
 from kvcheck.families.vllm.scenario import (
     EOS_TOKEN,
+    GRAMMAR_ERROR,
     SAMPLED_PER_STEP,
     TOKEN_BASE,
     SpecStatsMode,
 )
-from kvcheck.families.vllm.target import SpecStats
+from kvcheck.families.vllm.target import PLACEHOLDER_TOKEN, SpecStats
 
 _EXPLAIN: Final = "kvcheck.families.vllm.explain:"
 
@@ -193,11 +194,16 @@ def check_exactly_once(expected: Expectation, observed: Observation) -> Iterator
             )
             continue
         reason = observed.finished.get(rid)
-        finished_wrong = got != want or reason != expected.reasons.get(rid)
+        if rid in observed.grammar_rejected:
+            # The grammar rejected delivered tokens: the output ends there, with an error.
+            want_reason, finished_wrong = GRAMMAR_ERROR, reason != GRAMMAR_ERROR
+        else:
+            want_reason = expected.reasons.get(rid, "")
+            finished_wrong = got != want or reason != want_reason
         if reason is not None and rid not in expected.aborted and finished_wrong:
             yield Finding(
                 rid,
-                {"tokens": len(want), "reason": expected.reasons.get(rid)},
+                {"tokens": len(want), "reason": want_reason},
                 {"tokens": len(got), "reason": reason},
                 f"{rid} finished ({reason}) after {len(got)} of its {len(want)} outputs",
             )
@@ -293,6 +299,57 @@ def check_placeholder_drafts(expected: Expectation, observed: Observation) -> It
                 )
 
 
+def check_grammar(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """Validated drafts that are not the runner's: fewer or more than the placeholders
+    reserved, a draft the grammar accepts changed, one it rejects turned into anything but
+    itself or `-1`; tokens the grammar rejected that do not finish their request with an
+    error, or that a later delivery adds to."""
+    for frame in observed.launches:
+        for entry in frame.entries:
+            if entry.validated is None or entry.proposed is None or entry.acceptable is None:
+                continue
+            kept = entry.acceptable
+            valid = len(entry.validated) == entry.drafts and all(
+                draft == proposed or (index >= kept and draft == PLACEHOLDER_TOKEN)
+                for index, (draft, proposed) in enumerate(
+                    zip(entry.validated, entry.proposed, strict=False)
+                )
+            )
+            if not valid:
+                want = entry.proposed[:kept] + (PLACEHOLDER_TOKEN,) * (len(entry.proposed) - kept)
+                yield Finding(
+                    entry.rid,
+                    list(want),
+                    list(entry.validated),
+                    f"step {frame.step}'s drafts for {entry.rid}, validated against a grammar that "
+                    f"accepts {kept} of the {len(entry.proposed)} proposed, are "
+                    f"{list(entry.validated)}: not the {entry.drafts} drafts its placeholders "
+                    "reserved, the valid ones kept and the others kept or padded with -1",
+                )
+    for fact in observed.deliveries:
+        if fact.delivered is None:
+            continue
+        for rid in sorted(fact.rejected):
+            reason = fact.delivered.finished.get(rid)
+            if reason != GRAMMAR_ERROR:
+                yield Finding(
+                    rid,
+                    GRAMMAR_ERROR,
+                    reason or "not finished",
+                    f"the grammar rejected {rid}'s tokens of step {fact.step}, but the step "
+                    f"{'finished it (' + reason + ')' if reason else 'did not finish it'}",
+                )
+        for rid, tokens in fact.delivered.new_token_ids.items():
+            if tokens and rid in observed.grammar_rejected - fact.rejected:
+                yield Finding(
+                    rid,
+                    [],
+                    list(tokens),
+                    f"step {fact.step} delivered tokens to {rid} after its grammar rejected "
+                    "its output and finished it",
+                )
+
+
 def expected_spec_stats(fact: DeliveryFact, k: int, mode: SpecStatsMode) -> SpecStats | None:
     """What one delivery's speculative statistics must be, from kvcheck's ledger: one draft per
     live request whose frame scheduled drafts, returned tokens and had them applied, its drafts
@@ -313,7 +370,8 @@ def expected_spec_stats(fact: DeliveryFact, k: int, mode: SpecStatsMode) -> Spec
             if mode == "excluded":
                 continue
         if entry.drafts:
-            counted.append((entry.drafts, min(fact.accept, entry.drafts)))
+            # Drafts the grammar invalidated are not proposals (scheduler.py:3317-3318 @0.33.0).
+            counted.append((entry.drafts - entry.invalid, accepted_drafts(entry, fact.accept)))
     return SpecStats.of(k, counted)
 
 
@@ -451,6 +509,13 @@ INVARIANTS: Final = {
             "batch (V1 runner; judged when the config asks)",
             check_placeholder_drafts,
             aspects=("placeholder-drafts",),
+        ),
+        _invariant(
+            "vllm-grammar",
+            "a request's drafts validated against its grammar are the valid prefix padded with "
+            "-1 to the number scheduled, and tokens the grammar rejects finish the request with "
+            "an error, nothing delivered after",
+            check_grammar,
         ),
         _invariant(
             "vllm-spec-stats",

@@ -5,7 +5,10 @@ preempt); the model does not guess those choices. What it knows from the events 
 request's true output (tokens are a pure function of position, `scenario.token_at`), whether
 and how it must finish (end of sequence or length, `Add.finish_reason`), which requests were
 aborted (their output may stop anywhere, but only at a true prefix), and when the engine must be
-idle (after a drain). The invariants (`kvcheck.families.vllm.invariants`) hold the scheduler's
+idle (after a drain). A request with a grammar told to reject its next tokens (`Reject`) may
+instead end early with an error, once kvcheck's grammar did reject them.
+
+The invariants (`kvcheck.families.vllm.invariants`) hold the scheduler's
 counters and outputs to this, and to kvcheck's own ledger of the frames it launched and
 delivered (`kvcheck.families.vllm.engine`), never to the scheduler's own word.
 """
@@ -20,8 +23,10 @@ from kvcheck.families.vllm.scenario import (
     Abort,
     Add,
     Drain,
+    Reject,
     Reset,
     Step,
+    Trim,
     VllmConfig,
     VllmEvent,
 )
@@ -38,6 +43,10 @@ class Expectation:
     aborted: frozenset[str]
     # The event was a drain: the engine must now be idle, every request finished.
     quiescent: bool = False
+    # The requests with a grammar, and those whose grammar was told to reject their next tokens
+    # (they may end early, with an error, once the grammar did).
+    grammars: frozenset[str] = frozenset()
+    rejects: frozenset[str] = frozenset()
 
 
 class VllmModel:
@@ -49,6 +58,9 @@ class VllmModel:
         self.outputs: dict[str, tuple[int, ...]] = {}
         self.reasons: dict[str, str] = {}
         self.aborted: frozenset[str] = frozenset()
+        self.grammars: frozenset[str] = frozenset()
+        self.trims: dict[str, int] = {}
+        self.rejects: frozenset[str] = frozenset()
         self.reached: set[str] = set()
 
     def apply(self, event: VllmEvent) -> Expectation:
@@ -63,9 +75,18 @@ class VllmModel:
             self.reached.add(f"finish by {reason}")
             if event.prompt_len > self.config.max_num_scheduled_tokens:
                 self.reached.add("chunked prefill")
+            if event.grammar:
+                self.grammars = self.grammars | {event.rid}
+                self.reached.add("grammar")
         elif isinstance(event, Abort) and event.rid in self.outputs:
             self.aborted = self.aborted | {event.rid}
             self.reached.add("abort")
+        elif isinstance(event, Trim) and event.rid in self.grammars:
+            self.trims = self.trims | {event.rid: event.valid}
+            self.reached.add("drafts trimmed")
+        elif isinstance(event, Reject) and event.rid in self.grammars:
+            self.rejects = self.rejects | {event.rid}
+            self.reached.add("grammar rejection")
         elif isinstance(event, Reset):
             self.reached.add("reset")
         elif isinstance(event, Step) and event.accept:
@@ -77,6 +98,8 @@ class VllmModel:
             self.reasons,
             self.aborted,
             quiescent=isinstance(event, Drain),
+            grammars=self.grammars,
+            rejects=self.rejects,
         )
 
     def clone(self) -> VllmModel:
@@ -85,8 +108,15 @@ class VllmModel:
         # The mappings are replaced, never changed in place, so they may be shared.
         twin.prompts, twin.outputs, twin.reasons = self.prompts, self.outputs, self.reasons
         twin.aborted, twin.reached = self.aborted, set(self.reached)
+        twin.grammars, twin.trims, twin.rejects = self.grammars, self.trims, self.rejects
         return twin
 
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
-        """The true outputs and the aborted requests."""
-        return (tuple(sorted(self.outputs.items())), self.aborted)
+        """The true outputs, the aborted requests and what the grammars were told."""
+        return (
+            tuple(sorted(self.outputs.items())),
+            self.aborted,
+            self.grammars,
+            tuple(sorted(self.trims.items())),
+            self.rejects,
+        )

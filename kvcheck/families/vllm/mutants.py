@@ -264,6 +264,27 @@ class StatsSkipStale(ReferenceScheduler):
         return attrs.evolve(delivered, spec_stats=self._spec_stats(fresh))
 
 
+class GrammarTrimUnpadded(ReferenceScheduler):
+    """Drafts the grammar invalidated are cut off instead of padded back with `-1`
+    (update_draft_token_ids_in_output pads them, scheduler.py:2910-2914 @0.33.0): the frame now
+    schedules fewer drafts than its placeholders reserved, so its rejected drafts roll back too
+    little of C and PH."""
+
+    def _pad_validated(self, valid: list[int], invalid: int) -> list[int]:
+        return valid
+
+
+class StatsCountInvalid(ReferenceScheduler):
+    """The statistics count the drafts the grammar invalidated as proposals (every release
+    with the trimming subtracts them, `make_spec_decoding_stats`, scheduler.py:3317-3318
+    @0.33.0, :1626-1627 @0.14.0)."""
+
+    def _drafts_counted(
+        self, item: ScheduledRequest, accepted: int, invalid: int = 0
+    ) -> tuple[int, int]:
+        return super()._drafts_counted(item, accepted, 0)
+
+
 class EagerFree(ReferenceScheduler):
     """Deferred frees ignored: a finished, aborted or preempted request's blocks go back to the
     pool at once while a frame launched with it may still write them (what `defer_block_free`,
@@ -465,6 +486,25 @@ CORPUS: Final[tuple[Entry, ...]] = (
         needs={"requests": 2, "depths": (2,), "num_spec_tokens": 1},
     ),
     Entry(
+        "grammar-trim-unpadded",
+        "mutant",
+        GrammarTrimUnpadded,
+        "vllm-grammar",
+        "update_draft_token_ids_in_output (scheduler.py:2883-2918 @0.33.0)",
+        "drafts the grammar invalidates are cut off, not padded back with -1",
+        # A request with a grammar that accepts no draft, decoding with its frame in flight.
+        needs={"grammar": True},
+    ),
+    Entry(
+        "stats-count-invalid",
+        "mutant",
+        StatsCountInvalid,
+        "vllm-spec-stats",
+        "make_spec_decoding_stats (scheduler.py:3310-3318 @0.33.0)",
+        "the statistics count the drafts the grammar invalidated",
+        needs={"grammar": True},
+    ),
+    Entry(
         "drop-on-preempt",
         "rewrite",
         DropOnPreemptScheduler,
@@ -493,6 +533,7 @@ CONFORMANCE_MUTANTS: Final[Mapping[str, str]] = {
     "vllm-pool": "freed-twice",
     "vllm-deferred-free": "eager-free",
     "vllm-placeholder-drafts": "placeholder-survivors",
+    "vllm-grammar": "grammar-trim-unpadded",
     "vllm-spec-stats": "stats-position-shifted",
     "vllm-quiescence": "finished-kept",
 }

@@ -49,7 +49,19 @@ def notes(facts: Any, index: int) -> list[str]:
         preempted = (
             f"; preempted {', '.join(frame.launch.preempted)}" if frame.launch.preempted else ""
         )
-        out.append(f"schedule() step {frame.step}: {', '.join(parts) or 'nothing'}{preempted}")
+        held = " (held for its grammar)" if frame.launch.pending_structured_output_tokens else ""
+        out.append(
+            f"schedule() step {frame.step}: {', '.join(parts) or 'nothing'}{preempted}{held}"
+        )
+        validated = [
+            f"{e.rid} drafts {list(e.validated)} ({e.acceptable} valid)"
+            for e in frame.entries
+            if e.validated is not None
+        ]
+        if validated:
+            out.append(
+                f"update_draft_token_ids_in_output() step {frame.step}: {', '.join(validated)}"
+            )
     for delivery in observed.deliveries:
         emitted = (
             "raised"
@@ -58,7 +70,12 @@ def notes(facts: Any, index: int) -> list[str]:
                 f"{rid} +{list(t)}" for rid, t in delivery.delivered.new_token_ids.items()
             )
         )
-        out.append(f"update_from_output() step {delivery.step}: {emitted or 'no tokens'}")
+        rejected = (
+            f"; the grammar rejected {', '.join(sorted(delivery.rejected))}"
+            if delivery.rejected
+            else ""
+        )
+        out.append(f"update_from_output() step {delivery.step}: {emitted or 'no tokens'}{rejected}")
     if observed.raised:
         out.append(f"the scheduler raised {observed.raised}")
     return out

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 from kvcheck.errors import ScenarioFormatError
+from kvcheck.wording import plural
 
 NAME: Final = "vllm"
 # A token's value is its position plus this; the end-of-sequence token lies below it.
@@ -89,6 +90,9 @@ class Add:
     prompt_len: int
     max_tokens: int
     eos_at: int | None = None
+    # Its output is constrained by a grammar (vLLM's structured output): kvcheck's grammar
+    # validates its drafts and accepts its delivered tokens (`Trim`, `Reject`).
+    grammar: bool = False
 
     def expected_output(self, max_model_len: int) -> tuple[int, ...]:
         """The whole output a correct engine delivers, and nothing else."""
@@ -121,6 +125,25 @@ class Abort:
 
 
 @attrs.frozen
+class Trim:
+    """From now on `rid`'s grammar accepts only the first `valid` drafts the runner proposes
+    for a frame: vLLM's `update_draft_token_ids_in_output` trims the rest and pads them with
+    `-1` (scheduler.py:2883-2918 @0.33.0). Nothing for a request without a grammar."""
+
+    rid: str
+    valid: int = 0
+
+
+@attrs.frozen
+class Reject:
+    """`rid`'s grammar rejects the next tokens delivered for it: vLLM finishes the request with
+    an error (`accept_tokens` False, scheduler.py:2432-2443 @0.33.0). Nothing for a request
+    without a grammar."""
+
+    rid: str
+
+
+@attrs.frozen
 class Reset:
     """`reset_prefix_cache(reset_running_requests=True)` between two steps (the RLHF path)."""
 
@@ -135,8 +158,10 @@ class Drain:
     accept: int = 0
 
 
-VllmEvent: TypeAlias = Add | Step | Abort | Reset | Drain
-EVENT_KINDS: Final = ("add", "step", "abort", "reset", "drain")
+VllmEvent: TypeAlias = Add | Step | Abort | Reset | Drain | Trim | Reject
+EVENT_KINDS: Final = ("add", "step", "abort", "reset", "drain", "trim", "reject")
+# The finish reason of a request whose grammar rejected its tokens (vLLM's `FINISHED_ERROR`).
+GRAMMAR_ERROR: Final = "error"
 
 _CONFIG_LIMITS: Final[dict[str, tuple[int, int]]] = {
     "num_blocks": (2, 4096),
@@ -224,6 +249,8 @@ class VllmScenarios:
             out["max_tokens"] = event.max_tokens
             if event.eos_at is not None:
                 out["eos_at"] = event.eos_at
+            if event.grammar:
+                out["grammar"] = True
             return out
         if isinstance(event, Step):
             return {"kind": "step", "accept": event.accept}
@@ -231,6 +258,10 @@ class VllmScenarios:
             return {"kind": "abort", "rid": event.rid}
         if isinstance(event, Reset):
             return {"kind": "reset"}
+        if isinstance(event, Trim):
+            return {"kind": "trim", "rid": event.rid, "valid": event.valid}
+        if isinstance(event, Reject):
+            return {"kind": "reject", "rid": event.rid}
         return {"kind": "drain", "accept": event.accept}
 
     @staticmethod
@@ -240,14 +271,24 @@ class VllmScenarios:
             raise ScenarioFormatError(f"vllm: not an event: {data!r}")
         kind = data["kind"]
         if kind == "add":
-            _only(data, {"kind", "rid", "prompt_len", "max_tokens", "eos_at"}, "add")
+            _only(data, {"kind", "rid", "prompt_len", "max_tokens", "eos_at", "grammar"}, "add")
             eos_at = data.get("eos_at")
+            grammar = data.get("grammar", False)
+            if type(grammar) is not bool:
+                raise ScenarioFormatError(f"vllm: 'grammar' must be a boolean, got {grammar!r}")
             return Add(
                 _rid(data),
                 _int(data, "prompt_len", 1, 8192, None),
                 _int(data, "max_tokens", 1, 8192, None),
                 None if eos_at is None else _int(data, "eos_at", 0, 8192, None),
+                grammar,
             )
+        if kind == "trim":
+            _only(data, {"kind", "rid", "valid"}, "trim")
+            return Trim(_rid(data), _int(data, "valid", 0, 8, None))
+        if kind == "reject":
+            _only(data, {"kind", "rid"}, "reject")
+            return Reject(_rid(data))
         if kind == "abort":
             _only(data, {"kind", "rid"}, "abort")
             return Abort(_rid(data))
@@ -322,11 +363,19 @@ def describe_event(event: VllmEvent) -> str:
     """The event in a few words."""
     if isinstance(event, Add):
         eos = "" if event.eos_at is None else f", eos at output {event.eos_at}"
-        return f"add {event.rid} (prompt {event.prompt_len}, max_tokens {event.max_tokens}{eos})"
+        grammar = ", grammar" if event.grammar else ""
+        return (
+            f"add {event.rid} (prompt {event.prompt_len}, max_tokens {event.max_tokens}{eos}"
+            f"{grammar})"
+        )
     if isinstance(event, Step):
         return f"step (accept {event.accept})"
     if isinstance(event, Abort):
         return f"abort {event.rid}"
     if isinstance(event, Reset):
         return "reset_prefix_cache(reset_running_requests=True)"
+    if isinstance(event, Trim):
+        return f"{event.rid}'s grammar accepts {plural(event.valid, 'draft')} a frame"
+    if isinstance(event, Reject):
+        return f"{event.rid}'s grammar rejects its next tokens"
     return f"drain (accept {event.accept})"

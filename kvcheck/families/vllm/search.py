@@ -28,8 +28,10 @@ from kvcheck.families.vllm.scenario import (
     Abort,
     Add,
     Drain,
+    Reject,
     Reset,
     Step,
+    Trim,
     VllmConfig,
     VllmEvent,
 )
@@ -42,7 +44,10 @@ _DEPTH_ENGINES: Final[Mapping[int, tuple[str, int]]] = {2: ("v1", 1), 3: ("v2", 
 def _event_weight(event: VllmEvent) -> int:
     if isinstance(event, Add):
         return (
-            event.prompt_len + event.max_tokens + (0 if event.eos_at is None else 1 + event.eos_at)
+            event.prompt_len
+            + event.max_tokens
+            + (0 if event.eos_at is None else 1 + event.eos_at)
+            + event.grammar
         )
     if isinstance(event, Step | Drain):
         return event.accept
@@ -69,6 +74,8 @@ def event_variants(event: VllmEvent) -> Iterator[VllmEvent]:
         if event.accept > 1:
             yield attrs.evolve(event, accept=event.accept - 1)
     elif isinstance(event, Add):
+        if event.grammar:
+            yield attrs.evolve(event, grammar=False)
         if event.eos_at is not None:
             yield attrs.evolve(event, eos_at=None)
             if event.eos_at > 0:
@@ -118,7 +125,9 @@ def renamed(scenario: Scenario) -> Scenario:
         if isinstance(event, Add) and event.rid not in names:
             names[event.rid] = f"r{len(names)}"
     events = tuple(
-        attrs.evolve(e, rid=names.get(e.rid, e.rid)) if isinstance(e, Add | Abort) else e
+        attrs.evolve(e, rid=names.get(e.rid, e.rid))
+        if isinstance(e, Add | Abort | Trim | Reject)
+        else e
         for e in scenario.events
     )
     return Scenario(scenario.config, events, family=NAME)
@@ -145,6 +154,9 @@ class VllmBounds:
     max_tokens: int = 12
     # Every engine defers block frees (`VllmConfig.defer_frees`).
     defer_frees: bool = False
+    # Every request has a grammar, and the search may trim its drafts to none (`Trim`) or
+    # reject its next tokens (`Reject`).
+    grammar: bool = False
 
     def describe(self) -> str:
         """The bounds in one line."""
@@ -155,6 +167,7 @@ class VllmBounds:
             f"k {self.num_spec_tokens}, budget {self.budget}, "
             f"{'a pool that preempts' if self.preemption else 'a roomy pool'}"
             + (", frees deferred" if self.defer_frees else "")
+            + (", grammars that trim drafts and reject tokens" if self.grammar else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -259,15 +272,22 @@ def expand(
     child: Callable[[Any], Any],
 ) -> Sequence[VllmEvent]:
     """From a state: add the next request (the bounds' prompt and output lengths), a step
-    rejecting or accepting every draft, an abort of each live request, a reset, or a drain."""
+    rejecting or accepting every draft, an abort of each live request, a reset, or a drain;
+    with grammars, a trim of each live request's drafts to none and a rejection of its next
+    tokens."""
     events: list[VllmEvent] = []
     added = len(model.outputs)
     if added < bounds.requests:
-        events.append(Add(f"r{added}", bounds.prompt_len, bounds.max_tokens))
+        grammar = bounds.grammar
+        events.append(Add(f"r{added}", bounds.prompt_len, bounds.max_tokens, grammar=grammar))
     events.append(Step(0))
     if config.num_spec_tokens:
         events.append(Step(config.num_spec_tokens))
-    events.extend(Abort(rid) for rid in model.outputs if rid not in model.aborted)
+    live = [rid for rid in model.outputs if rid not in model.aborted]
+    events.extend(Abort(rid) for rid in live)
+    if bounds.grammar:
+        events.extend(Trim(rid, 0) for rid in live if model.trims.get(rid) != 0)
+        events.extend(Reject(rid) for rid in live if rid not in model.rejects)
     if added:
         events.append(Reset())
         events.append(Drain(0))

@@ -46,6 +46,9 @@ class SchedulerSettings:
     use_v2_model_runner: bool = False
     defer_block_free: bool = False
     long_prefill_token_threshold: int = 0  # 0: none; >0 chunks prompts
+    # Added 2026-12-03 (docs/vllm.md "The seam"): kvcheck's grammar, which the scheduler's
+    # structured-output manager consults for a request that has one (None: no request has).
+    grammar: Grammar | None = attrs.field(default=None, eq=False, hash=False)
 
 
 @attrs.frozen
@@ -58,6 +61,9 @@ class NewRequest:
     min_tokens: int = 0
     eos_token_id: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    # Added 2026-12-03: the request's output is constrained by a grammar (vLLM's
+    # `use_structured_output`); `SchedulerSettings.grammar` decides for it.
+    structured_output: bool = False
 
 
 @attrs.frozen
@@ -80,6 +86,11 @@ class Launch:
     scheduled: tuple[ScheduledRequest, ...]
     preempted: tuple[str, ...]  # request ids preempted during this schedule()
     finished: tuple[str, ...]  # ids the scheduler reports finished since the last step
+    # Added 2026-12-03: a structured-output request of this step has a frame in flight, so its
+    # grammar needs that frame's tokens first (vLLM's `pending_structured_output_tokens`): the
+    # engine delivers the oldest frame, then has the scheduler validate this step's drafts
+    # (`update_draft_token_ids_in_output`) before the step samples.
+    pending_structured_output_tokens: bool = False
 
 
 @attrs.frozen
@@ -163,6 +174,18 @@ class PoolView:
     deferred: tuple[int, ...]  # blocks waiting on a deferred free
 
 
+class Grammar(Protocol):
+    """kvcheck's grammar for the requests that have one (vLLM's structured-output grammar, as
+    the scheduler's `StructuredOutputManager` consults it). It is kvcheck's, like the runner:
+    it decides from its own state, never from the scheduler's."""
+
+    def validate_tokens(self, request_id: str, drafts: Sequence[int]) -> list[int]:
+        """The longest prefix of `drafts` (real token ids) the grammar accepts."""
+
+    def accept_tokens(self, request_id: str, tokens: Sequence[int]) -> bool:
+        """Advance the grammar over delivered tokens; False: it rejects them."""
+
+
 class SchedulerUnderTest(Protocol):
     """A vLLM scheduler as kvcheck drives it: the released code (over fakes) or a built-in."""
 
@@ -174,6 +197,13 @@ class SchedulerUnderTest(Protocol):
 
     def update_from_output(self, launch: Launch, output: FrameOutput) -> Delivered:
         """Deliver a frame's output; what the scheduler emitted."""
+
+    # Added 2026-12-03: called only for a launch with `pending_structured_output_tokens`.
+    def update_draft_token_ids_in_output(
+        self, launch: Launch, drafts: Mapping[str, tuple[int, ...]]
+    ) -> Launch:
+        """Validate the runner's drafts of a deferred launch against the grammar (vLLM's
+        `update_draft_token_ids_in_output`); the launch with its drafts as now scheduled."""
 
     def finish_requests(self, request_ids: Sequence[str], reason: str) -> None:
         """Finish requests (an abort: reason "aborted")."""

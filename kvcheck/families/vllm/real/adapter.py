@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+import attrs
 import numpy
 
 from kvcheck.families.vllm.real import fakes
@@ -62,15 +63,37 @@ class _EncoderCacheManager(fakes.Strict):
 
 
 class _StructuredOutputManager(fakes.Strict):
-    """No request uses structured output: nothing advances, every token is accepted."""
+    """The scheduler's structured-output manager over kvcheck's grammar (`target.Grammar`, None
+    when no request has one): a request without structured output passes unchanged, as in
+    vLLM (`validate_tokens`/`accept_tokens`, v1/structured_output/__init__.py:362-380, 533-553
+    @0.33.0; `should_advance` and the request's own grammar through 0.29)."""
 
     _owner = "StructuredOutputManager"
+    _fields = frozenset({"grammar"})
 
     def should_advance(self, request: Any, new_token_ids: Any = None) -> bool:
-        return False
+        return bool(request.use_structured_output)
+
+    def trim_reasoning_for_advance(self, request: Any, new_token_ids: list[int]) -> list[int]:
+        """No reasoning parser: every token is grammar content (0.26-0.29)."""
+        return new_token_ids
+
+    def validate_tokens(self, request: Any, spec_tokens: list[int]) -> list[int]:
+        if not request.use_structured_output or self.grammar is None:
+            return spec_tokens
+        return list(self.grammar.validate_tokens(request.request_id, spec_tokens))
 
     def accept_tokens(self, request: Any, tokens: Any) -> bool:
-        return True
+        if not request.use_structured_output or not tokens or self.grammar is None:
+            return True
+        return bool(self.grammar.accept_tokens(request.request_id, list(tokens)))
+
+    def grammar_bitmask(
+        self, requests: Any, structured_output_request_ids: list[str], spec_tokens: Any
+    ) -> Any:
+        """A bitmask kvcheck's runner never reads (it caps acceptance at the valid drafts
+        itself): one row per request."""
+        return numpy.zeros((len(structured_output_request_ids), 1), dtype=numpy.int32)
 
 
 class _EventPublisher(fakes.Strict):
@@ -174,7 +197,7 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         ),
         "log_stats": True,
         "model_uses_mrope": False,
-        "structured_output_manager": _StructuredOutputManager(),
+        "structured_output_manager": _StructuredOutputManager(grammar=settings.grammar),
         "is_encoder_decoder": False,
         "is_mm_encoder_only": False,
         "include_finished_set": False,
@@ -312,6 +335,11 @@ _RUNNER_OUTPUT = fakes.record_type(
 )
 
 
+# What the runner's drafter proposed (`take_draft_token_ids`), handed to
+# `update_draft_token_ids_in_output`.
+_DRAFT_TOKEN_IDS = fakes.record_type("DraftTokenIds", ("req_ids", "draft_token_ids"))
+
+
 # A `TypeError` for a call with arguments the callee does not take ("X.f() got an unexpected
 # keyword argument 'y'"), and the fakes' class names it may name.
 _FAKE_SIGNATURE: Final = re.compile(
@@ -325,12 +353,19 @@ _FAKE_CLASSES: Final = frozenset(
         "PrefillStats",
         "_EncoderCacheManager",
         "_StructuredOutputManager",
+        "RequestGrammar",
         "_EventPublisher",
         "EngineCoreEvent",
         "PrefixCacheStats",
         "SpecDecodingStats",
     }
 )
+
+
+def grammar_support(compiled: CompiledRelease) -> bool:
+    """Whether the release validates a held step's drafts against a grammar
+    (`update_draft_token_ids_in_output`, 0.14.0 on)."""
+    return hasattr(compiled.scheduler, "update_draft_token_ids_in_output")
 
 
 class ReleaseScheduler:
@@ -352,6 +387,12 @@ class ReleaseScheduler:
         # Whether the release can defer block frees (`defer_block_free`, set in its
         # `__init__` from 0.24.0 on); before, it frees at once whatever the settings say.
         self.defers_frees = "defer_block_free" in compiled.init_values
+        # Whether it validates a held step's drafts against the grammar
+        # (`update_draft_token_ids_in_output`, 0.14.0 on): without it kvcheck drives no
+        # request through a grammar. Whether a grammar's rejection finishes the request (0.20.0
+        # on); before, kvcheck's grammar never rejects (`Reject` is not driven).
+        self.structured_output = grammar_support(compiled)
+        self.grammar_errors_finish = self.structured_output and compiled.grammar_errors_finish
 
     def _release(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call into the release's code. What the code touched of a fake that kvcheck does
@@ -391,7 +432,8 @@ class ReleaseScheduler:
             repetition_detection=None,
             logprobs=None,
             prompt_logprobs=None,
-            structured_outputs=None,
+            # Any value asks for structured output; kvcheck's grammar is handed over below.
+            structured_outputs="kvcheck-grammar" if self._grammar_of(request) else None,
             all_stop_token_ids=set(request.stop_token_ids),
         )
         # Through 0.15 the request takes its EOS id itself (`R:37` @0.11.1), later only its
@@ -406,7 +448,22 @@ class ReleaseScheduler:
             arrival_time=0.0,
             **({"eos_token_id": request.eos_token_id} if takes_eos else {}),
         )
+        if self._grammar_of(request):
+            # The grammar compiled, as vLLM's compilation thread would leave it: the request is
+            # promoted from WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR when next scheduled.
+            built.structured_output_request.grammar = fakes.RequestGrammar(
+                grammar=self._settings.grammar, request_id=request.request_id
+            )
         self._release(self._scheduler.add_request, built)
+
+    def _grammar_of(self, request: NewRequest) -> bool:
+        """Whether `request` runs with kvcheck's grammar: it asks for one, kvcheck has one, and
+        the release validates drafts against it (`structured_output`)."""
+        return (
+            request.structured_output
+            and self._settings.grammar is not None
+            and self.structured_output
+        )
 
     def has_requests(self) -> bool:
         """The release's `has_requests()`."""
@@ -418,6 +475,11 @@ class ReleaseScheduler:
         output = self._release(self._scheduler.schedule)
         self._step += 1
         self._outputs[self._step] = output
+        pending = bool(vars(output).get("pending_structured_output_tokens", False))
+        if output.total_num_scheduled_tokens > 0 and not pending:
+            # The engine core builds the bitmask before it samples a step it does not hold
+            # (engine/core.py:745-752 @0.33.0).
+            self._grammar_bitmask(output)
         return Launch(
             step=self._step,
             scheduled=tuple(self._scheduled(output)),
@@ -427,6 +489,37 @@ class ReleaseScheduler:
                 if request.num_preemptions > before.get(rid, 0)
             ),
             finished=tuple(sorted(output.finished_req_ids)),
+            pending_structured_output_tokens=pending and self.structured_output,
+        )
+
+    def _grammar_bitmask(self, output: Any) -> None:
+        """The release's `get_grammar_bitmask` for a step about to sample, where it has one
+        and a request uses structured output (the runner is kvcheck's: the bitmask itself is
+        not read)."""
+        if self.structured_output and self._settings.grammar is not None:
+            self._release(self._scheduler.get_grammar_bitmask, output)
+
+    def update_draft_token_ids_in_output(
+        self, launch: Launch, drafts: Mapping[str, tuple[int, ...]]
+    ) -> Launch:
+        """The release's `update_draft_token_ids_in_output` on a held step's output, then its
+        bitmask (engine/core.py:801-822 @0.33.0); the launch with the drafts it now
+        schedules."""
+        output = self._outputs[launch.step]
+        rids = list(drafts)
+        self._release(
+            self._scheduler.update_draft_token_ids_in_output,
+            _DRAFT_TOKEN_IDS(req_ids=rids, draft_token_ids=[list(drafts[rid]) for rid in rids]),
+            output,
+        )
+        self._grammar_bitmask(output)
+        scheduled = output.scheduled_spec_decode_tokens
+        return attrs.evolve(
+            launch,
+            scheduled=tuple(
+                attrs.evolve(item, spec_token_ids=tuple(scheduled.get(item.request_id, ())))
+                for item in launch.scheduled
+            ),
         )
 
     def _scheduled(self, output: Any) -> list[ScheduledRequest]:

@@ -34,6 +34,10 @@ SCHEDULER_ROOTS: Final = (
     "reset_prefix_cache",
     "has_requests",
     "get_num_unfinished_requests",
+    # Structured output with drafts (0.14.0 on): the engine core validates a held step's drafts
+    # and builds its grammar bitmask (engine/core.py:745-764, 801-822 @0.33.0).
+    "update_draft_token_ids_in_output",
+    "get_grammar_bitmask",
 )
 ASYNC_OVERRIDES: Final = ("_update_after_schedule", "_update_request_with_output")
 _SCHED: Final = "v1/core/sched"
@@ -58,6 +62,10 @@ class CompiledRelease:
     # Whether the runner's sampled rows are numpy arrays the scheduler turns into lists
     # (`sampled_token_ids[i].tolist()`, 0.11.x: `v1/outputs.py:161` @0.11.1) rather than lists.
     sampled_rows_are_arrays: bool = False
+    # Whether `update_from_output` finishes a request whose tokens its grammar rejects
+    # (`request.status = RequestStatus.FINISHED_ERROR`, 0.20.0 on: `S:1754` @0.26.0); through
+    # 0.19 the scheduler logs the rejection and goes on (`S:1228-1238` @0.14.0).
+    grammar_errors_finish: bool = True
 
 
 class _NullContext:
@@ -96,17 +104,34 @@ def _gc_untrack(container: Any) -> Any:
     return container
 
 
+def _strip_speculative_padding(token_ids: list[int]) -> list[int]:
+    """vLLM's `strip_speculative_padding` (v1/structured_output/utils.py @0.33.0): the ids
+    before the first negative one (the `-1` padding of invalid or placeholder drafts)."""
+    for index, token_id in enumerate(token_ids):
+        if token_id < 0:
+            return token_ids[:index]
+    return token_ids
+
+
 def _bc_linter_include(cls: Any) -> Any:
     """vLLM's `bc_linter_include` (0.11-0.16): a marker for its API linter, the class as is."""
     return cls
 
 
-class _NoStructuredOutput:
-    """`StructuredOutputRequest.from_sampling_params`: kvcheck's requests have no grammar."""
+class _StructuredOutputRequest(fakes.Strict):
+    """vLLM's `StructuredOutputRequest`, the fields the scheduler and `Request` touch: the
+    compiled grammar (None until the adapter hands it kvcheck's, as a finished compilation
+    would) and the reasoning fields `Request.__init__` sets (0.33+; no reasoning parser)."""
 
-    @staticmethod
-    def from_sampling_params(sampling_params: Any) -> None:
-        return None
+    _owner = "StructuredOutputRequest"
+    _fields = frozenset({"grammar", "reasoning_ended", "reasoning_parser_kwargs"})
+
+    @classmethod
+    def from_sampling_params(cls, sampling_params: Any) -> _StructuredOutputRequest | None:
+        """A request asking for structured output gets one; others None."""
+        if sampling_params is None or sampling_params.structured_outputs is None:
+            return None
+        return cls(grammar=None, reasoning_ended=None, reasoning_parser_kwargs=None)
 
 
 EngineCoreOutput = fakes.record_type(
@@ -179,7 +204,7 @@ def _base_stand_ins() -> dict[tuple[str, str], object]:
         ("vllm.v1.utils", "record_function_or_nullcontext"): _record_function_or_nullcontext,
         ("vllm.v1.utils", "ConstantList"): fakes.ReadOnlyList,
         ("vllm.utils", "length_from_prompt_token_ids_or_embeds"): _length_of_prompt,
-        ("vllm.v1.structured_output.request", "StructuredOutputRequest"): _NoStructuredOutput,
+        ("vllm.v1.structured_output.request", "StructuredOutputRequest"): _StructuredOutputRequest,
         ("vllm.v1.engine", "EngineCoreOutput"): EngineCoreOutput,
         ("vllm.v1.engine", "EngineCoreOutputs"): EngineCoreOutputs,
         ("vllm.v1.spec_decode.metrics", "SpecDecodingStats"): fakes.SpecDecodingStats,
@@ -190,6 +215,11 @@ def _base_stand_ins() -> dict[tuple[str, str], object]:
         ("vllm.multimodal.utils", "strip_covered_mm_data"): _strip_covered_mm_data,
         ("vllm._bc_linter", "bc_linter_include"): _bc_linter_include,
         ("vllm.utils.gc_utils", "gc_untrack"): _gc_untrack,
+        # Through 0.29 the scheduler asserts a request's grammar is one (`S:1736` @0.26.0).
+        ("vllm.v1.structured_output", "StructuredOutputGrammar"): fakes.RequestGrammar,
+        ("vllm.v1.structured_output.utils", "strip_speculative_padding"): (
+            _strip_speculative_padding
+        ),
         ("vllm.v1.token_buffer", "TokenBuffer"): fakes.TokenBuffer,
         ("vllm.v1.token_buffer", "extend_from_slice"): fakes.extend_from_slice,
     }
@@ -224,11 +254,11 @@ def compile_release(
     utils = publish(
         "vllm.v1.core.sched.utils", package / _SCHED / "utils.py", ["check_stop", "remove_all"]
     )
-    output = publish(
-        "vllm.v1.core.sched.output",
-        package / _SCHED / "output.py",
-        ["SchedulerOutput", "NewRequestData", "CachedRequestData"],
-    )
+    output_records = ["SchedulerOutput", "NewRequestData", "CachedRequestData"]
+    # The grammar bitmask's record (`get_grammar_bitmask`), where the release has one.
+    if _class_node(package / _SCHED / "output.py", "GrammarOutput") is not None:
+        output_records.append("GrammarOutput")
+    output = publish("vllm.v1.core.sched.output", package / _SCHED / "output.py", output_records)
     # `PauseState` arrives in 0.17.0 (the scheduler's pause, `interface.py`); the releases
     # before neither define nor import it.
     interface: dict[str, Any] = {}
@@ -286,6 +316,29 @@ def compile_release(
         async_init_values=init_assignments(async_file, async_class),
         computed_blocks_arity=unpacked_arity(sync_file, "get_computed_blocks") or 3,
         sampled_rows_are_arrays=_converts_sampled_rows(sync_file),
+        grammar_errors_finish=_sets_status(sync_file, "update_from_output", "FINISHED_ERROR"),
+    )
+
+
+def _sets_status(file: Path, method: str, status: str) -> bool:
+    """Whether `Scheduler.method` in `file` assigns `<request>.status = RequestStatus.<status>`
+    itself."""
+    node = _class_node(file, "Scheduler")
+    function = next(
+        (
+            f
+            for f in (node.body if node else ())
+            if isinstance(f, ast.FunctionDef) and f.name == method
+        ),
+        None,
+    )
+    return function is not None and any(
+        isinstance(item, ast.Assign)
+        and isinstance(item.targets[0], ast.Attribute)
+        and item.targets[0].attr == "status"
+        and isinstance(item.value, ast.Attribute)
+        and item.value.attr == status
+        for item in ast.walk(function)
     )
 
 

@@ -458,3 +458,20 @@ class SpecDecodingStats(Strict):
     def observe_draft(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
         """Record one counted frame of one request: its drafts and how many were accepted."""
         self.observed.append((num_draft_tokens, num_accepted_tokens))
+
+
+class RequestGrammar(Strict):
+    """One request's compiled grammar (vLLM's `StructuredOutputGrammar`, the calls the
+    scheduler makes through 0.29: `validate_tokens(drafts)`, `accept_tokens(req_id, tokens)`),
+    answering from kvcheck's grammar (`target.Grammar`)."""
+
+    _owner = "StructuredOutputGrammar"
+    _fields = frozenset({"grammar", "request_id"})
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        """The prefix of `tokens` kvcheck's grammar accepts for this request."""
+        return list(self.grammar.validate_tokens(self.request_id, tokens))
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        """Whether kvcheck's grammar accepts the delivered `tokens`."""
+        return bool(self.grammar.accept_tokens(request_id, tokens))

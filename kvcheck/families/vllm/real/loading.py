@@ -22,7 +22,7 @@ from typing import Final
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.vllm.real import generations, release
-from kvcheck.families.vllm.real.adapter import ReleaseScheduler
+from kvcheck.families.vllm.real.adapter import ReleaseScheduler, grammar_support
 from kvcheck.families.vllm.real.compiled import CompiledRelease, compile_release
 from kvcheck.families.vllm.scenario import RUNNERS, Runner
 from kvcheck.families.vllm.target import SchedulerSettings, SchedulerUnderTest
@@ -111,6 +111,11 @@ class ReleaseFactory:
         # The runners the release can run behind (`distribution.space_for` reads it): a
         # release before 0.23.0 pipelines two batches only (`generations.runners_of`).
         self.runners = runners
+        # Whether the release validates drafts against a grammar (0.14.0 on) and finishes a
+        # request its grammar rejects (0.20.0 on): the search draws grammars, and rejections,
+        # only where it does (`distribution.space_for`).
+        self.structured_output = grammar_support(compiled)
+        self.grammar_errors_finish = self.structured_output and compiled.grammar_errors_finish
 
     def __call__(self, settings: SchedulerSettings) -> SchedulerUnderTest:
         """A fresh `ReleaseScheduler` built with `settings`."""

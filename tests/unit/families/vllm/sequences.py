@@ -1,8 +1,24 @@
-"""Survey sequences the vLLM tests replay on kvcheck's scheduler and on the releases' own code."""
+"""Survey sequences the vLLM tests replay on kvcheck's scheduler and on the releases' own code,
+and the helpers that run them."""
 
 from __future__ import annotations
 
+from kvcheck.core.run import run_scenario
+from kvcheck.core.scenario import Scenario
 from kvcheck.families.vllm.scenario import Abort, Add, Drain, Step, VllmConfig
+from kvcheck.targets.loading import load_target
+
+
+def scenario(config: VllmConfig, *events: object) -> Scenario:
+    """A vLLM scenario of `events` on `config`."""
+    return Scenario(config, tuple(events), family="vllm")
+
+
+def first_violation(spec: str, s: Scenario) -> str | None:
+    """The invariant the target `spec` first breaks on `s` (None: none)."""
+    result = run_scenario(s, load_target(spec))
+    return None if result.violation is None else result.violation.invariant
+
 
 # vllm#48245 (survey §4 row 3): r1 is preempted with a frame in flight; the abort of r0 frees
 # its blocks and the next step resumes r1 before that stale frame returns, which takes a third

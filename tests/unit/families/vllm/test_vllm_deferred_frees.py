@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Scenario, from_json, to_json
+from kvcheck.core.scenario import from_json, to_json
 from kvcheck.errors import ScenarioFormatError, TargetLoadError
 from kvcheck.families.vllm.builtins import ReferenceScheduler, Req, builtin_target
 from kvcheck.families.vllm.engine import VllmEngine
@@ -24,20 +24,12 @@ from kvcheck.families.vllm.scenario import (
     VllmScenarios,
 )
 from kvcheck.targets.loading import load_target
+from tests.unit.families.vllm.sequences import first_violation, scenario
 
 # Depth 2, roomy: r0's frames are always in flight between two steps.
 DEFERRING = VllmConfig(num_blocks=12, max_model_len=16, num_spec_tokens=2, defer_frees=True)
 # r0 is aborted with its frame in flight; r1 is admitted into the blocks r0 freed.
 ABORT_IN_FLIGHT = (Add("r0", 4, 8), Step(0), Step(0), Abort("r0"), Add("r1", 12, 2), Step(0))
-
-
-def scenario(config: VllmConfig, *events: object) -> Scenario:
-    return Scenario(config, tuple(events), family="vllm")
-
-
-def first_violation(spec: str, s: Scenario) -> str | None:
-    result = run_scenario(s, load_target(spec))
-    return None if result.violation is None else result.violation.invariant
 
 
 class FreedTwice(ReferenceScheduler):

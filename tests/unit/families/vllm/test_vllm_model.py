@@ -10,7 +10,7 @@ import pytest
 
 from kvcheck.core.draws import RandomDraws
 from kvcheck.core.run import run_scenario
-from kvcheck.core.scenario import Scenario, from_json, to_json
+from kvcheck.core.scenario import from_json, to_json
 from kvcheck.errors import ScenarioFormatError
 from kvcheck.families.vllm.distribution import VllmSpace, draw_scenario, witnesses
 from kvcheck.families.vllm.invariants import INVARIANTS
@@ -27,18 +27,14 @@ from kvcheck.families.vllm.scenario import (
     VllmScenarios,
 )
 from kvcheck.targets.loading import load_target
-from tests.unit.families.vllm.sequences import PREEMPT_THEN_RESUME, PRESSURE
+from tests.unit.families.vllm.sequences import (
+    PREEMPT_THEN_RESUME,
+    PRESSURE,
+    first_violation,
+    scenario,
+)
 
 REFERENCE = load_target("builtin:vllm-reference")
-
-
-def scenario(config: VllmConfig, *events: object) -> Scenario:
-    return Scenario(config, tuple(events), family="vllm")
-
-
-def first_violation(spec: str, s: Scenario) -> str | None:
-    result = run_scenario(s, load_target(spec))
-    return None if result.violation is None else result.violation.invariant
 
 
 def test_resume_before_stale_return_needs_depth_3() -> None:
