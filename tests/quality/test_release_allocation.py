@@ -246,3 +246,70 @@ def test_0_5_11_single_line_bugs_are_caught(tmp_path: Path, name: str) -> None:
 def test_0_5_12_to_0_5_14_keep_kvchecks_model() -> None:
     with pytest.raises(TargetLoadError, match="clamps its sizing"):
         release_allocation_factory(_tree("0.5.12"))
+
+
+# Exhaustive search on the release path: an engine branched with `Engine.clone` shares the
+# compiled release (`ReleaseFunctions.__deepcopy__`) and copies its fakes. Small bounds: one
+# stride, overlap on, outputs of one token.
+_EXHAUST_BOUNDS = {
+    "events": 4,
+    "allocations": ("0.5.16",),
+    "overlap": (True,),
+    "strides": (3,),
+    "kinds": ("admit", "step", "retract", "abort"),
+    "max_new": (1,),
+}
+
+
+def _exhaust(root: Path, allocation_path: str) -> tuple[str, int, str | None]:
+    from kvcheck.families.sglang.search import Bounds
+    from kvcheck.search.exhaust import exhaust
+
+    result = exhaust(
+        load_target(str(root)),
+        Bounds(**_EXHAUST_BOUNDS),  # type: ignore[arg-type]
+        convention="honest",
+        global_counters="sglang",
+        allocation_path=allocation_path,
+        measure_coverage=False,
+    )
+    violation = None if result.violation is None else result.violation.invariant
+    return result.verdict, result.states, violation
+
+
+def test_exhaust_branches_the_release_path_as_the_model_path(tmp_path: Path) -> None:
+    from kvcheck.families.sglang.builtins import reference
+    from kvcheck.families.sglang.engine import Engine
+    from kvcheck.families.sglang.real.path import ReleaseAllocation
+
+    root = _tree("0.5.23") / "sglang"
+    released = _exhaust(root, "release")
+    assert released == _exhaust(root, "model")
+    assert released[0] == "pass"
+    # A branch's fakes are its own; the compiled release is shared.
+    config = Config(allocation="0.5.16", allocation_path="release", stride=3)
+    path = release_allocation_factory(_tree("0.5.23"))(config)
+    engine = Engine(config, reference, not_judged=frozenset(), allocation=path)
+    engine.apply(Admit("r0", 5, 4))
+    engine.apply(Step())
+    twin = engine.clone()
+    twin_path = twin.allocation
+    assert isinstance(path, ReleaseAllocation) and isinstance(twin_path, ReleaseAllocation)
+    assert twin_path.functions is path.functions
+    assert twin_path.rows.req_to_token is not path.rows.req_to_token
+    assert twin_path.rows._allocator is twin_path.allocator  # one copy of each fake
+    assert twin_path.view(twin.reqs["r0"])._req is twin.reqs["r0"]
+    twin.apply(Step((3,)))
+    assert path.rows.req_to_token.count_nonzero() < twin_path.rows.req_to_token.count_nonzero()
+    # The tail never freed in a copy of the tree: the search on its own path catches it.
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.23"), copy)
+    common = copy / "sglang/srt/mem_cache/common.py"
+    tail = (
+        "    _release_overallocated_kv_indices(\n"
+        "        req, owned_kv_len, req.kv.kv_allocated_len, tree_cache\n    )\n"
+    )
+    text = common.read_text()
+    assert text.count(tail) == 1
+    common.write_text(text.replace(tail, ""))
+    assert _exhaust(copy / "sglang", "release") == ("fail", 5, "kv-released-once")

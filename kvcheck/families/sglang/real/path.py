@@ -284,6 +284,13 @@ class ReleaseFunctions:
         self.draft_inputs = {}
         self.draft_input_files = {}  # no draft input of its own: EAGLE's mixin only
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReleaseFunctions:
+        """Itself: a copy of a path (an engine the exhaustive search branches) shares the
+        compiled release, as every scenario of a search already does (`ReleaseAllocationCode`).
+        The compiled modules cannot be copied, and their per-call stacks (`settings_box`,
+        `_writes`) are empty between calls; each path's mutable state is its own fakes."""
+        return self
+
     def _present(self, module: str, class_name: str, names: list[str]) -> type:
         """The members of `class_name` among `names` that this release's file defines."""
         present = [name for name in names if self.tree.has(module, f"{class_name}.{name}")]
