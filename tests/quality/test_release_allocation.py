@@ -313,3 +313,42 @@ def test_exhaust_branches_the_release_path_as_the_model_path(tmp_path: Path) -> 
     assert text.count(tail) == 1
     common.write_text(text.replace(tail, ""))
     assert _exhaust(copy / "sglang", "release") == ("fail", 5, "kv-released-once")
+
+
+def test_a_launch_pool_fault_is_reported_before_the_same_steps_delivery(tmp_path: Path) -> None:
+    """An estimate in tokens where pages are meant (a copy of 0.5.23's tree) lets the engine
+    keep r1 where the model retracts it; at event 5 its launch runs out of memory inside the
+    release's code, and the delivery after it, judged against the model's retraction, offers
+    r1's grammar a token. The launch's fault comes first: it is the cause."""
+    from kvcheck.families.sglang.scenario import Grammar
+
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.23"), copy)
+    batch = copy / "sglang/srt/managers/schedule_batch.py"
+    text = batch.read_text()
+    estimate = "total += ceil_align(nxt, page_size) - ceil_align(cur, page_size)"
+    assert text.count(estimate) == 1
+    batch.write_text(text.replace(estimate, "total += nxt - cur"))
+    config = Config(
+        convention="honest",
+        stride=5,
+        adaptive=True,
+        page_size=4,
+        global_counters="sglang",
+        allocation="0.5.16",
+        max_stride=8,
+        pool_pages=32,
+        allocation_path="release",
+    )
+    events = (
+        Admit("r0", 52, 7),
+        Admit("r1", 34, 5, grammar=Grammar("accept")),
+        Step(),
+        Step((5, 3)),
+        Step(),
+        Step(),
+    )
+    result = run_scenario(Scenario(config, events), load_target(str(copy / "sglang")))
+    found = [(v.event_index, v.invariant) for v in result.violations]
+    assert found[0] == (5, "kv-pool-conserved")
+    assert (5, "grammar-stale-untouched") in found  # the delivery's, after it
