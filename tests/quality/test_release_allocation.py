@@ -152,6 +152,26 @@ def test_0_5_23_retracts_in_its_own_order() -> None:
     assert _pressure(_tree("0.5.23") / "sglang") == (None, {"r0"})
 
 
+def test_the_coverage_names_the_chooser_until_a_scenario_asks_it() -> None:
+    """The chooser's lines are named (memory pressure never reached) until a scenario of the
+    run asks the release's chooser; from then on they are counted."""
+    from kvcheck.families.sglang.real.path import ReleaseAllocationCode
+
+    code = release_allocation_factory(_tree("0.5.23"))
+    measured = code.measured_with(lambda function: function)
+    chooser = "ScheduleBatch._get_decode_retraction_order"
+    config = Config(allocation="0.5.16", page_size=4, stride=3)
+    path = measured(config)
+    reqs = [FakeReq("a", 5, 10), FakeReq("b", 3, 10)]
+    path.admit(reqs)
+    side = measured.side_code()
+    assert side is not None and "memory-pressure" in side.out_of_scope[chooser]
+    assert path.retraction_order(reqs) is not None
+    side = measured.side_code()
+    assert side is not None and chooser not in side.out_of_scope
+    assert isinstance(measured, ReleaseAllocationCode) and not code.chose_retractions
+
+
 @pytest.mark.parametrize(
     ("line", "mutated"),
     [

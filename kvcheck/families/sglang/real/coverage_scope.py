@@ -256,6 +256,11 @@ _UNSORTED_RETRACTION: Final = (
     "to sort a speculative batch (0.5.16 managers/schedule_batch.py:2603-2609) and retracts "
     "from the back, an order kvcheck's model does not have yet"
 )
+_NO_PRESSURE: Final = (
+    "memory-pressure retraction (a decode batch the pool cannot hold), which no scenario of "
+    "this search reached; tests/quality/test_release_allocation.py drives the chooser on a "
+    "pressure scenario"
+)
 
 
 def out_of_scope(
@@ -263,16 +268,20 @@ def out_of_scope(
     not_run: Mapping[str, tuple[Iterable[str], bool]],
     *,
     sorts_retractions: bool = True,
+    chose_retractions: bool = True,
 ) -> dict[str, str]:
     """`OUT_OF_SCOPE`, with the members kvcheck's fakes implement in the release's stead
     (`faked`: qualname and the class), per algorithm none of whose scenarios ran the
     release's code (`not_run`: algorithm -> the qualnames of its own launch code, and whether
     scenarios of it ran kvcheck's model instead) that code and the lines routing to it, and
     the retraction chooser where kvcheck does not call it (`sorts_retractions` false: 0.5.16,
-    whose speculative batches retract unsorted)."""
+    whose speculative batches retract unsorted) or did not (`chose_retractions` false: no
+    scenario reached memory-pressure retraction)."""
     reasons = dict(OUT_OF_SCOPE)
     if not sorts_retractions:
         reasons[_RETRACTION_CHOOSER] = _UNSORTED_RETRACTION
+    elif not chose_retractions:
+        reasons[_RETRACTION_CHOOSER] = _NO_PRESSURE
     for qualname, owner in faked:
         name = qualname.rpartition(".")[2]
         reasons[qualname] = (

@@ -342,12 +342,18 @@ class ReleaseAllocation:
     """The release's own allocation path for one scenario (module docstring)."""
 
     def __init__(
-        self, config: Config, functions: ReleaseFunctions, measure: CallWrapper | None = None
+        self,
+        config: Config,
+        functions: ReleaseFunctions,
+        measure: CallWrapper | None = None,
+        on_retraction_order: Callable[[], None] | None = None,
     ) -> None:
-        """`measure` wraps each call into the release's code (its coverage: None, unmeasured)."""
+        """`measure` wraps each call into the release's code (its coverage: None, unmeasured);
+        `on_retraction_order` is told each time the release's retraction chooser is asked."""
         self.config = config
         self.functions = functions
         self.measure = measure
+        self.on_retraction_order = on_retraction_order
         self.pool = KvPool(config.page_size, config.pool_pages)
         self.pool.exclusive = False
         self.settings = RuntimeSettings(
@@ -467,6 +473,8 @@ class ReleaseAllocation:
         keeps its own."""
         if not self.functions.sorts_retractions:
             return None
+        if self.on_retraction_order is not None:
+            self.on_retraction_order()
         views = [self.view(req) for req in reqs]
         order_of = self.functions.batch_members._get_decode_retraction_order  # type: ignore[attr-defined]
         parameters = inspect.signature(order_of).parameters
@@ -964,6 +972,9 @@ class ReleaseAllocationCode:
         # model instead (`runs_adaptively`): what the coverage report says of their launches.
         self.released: set[str] = set()
         self.modelled: set[str] = set()
+        # Whether any scenario reached memory-pressure retraction and asked the release's
+        # retraction chooser (what the coverage report says of the chooser otherwise).
+        self.chose_retractions = False
 
     def functions(self) -> ReleaseFunctions:
         """The compiled functions; `TargetLoadError` (the same one each time) when the tree
@@ -989,6 +1000,7 @@ class ReleaseAllocationCode:
         copied = copy.copy(self)
         copied._measure = wrap
         copied.released, copied.modelled = set(), set()
+        copied.chose_retractions = False
         return copied
 
     def side_code(self) -> SideCode | None:
@@ -1012,7 +1024,10 @@ class ReleaseAllocationCode:
             include=str(tree.root / tree.package / "*"),
             code=code,
             out_of_scope=out_of_scope(
-                _faked(code), not_run, sorts_retractions=functions.sorts_retractions
+                _faked(code),
+                not_run,
+                sorts_retractions=functions.sorts_retractions,
+                chose_retractions=self.chose_retractions,
             ),
         )
 
@@ -1033,7 +1048,12 @@ class ReleaseAllocationCode:
             self.modelled.add(config.algorithm)
             return RuleAllocation(config)
         self.released.add(config.algorithm)
-        return ReleaseAllocation(config, functions, self._measure)
+
+        def chosen() -> None:
+            # A plain function: an engine copy (exhaustive search) shares it, and this code.
+            self.chose_retractions = True
+
+        return ReleaseAllocation(config, functions, self._measure, chosen)
 
 
 # The fakes standing in for the release's classes, by the class whose members they inherit: a
