@@ -180,22 +180,22 @@ class ReleaseFunctions:
             # Each release of the layout has some of these (0.5.19-0.5.20 no `owned_kv_len`,
             # 0.5.21-0.5.22 fewer segment methods): what it has runs, and a name it calls that
             # is neither there nor modelled is kvcheck's gap (exit 2), never a verdict.
-            self.req_members = self._present(
-                _BATCH,
-                "Req",
-                ["owned_kv_len", "output_ids_through_stop", "effective_kv_committed_len"],
-            )
-            self.kv_members = self._present(
-                _BATCH,
-                "ReqKvInfo",
-                [
-                    "holds_kv",
-                    "is_kv_released",
-                    "mark_kv_released",
-                    "get_evicted_seqlen",
-                    "swa_dead_lo",
-                ],
-            )
+            # `output_ids_through_stop` where `owned_kv_len` reads it (0.5.22+): before, only
+            # detokenization and the output streamer do (0.5.21 schedule_batch.py:1718).
+            req_names = ["owned_kv_len", "effective_kv_committed_len"]
+            if _member_reads(
+                self.tree.file_of(_BATCH), "Req", "owned_kv_len", "output_ids_through_stop"
+            ):
+                req_names.append("output_ids_through_stop")
+            self.req_members = self._present(_BATCH, "Req", req_names)
+            kv_names = ["holds_kv", "is_kv_released", "mark_kv_released", "get_evicted_seqlen"]
+            # `swa_dead_lo` where `free_kv_row` reads it (0.5.21+): before, only SWA eviction
+            # does (0.5.20 mem_cache/common.py:74).
+            if _member_reads(
+                self.tree.file_of(_PREFIX_CACHE), "BasePrefixCache", "free_kv_row", "swa_dead_lo"
+            ):
+                kv_names.append("swa_dead_lo")
+            self.kv_members = self._present(_BATCH, "ReqKvInfo", kv_names)
             self.allocator_members = self._present(
                 _BASE_ALLOCATOR,
                 "BaseTokenToKVPoolAllocator",
@@ -218,10 +218,12 @@ class ReleaseFunctions:
         else:
             self.req_members = self.tree.members(_BATCH, "Req", ["effective_kv_committed_len"])
             self.kv_members = type("ReqKvInfo", (), {})
-            # The base allocator's segment methods where the release has them (0.5.17-0.5.18
-            # free the tail with `free_segment`, mem_cache/common.py:201 in 0.5.17).
+            # The base allocator's segment method where the release has it (0.5.17-0.5.18
+            # free the tail with `free_segment`, mem_cache/common.py:201 in 0.5.17). Their
+            # `free_segments` is not driven: only their radix caches call it (0.5.17
+            # mem_cache/radix_cache.py:474, unified_radix_cache.py:663).
             self.allocator_members = self._present(
-                _BASE_ALLOCATOR, "BaseTokenToKVPoolAllocator", ["free_segment", "free_segments"]
+                _BASE_ALLOCATOR, "BaseTokenToKVPoolAllocator", ["free_segment"]
             )
             # The chunk cache's own release entry point (mem_cache/chunk_cache.py).
             self.cache_members = (
@@ -323,6 +325,21 @@ def _launch_clamps(file: Path) -> bool:
                         and isinstance(call.func, ast.Name)
                         and call.func.id == "max"
                         for call in ast.walk(member)
+                    )
+    return False
+
+
+def _member_reads(file: Path, class_name: str, member: str, attribute: str) -> bool:
+    """Whether `class_name.member` in `file` reads `attribute` (`self.attribute`)."""
+    import ast
+
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for definition in node.body:
+                if isinstance(definition, ast.FunctionDef) and definition.name == member:
+                    return any(
+                        isinstance(read, ast.Attribute) and read.attr == attribute
+                        for read in ast.walk(definition)
                     )
     return False
 
