@@ -372,3 +372,20 @@ def test_a_launch_pool_fault_is_reported_before_the_same_steps_delivery(tmp_path
     found = [(v.event_index, v.invariant) for v in result.violations]
     assert found[0] == (5, "kv-pool-conserved")
     assert (5, "grammar-stale-untouched") in found  # the delivery's, after it
+
+
+def test_members_only_code_kvcheck_does_not_drive_reads_are_not_compiled() -> None:
+    """A member is compiled (and its coverage counted) where the driven code reaches it: 0.5.17's
+    `free_segments` only its radix caches call, 0.5.19's `swa_dead_lo` only SWA eviction and its
+    `output_ids_through_stop` only detokenization; 0.5.23's `free_kv_row` and `owned_kv_len`
+    read the latter two."""
+    old = release_allocation_factory(_tree("0.5.17")).functions()
+    assert hasattr(old.allocator_members, "free_segment")
+    assert not hasattr(old.allocator_members, "free_segments")
+    middle = release_allocation_factory(_tree("0.5.19")).functions()
+    assert hasattr(middle.allocator_members, "free_segments")
+    assert not hasattr(middle.kv_members, "swa_dead_lo")
+    assert not hasattr(middle.req_members, "output_ids_through_stop")
+    new = release_allocation_factory(_tree("0.5.23")).functions()
+    assert hasattr(new.kv_members, "swa_dead_lo")
+    assert hasattr(new.req_members, "output_ids_through_stop")

@@ -296,8 +296,11 @@ WRITTEN_FROM: Final[Mapping[str, Mapping[str, str]]] = {
     "0.5.21": _FROM_0_5_21,
     "0.5.22": _FROM_0_5_22,
 }
+# The oldest first, so that 0.5.23's reason stands where a text is in two tables.
 OUT_OF_SCOPE: Final[Mapping[str, str]] = {
-    key: reason for table in reversed(WRITTEN_FROM.values()) for key, reason in table.items()
+    key: reason
+    for version in sorted(WRITTEN_FROM, key=lambda v: tuple(map(int, v.split("."))))
+    for key, reason in WRITTEN_FROM[version].items()
 }
 
 # The lines that route to an algorithm's own sizing, by algorithm.
