@@ -152,6 +152,26 @@ def test_0_5_23_retracts_in_its_own_order() -> None:
     assert _pressure(_tree("0.5.23") / "sglang") == (None, {"r0"})
 
 
+def test_the_coverage_names_the_chooser_until_a_scenario_asks_it() -> None:
+    """The chooser's lines are named (memory pressure never reached) until a scenario of the
+    run asks the release's chooser; from then on they are counted."""
+    from kvcheck.families.sglang.real.path import ReleaseAllocationCode
+
+    code = release_allocation_factory(_tree("0.5.23"))
+    measured = code.measured_with(lambda function: function)
+    chooser = "ScheduleBatch._get_decode_retraction_order"
+    config = Config(allocation="0.5.16", page_size=4, stride=3)
+    path = measured(config)
+    reqs = [FakeReq("a", 5, 10), FakeReq("b", 3, 10)]
+    path.admit(reqs)
+    side = measured.side_code()
+    assert side is not None and "memory-pressure" in side.out_of_scope[chooser]
+    assert path.retraction_order(reqs) is not None
+    side = measured.side_code()
+    assert side is not None and chooser not in side.out_of_scope
+    assert isinstance(measured, ReleaseAllocationCode) and not code.chose_retractions
+
+
 @pytest.mark.parametrize(
     ("line", "mutated"),
     [
@@ -246,3 +266,126 @@ def test_0_5_11_single_line_bugs_are_caught(tmp_path: Path, name: str) -> None:
 def test_0_5_12_to_0_5_14_keep_kvchecks_model() -> None:
     with pytest.raises(TargetLoadError, match="clamps its sizing"):
         release_allocation_factory(_tree("0.5.12"))
+
+
+# Exhaustive search on the release path: an engine branched with `Engine.clone` shares the
+# compiled release (`ReleaseFunctions.__deepcopy__`) and copies its fakes. Small bounds: one
+# stride, overlap on, outputs of one token.
+_EXHAUST_BOUNDS = {
+    "events": 4,
+    "allocations": ("0.5.16",),
+    "overlap": (True,),
+    "strides": (3,),
+    "kinds": ("admit", "step", "retract", "abort"),
+    "max_new": (1,),
+}
+
+
+def _exhaust(root: Path, allocation_path: str) -> tuple[str, int, str | None]:
+    from kvcheck.families.sglang.search import Bounds
+    from kvcheck.search.exhaust import exhaust
+
+    result = exhaust(
+        load_target(str(root)),
+        Bounds(**_EXHAUST_BOUNDS),  # type: ignore[arg-type]
+        convention="honest",
+        global_counters="sglang",
+        allocation_path=allocation_path,
+        measure_coverage=False,
+    )
+    violation = None if result.violation is None else result.violation.invariant
+    return result.verdict, result.states, violation
+
+
+def test_exhaust_branches_the_release_path_as_the_model_path(tmp_path: Path) -> None:
+    from kvcheck.families.sglang.builtins import reference
+    from kvcheck.families.sglang.engine import Engine
+    from kvcheck.families.sglang.real.path import ReleaseAllocation
+
+    root = _tree("0.5.23") / "sglang"
+    released = _exhaust(root, "release")
+    assert released == _exhaust(root, "model")
+    assert released[0] == "pass"
+    # A branch's fakes are its own; the compiled release is shared.
+    config = Config(allocation="0.5.16", allocation_path="release", stride=3)
+    path = release_allocation_factory(_tree("0.5.23"))(config)
+    engine = Engine(config, reference, not_judged=frozenset(), allocation=path)
+    engine.apply(Admit("r0", 5, 4))
+    engine.apply(Step())
+    twin = engine.clone()
+    twin_path = twin.allocation
+    assert isinstance(path, ReleaseAllocation) and isinstance(twin_path, ReleaseAllocation)
+    assert twin_path.functions is path.functions
+    assert twin_path.rows.req_to_token is not path.rows.req_to_token
+    assert twin_path.rows._allocator is twin_path.allocator  # one copy of each fake
+    assert twin_path.view(twin.reqs["r0"])._req is twin.reqs["r0"]
+    twin.apply(Step((3,)))
+    assert path.rows.req_to_token.count_nonzero() < twin_path.rows.req_to_token.count_nonzero()
+    # The tail never freed in a copy of the tree: the search on its own path catches it.
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.23"), copy)
+    common = copy / "sglang/srt/mem_cache/common.py"
+    tail = (
+        "    _release_overallocated_kv_indices(\n"
+        "        req, owned_kv_len, req.kv.kv_allocated_len, tree_cache\n    )\n"
+    )
+    text = common.read_text()
+    assert text.count(tail) == 1
+    common.write_text(text.replace(tail, ""))
+    assert _exhaust(copy / "sglang", "release") == ("fail", 5, "kv-released-once")
+
+
+def test_a_launch_pool_fault_is_reported_before_the_same_steps_delivery(tmp_path: Path) -> None:
+    """An estimate in tokens where pages are meant (a copy of 0.5.23's tree) lets the engine
+    keep r1 where the model retracts it; at event 5 its launch runs out of memory inside the
+    release's code, and the delivery after it, judged against the model's retraction, offers
+    r1's grammar a token. The launch's fault comes first: it is the cause."""
+    from kvcheck.families.sglang.scenario import Grammar
+
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.23"), copy)
+    batch = copy / "sglang/srt/managers/schedule_batch.py"
+    text = batch.read_text()
+    estimate = "total += ceil_align(nxt, page_size) - ceil_align(cur, page_size)"
+    assert text.count(estimate) == 1
+    batch.write_text(text.replace(estimate, "total += nxt - cur"))
+    config = Config(
+        convention="honest",
+        stride=5,
+        adaptive=True,
+        page_size=4,
+        global_counters="sglang",
+        allocation="0.5.16",
+        max_stride=8,
+        pool_pages=32,
+        allocation_path="release",
+    )
+    events = (
+        Admit("r0", 52, 7),
+        Admit("r1", 34, 5, grammar=Grammar("accept")),
+        Step(),
+        Step((5, 3)),
+        Step(),
+        Step(),
+    )
+    result = run_scenario(Scenario(config, events), load_target(str(copy / "sglang")))
+    found = [(v.event_index, v.invariant) for v in result.violations]
+    assert found[0] == (5, "kv-pool-conserved")
+    assert (5, "grammar-stale-untouched") in found  # the delivery's, after it
+
+
+def test_members_only_code_kvcheck_does_not_drive_reads_are_not_compiled() -> None:
+    """A member is compiled (and its coverage counted) where the driven code reaches it: 0.5.17's
+    `free_segments` only its radix caches call, 0.5.19's `swa_dead_lo` only SWA eviction and its
+    `output_ids_through_stop` only detokenization; 0.5.23's `free_kv_row` and `owned_kv_len`
+    read the latter two."""
+    old = release_allocation_factory(_tree("0.5.17")).functions()
+    assert hasattr(old.allocator_members, "free_segment")
+    assert not hasattr(old.allocator_members, "free_segments")
+    middle = release_allocation_factory(_tree("0.5.19")).functions()
+    assert hasattr(middle.allocator_members, "free_segments")
+    assert not hasattr(middle.kv_members, "swa_dead_lo")
+    assert not hasattr(middle.req_members, "output_ids_through_stop")
+    new = release_allocation_factory(_tree("0.5.23")).functions()
+    assert hasattr(new.kv_members, "swa_dead_lo")
+    assert hasattr(new.req_members, "output_ids_through_stop")

@@ -165,6 +165,10 @@ class Observation:
     # The deadline (seconds) a call of the target ran past and was interrupted at
     # (`target-deadline`); None when every call returned in time.
     deadline_exceeded: float | None = None
+    # How many of `pool.faults` (the first ones) a step caused before its delivery called the
+    # target: its launch's (admission, retraction, the decode launch). Those are reported
+    # before the delivery's findings (`kvcheck.families.sglang.invariants.check_event`).
+    faults_before_delivery: int = 0
 
 
 @attrs.define
@@ -234,6 +238,7 @@ class Engine:
         self._last: Observation | None = None
         self._target_ran = False
         self._delivered_rids: tuple[str, ...] = ()
+        self._faults_before_delivery = 0  # `Observation.faults_before_delivery`
 
     @property
     def own_scheduler(self) -> bool:
@@ -335,6 +340,7 @@ class Engine:
         delivery: ObservedDelivery | None = None
         target_error: str | None = None
         self.launch_pages = None
+        self._faults_before_delivery = 0
         exceeded: float | None = None
         # The requests the event may change (None: any).
         changed: Collection[str] | None = None
@@ -409,6 +415,7 @@ class Engine:
             pool,
             self.launch_pages,
             exceeded,
+            self._faults_before_delivery,
         )
         return self._last
 
@@ -470,6 +477,8 @@ class Engine:
             self.allocation.pool.reading = {req.rid for req in reading}
         if to_deliver is None:
             return None, None
+        if self.allocation is not None:
+            self._faults_before_delivery = len(self.allocation.pool.faults)
         return self._deliver(to_deliver)
 
     # -- build and launch ---------------------------------------------------------------------

@@ -635,10 +635,22 @@ def check_alloc_expected(exp: RequestExpectation, obs: ObservedRequest) -> Itera
         )
 
 
-def _faults(*kinds: str) -> EventChecker:
-    """An event checker reporting the pool's ownership faults of `kinds`
-    (`kvcheck.families.sglang.pool`),
-    at the event where they happened."""
+# The pool's fault kinds (`kvcheck.families.sglang.pool`) by the invariant that reports them.
+_FAULT_KINDS: Final[dict[str, tuple[str, ...]]] = {
+    "kv-no-double-owner": ("double-owner",),
+    "kv-no-use-after-free": ("use-after-free",),
+    "kv-released-once": ("double-free", "leak"),
+    "kv-pool-conserved": ("pool", "out-of-memory"),
+}
+_REPORTED_BY: Final[dict[str, str]] = {
+    kind: invariant for invariant, kinds in _FAULT_KINDS.items() for kind in kinds
+}
+
+
+def _faults(invariant: str) -> EventChecker:
+    """An event checker reporting the pool's ownership faults of the kinds `invariant`
+    reports (`_FAULT_KINDS`), at the event where they happened."""
+    kinds = _FAULT_KINDS[invariant]
 
     def check(expected: Expectation, observed: Observation) -> Iterator[Finding]:
         if observed.pool is None:
@@ -1046,7 +1058,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
     on_event(
         "kv-no-double-owner",
         "no page has two owners; no row points at a page its request does not own",
-        _faults("double-owner"),
+        _faults("kv-no-double-owner"),
         _no_faults,
         judges="scheduler",
         needs_allocation=True,
@@ -1056,7 +1068,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         "kv-no-use-after-free",
         "no page is freed while another request owns it or a live row of the launch in flight "
         "reads it; no launch reads a released row",
-        _faults("use-after-free"),
+        _faults("kv-no-use-after-free"),
         _no_faults,
         judges="scheduler",
         needs_allocation=True,
@@ -1066,7 +1078,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         "kv-released-once",
         "a request's KV is released exactly once per residency: nothing freed twice, nothing "
         "left in its row, nothing held once finished",
-        _and(_faults("double-free", "leak"), _requests(check_released)),
+        _and(_faults("kv-released-once"), _requests(check_released)),
         _no_faults,
         released_holds,
         judges="scheduler",
@@ -1086,7 +1098,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         "kv-pool-conserved",
         "available + held == total pages after every event; a live request holds exactly the "
         "pages covering its `kv_allocated_len`",
-        _and(_faults("pool", "out-of-memory"), _requests(check_pages_held)),
+        _and(_faults("kv-pool-conserved"), _requests(check_pages_held)),
         _no_faults,
         pages_held_holds,
         judges="scheduler",
@@ -1239,7 +1251,8 @@ _LAST_PASSED: list[tuple[Expectation, Observation] | None] = [None]
 
 
 def check_event(index: int, expected: Expectation, observed: Observation) -> list[Violation]:
-    """Every violation at one event, in `INVARIANTS` order; findings on aspects the target is
+    """Every violation at one event, in `INVARIANTS` order, except that the pool faults a
+    step's launch caused come first (`_launch_faults_first`); findings on aspects the target is
     not held to (`Observation.not_judged`) are dropped.
 
     Every invariant is tested at every event: its quick test (`Invariant.holds`) first, and its
@@ -1252,11 +1265,25 @@ def check_event(index: int, expected: Expectation, observed: Observation) -> lis
         _LAST_PASSED[0] = (expected, observed)
         return []
     not_judged = observed.not_judged
-    return [
+    violations = [
         Violation(invariant.id, index, f.rid, f.expected, f.observed, f.message)
         for invariant in suspects
         for f in _judged_findings(invariant, expected, observed, not_judged)
     ]
+    return _launch_faults_first(violations, observed)
+
+
+def _launch_faults_first(violations: list[Violation], observed: Observation) -> list[Violation]:
+    """`violations` with the pool faults a step caused before its delivery called the target
+    (`Observation.faults_before_delivery`: its launch's) first, in the order they happened:
+    a fault is reported at the call that caused it, and within a step the launch precedes the
+    delivery, whose findings may only be what the fault left behind."""
+    pool = observed.pool
+    if pool is None or not observed.faults_before_delivery:
+        return violations
+    early = [_REPORTED_BY[f.kind] for f in pool.faults[: observed.faults_before_delivery]]
+    rank = {invariant: position for position, invariant in enumerate(dict.fromkeys(early))}
+    return sorted(violations, key=lambda v: rank.get(v.invariant, len(rank)))
 
 
 def _judged_findings(

@@ -63,3 +63,25 @@ def test_every_aspect_belongs_to_an_invariant_and_is_known() -> None:
     # tests/unit/core/test_invariant_holds.py checks every finding's aspect against its record.
     declared = [aspect for invariant in INVARIANTS.values() for aspect in invariant.aspects]
     assert sorted(declared) == sorted(ASPECTS)
+
+
+def test_a_steps_launch_faults_come_before_its_delivery_findings() -> None:
+    """The faults a step caused before its delivery called the resolver are reported first, in
+    the order they happened; the rest keep the table's order, and faults of the delivery itself
+    (after the call) move nothing."""
+    from kvcheck.families.sglang.engine import Observation
+    from kvcheck.families.sglang.invariants import Violation
+    from kvcheck.families.sglang.pool import PoolFault, PoolState
+
+    table = ["grammar-stale-untouched", "committed-live", "kv-released-once", "kv-pool-conserved"]
+    found = [Violation(invariant, 3, "r0", 0, 1, invariant) for invariant in table]
+    faults = (PoolFault("out-of-memory", None, "oom"), PoolFault("leak", None, "leak"))
+    pool = PoolState(available=0, held=(), total=4, faults=faults)
+
+    def order(before_delivery: int) -> list[str]:
+        observed = Observation((), None, pool=pool, faults_before_delivery=before_delivery)
+        return [v.invariant for v in invariants._launch_faults_first(found, observed)]
+
+    assert order(0) == table
+    assert order(1) == ["kv-pool-conserved", *table[:3]]
+    assert order(2) == ["kv-pool-conserved", "kv-released-once", *table[:2]]

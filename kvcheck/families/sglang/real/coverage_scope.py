@@ -9,7 +9,7 @@ report lists what they leave unrun with that reason and does not count it
 (`SideCode.out_of_scope`). A line kvcheck's scenarios do run is counted whatever this says.
 Written from 0.5.23's files (mem_cache/common.py, allocation.py, allocation_sizing.py,
 allocator/base.py, managers/schedule_batch.py, speculative/eagle_utils.py, dflash_info_v2.py,
-uno_info.py) and, where 0.5.16-0.5.18 write a line differently, 0.5.16's (`WRITTEN_FROM`); a
+uno_info.py) and, where 0.5.16-0.5.22 write a line differently, theirs (`WRITTEN_FROM`); a
 line of another release with the same text means the same.
 
 `out_of_scope` adds what depends on the run: members kvcheck's fakes implement in the
@@ -238,13 +238,70 @@ _FROM_0_5_16: Final[Mapping[str, str]] = {
     # speculative/eagle_utils.py
     "if page_size > 1 and (get_server_args().speculative_eagle_topk or 1) > 1:": _TREE_DRAFTS,
 }
-# Each release's table by the release it was written from (a quality test checks each line is
-# there).
+_ONE_SEGMENT: Final = (
+    "several segments in one free_segments call: the release frees one range a call, which "
+    "stays one segment without SWA (0.5.19 mem_cache/common.py:325, base_prefix_cache.py:379)"
+)
+_NO_EMPTY_SEGMENT: Final = (
+    "an empty range: the release frees its committed KV (never empty) and the tail only when "
+    "it is not empty (0.5.19 mem_cache/common.py:324)"
+)
+_CHUNK_EVICTION: Final = (
+    "evicting a tree cache for room, which a chunk cache skips (0.5.20 mem_cache/common.py:168) "
+    "and kvcheck's runs leave prefix sharing disabled"
+)
+
+# What 0.5.17-0.5.22 write differently, each by the release whose files it was read from (the
+# same text in a neighbouring release means the same).
+_FROM_0_5_18: Final[Mapping[str, str]] = {
+    # mem_cache/common.py: the retracted KV offloaded to the host, which `release_req` asks for
+    # under decode disaggregation only (0.5.18 managers/schedule_batch.py:1925; 0.5.19:2055,
+    # 0.5.20:2182).
+    "retraction_backup": _DISAGG,
+}
+_FROM_0_5_19: Final[Mapping[str, str]] = {
+    # mem_cache/allocation.py
+    "if isinstance(req_to_token_pool, HybridReqToTokenPool):": _HYBRID_ROWS,
+    "if (_is_hip or _is_cuda) and get_parallel().dcp_enabled:": _SHARDING,
+    # mem_cache/allocator/base.py
+    "if prev_end is not None and start_pos // ps == (prev_end - 1) // ps:": _ONE_SEGMENT,
+    # mem_cache/common.py
+    "if num_indices == 0:": _NO_EMPTY_SEGMENT,
+    "if num_dead > 0:": _SWA,
+    "if num_dead < num_indices:": _SWA,  # never false: a segment wholly below the SWA floor
+    "if len(swa_dead) == 1:": _SWA,
+    "elif swa_dead:": _SWA,
+}
+_FROM_0_5_20: Final[Mapping[str, str]] = {
+    # mem_cache/common.py
+    "_evict_until_allocatable": _CHUNK_EVICTION,
+}
+_FROM_0_5_21: Final[Mapping[str, str]] = {
+    # mem_cache/common.py
+    "if tree_cache is not None and not tree_cache.is_chunk_cache():": _PREFIX_SHARING,
+    "dsv41_dspark_needs_rebootstrap": _DISAGG,  # asked by backup_kv_cache only (:235)
+}
+_FROM_0_5_22: Final[Mapping[str, str]] = {
+    # mem_cache/allocation.py
+    "if (_is_hip or _is_cuda or _is_xpu) and get_parallel().dcp_enabled:": _SHARDING,
+}
+# Each release's table by the release it was written from (a quality test checks each line and
+# function is there).
 WRITTEN_FROM: Final[Mapping[str, Mapping[str, str]]] = {
     "0.5.23": _FROM_0_5_23,
     "0.5.16": _FROM_0_5_16,
+    "0.5.18": _FROM_0_5_18,
+    "0.5.19": _FROM_0_5_19,
+    "0.5.20": _FROM_0_5_20,
+    "0.5.21": _FROM_0_5_21,
+    "0.5.22": _FROM_0_5_22,
 }
-OUT_OF_SCOPE: Final[Mapping[str, str]] = {**_FROM_0_5_16, **_FROM_0_5_23}
+# The oldest first, so that 0.5.23's reason stands where a text is in two tables.
+OUT_OF_SCOPE: Final[Mapping[str, str]] = {
+    key: reason
+    for version in sorted(WRITTEN_FROM, key=lambda v: tuple(map(int, v.split("."))))
+    for key, reason in WRITTEN_FROM[version].items()
+}
 
 # The lines that route to an algorithm's own sizing, by algorithm.
 _ALGORITHM_LINES: Final[Mapping[str, tuple[str, ...]]] = {"uno": ("if spec_algo.is_uno():",)}
@@ -256,6 +313,11 @@ _UNSORTED_RETRACTION: Final = (
     "to sort a speculative batch (0.5.16 managers/schedule_batch.py:2603-2609) and retracts "
     "from the back, an order kvcheck's model does not have yet"
 )
+_NO_PRESSURE: Final = (
+    "memory-pressure retraction (a decode batch the pool cannot hold), which no scenario of "
+    "this search reached; tests/quality/test_release_allocation.py drives the chooser on a "
+    "pressure scenario"
+)
 
 
 def out_of_scope(
@@ -263,16 +325,20 @@ def out_of_scope(
     not_run: Mapping[str, tuple[Iterable[str], bool]],
     *,
     sorts_retractions: bool = True,
+    chose_retractions: bool = True,
 ) -> dict[str, str]:
     """`OUT_OF_SCOPE`, with the members kvcheck's fakes implement in the release's stead
     (`faked`: qualname and the class), per algorithm none of whose scenarios ran the
     release's code (`not_run`: algorithm -> the qualnames of its own launch code, and whether
     scenarios of it ran kvcheck's model instead) that code and the lines routing to it, and
     the retraction chooser where kvcheck does not call it (`sorts_retractions` false: 0.5.16,
-    whose speculative batches retract unsorted)."""
+    whose speculative batches retract unsorted) or did not (`chose_retractions` false: no
+    scenario reached memory-pressure retraction)."""
     reasons = dict(OUT_OF_SCOPE)
     if not sorts_retractions:
         reasons[_RETRACTION_CHOOSER] = _UNSORTED_RETRACTION
+    elif not chose_retractions:
+        reasons[_RETRACTION_CHOOSER] = _NO_PRESSURE
     for qualname, owner in faked:
         name = qualname.rpartition(".")[2]
         reasons[qualname] = (

@@ -27,6 +27,7 @@ request's `owned_kv_len`) is mixed in by the path, never rewritten here.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Final
 
@@ -217,6 +218,18 @@ class ReqToTokenPool(Strict):
         self.req_to_token = torch.zeros((rows + 1, width), dtype=torch.int32)
         self.free_slots = list(range(1, rows + 1))
         self._holder: dict[int, str] = {}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReqToTokenPool:
+        """A copy (an engine the exhaustive search branches) whose table is a `clone()`: a
+        `copy.deepcopy` of a tensor costs some hundred times more, and no view of the table
+        outlives a call into the release's code, so no storage is shared that a clone would
+        split."""
+        copied = object.__new__(type(self))
+        memo[id(self)] = copied
+        for name, value in self.__dict__.items():
+            kept = value.clone() if name == "req_to_token" else copy.deepcopy(value, memo)
+            object.__setattr__(copied, name, kept)
+        return copied
 
     def take(self, rid: str) -> int:
         """A free row for `rid` (kvcheck's admission; grows the table when none is free)."""

@@ -180,22 +180,22 @@ class ReleaseFunctions:
             # Each release of the layout has some of these (0.5.19-0.5.20 no `owned_kv_len`,
             # 0.5.21-0.5.22 fewer segment methods): what it has runs, and a name it calls that
             # is neither there nor modelled is kvcheck's gap (exit 2), never a verdict.
-            self.req_members = self._present(
-                _BATCH,
-                "Req",
-                ["owned_kv_len", "output_ids_through_stop", "effective_kv_committed_len"],
-            )
-            self.kv_members = self._present(
-                _BATCH,
-                "ReqKvInfo",
-                [
-                    "holds_kv",
-                    "is_kv_released",
-                    "mark_kv_released",
-                    "get_evicted_seqlen",
-                    "swa_dead_lo",
-                ],
-            )
+            # `output_ids_through_stop` where `owned_kv_len` reads it (0.5.22+): before, only
+            # detokenization and the output streamer do (0.5.21 schedule_batch.py:1718).
+            req_names = ["owned_kv_len", "effective_kv_committed_len"]
+            if _member_reads(
+                self.tree.file_of(_BATCH), "Req", "owned_kv_len", "output_ids_through_stop"
+            ):
+                req_names.append("output_ids_through_stop")
+            self.req_members = self._present(_BATCH, "Req", req_names)
+            kv_names = ["holds_kv", "is_kv_released", "mark_kv_released", "get_evicted_seqlen"]
+            # `swa_dead_lo` where `free_kv_row` reads it (0.5.21+): before, only SWA eviction
+            # does (0.5.20 mem_cache/common.py:74).
+            if _member_reads(
+                self.tree.file_of(_PREFIX_CACHE), "BasePrefixCache", "free_kv_row", "swa_dead_lo"
+            ):
+                kv_names.append("swa_dead_lo")
+            self.kv_members = self._present(_BATCH, "ReqKvInfo", kv_names)
             self.allocator_members = self._present(
                 _BASE_ALLOCATOR,
                 "BaseTokenToKVPoolAllocator",
@@ -218,10 +218,12 @@ class ReleaseFunctions:
         else:
             self.req_members = self.tree.members(_BATCH, "Req", ["effective_kv_committed_len"])
             self.kv_members = type("ReqKvInfo", (), {})
-            # The base allocator's segment methods where the release has them (0.5.17-0.5.18
-            # free the tail with `free_segment`, mem_cache/common.py:201 in 0.5.17).
+            # The base allocator's segment method where the release has it (0.5.17-0.5.18
+            # free the tail with `free_segment`, mem_cache/common.py:201 in 0.5.17). Their
+            # `free_segments` is not driven: only their radix caches call it (0.5.17
+            # mem_cache/radix_cache.py:474, unified_radix_cache.py:663).
             self.allocator_members = self._present(
-                _BASE_ALLOCATOR, "BaseTokenToKVPoolAllocator", ["free_segment", "free_segments"]
+                _BASE_ALLOCATOR, "BaseTokenToKVPoolAllocator", ["free_segment"]
             )
             # The chunk cache's own release entry point (mem_cache/chunk_cache.py).
             self.cache_members = (
@@ -284,6 +286,13 @@ class ReleaseFunctions:
         self.draft_inputs = {}
         self.draft_input_files = {}  # no draft input of its own: EAGLE's mixin only
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReleaseFunctions:
+        """Itself: a copy of a path (an engine the exhaustive search branches) shares the
+        compiled release, as every scenario of a search already does (`ReleaseAllocationCode`).
+        The compiled modules cannot be copied, and their per-call stacks (`settings_box`,
+        `_writes`) are empty between calls; each path's mutable state is its own fakes."""
+        return self
+
     def _present(self, module: str, class_name: str, names: list[str]) -> type:
         """The members of `class_name` among `names` that this release's file defines."""
         present = [name for name in names if self.tree.has(module, f"{class_name}.{name}")]
@@ -320,6 +329,21 @@ def _launch_clamps(file: Path) -> bool:
     return False
 
 
+def _member_reads(file: Path, class_name: str, member: str, attribute: str) -> bool:
+    """Whether `class_name.member` in `file` reads `attribute` (`self.attribute`)."""
+    import ast
+
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for definition in node.body:
+                if isinstance(definition, ast.FunctionDef) and definition.name == member:
+                    return any(
+                        isinstance(read, ast.Attribute) and read.attr == attribute
+                        for read in ast.walk(definition)
+                    )
+    return False
+
+
 class _Launch:
     """A Triton kernel as its callers launch it (`kernel[grid](*args)`): `run` over the
     arguments; the grid is the number of programs, which `run` reads off the arguments."""
@@ -335,12 +359,18 @@ class ReleaseAllocation:
     """The release's own allocation path for one scenario (module docstring)."""
 
     def __init__(
-        self, config: Config, functions: ReleaseFunctions, measure: CallWrapper | None = None
+        self,
+        config: Config,
+        functions: ReleaseFunctions,
+        measure: CallWrapper | None = None,
+        on_retraction_order: Callable[[], None] | None = None,
     ) -> None:
-        """`measure` wraps each call into the release's code (its coverage: None, unmeasured)."""
+        """`measure` wraps each call into the release's code (its coverage: None, unmeasured);
+        `on_retraction_order` is told each time the release's retraction chooser is asked."""
         self.config = config
         self.functions = functions
         self.measure = measure
+        self.on_retraction_order = on_retraction_order
         self.pool = KvPool(config.page_size, config.pool_pages)
         self.pool.exclusive = False
         self.settings = RuntimeSettings(
@@ -460,6 +490,8 @@ class ReleaseAllocation:
         keeps its own."""
         if not self.functions.sorts_retractions:
             return None
+        if self.on_retraction_order is not None:
+            self.on_retraction_order()
         views = [self.view(req) for req in reqs]
         order_of = self.functions.batch_members._get_decode_retraction_order  # type: ignore[attr-defined]
         parameters = inspect.signature(order_of).parameters
@@ -957,6 +989,9 @@ class ReleaseAllocationCode:
         # model instead (`runs_adaptively`): what the coverage report says of their launches.
         self.released: set[str] = set()
         self.modelled: set[str] = set()
+        # Whether any scenario reached memory-pressure retraction and asked the release's
+        # retraction chooser (what the coverage report says of the chooser otherwise).
+        self.chose_retractions = False
 
     def functions(self) -> ReleaseFunctions:
         """The compiled functions; `TargetLoadError` (the same one each time) when the tree
@@ -982,6 +1017,7 @@ class ReleaseAllocationCode:
         copied = copy.copy(self)
         copied._measure = wrap
         copied.released, copied.modelled = set(), set()
+        copied.chose_retractions = False
         return copied
 
     def side_code(self) -> SideCode | None:
@@ -1005,7 +1041,10 @@ class ReleaseAllocationCode:
             include=str(tree.root / tree.package / "*"),
             code=code,
             out_of_scope=out_of_scope(
-                _faked(code), not_run, sorts_retractions=functions.sorts_retractions
+                _faked(code),
+                not_run,
+                sorts_retractions=functions.sorts_retractions,
+                chose_retractions=self.chose_retractions,
             ),
         )
 
@@ -1026,7 +1065,12 @@ class ReleaseAllocationCode:
             self.modelled.add(config.algorithm)
             return RuleAllocation(config)
         self.released.add(config.algorithm)
-        return ReleaseAllocation(config, functions, self._measure)
+
+        def chosen() -> None:
+            # A plain function: an engine copy (exhaustive search) shares it, and this code.
+            self.chose_retractions = True
+
+        return ReleaseAllocation(config, functions, self._measure, chosen)
 
 
 # The fakes standing in for the release's classes, by the class whose members they inherit: a
