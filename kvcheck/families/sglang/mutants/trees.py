@@ -247,7 +247,7 @@ def _corpus() -> tuple[TreeEntry, ...]:
     launch16 = functools.partial(Patch, EAGLE, "eagle_prepare_for_decode")
     return (
         # 0.5.23: sizing in mem_cache/allocation_sizing.py, the record on `ReqKvInfo`.
-        rewrite(v23, "unmodified", None, "the release's tree as published"),
+        rewrite(v23, "unmodified", None, "nothing injected"),
         mutant(
             v23,
             "page-rounding-down",
@@ -409,7 +409,7 @@ def _corpus() -> tuple[TreeEntry, ...]:
         ),
         # 0.5.16: sizing inline in `eagle_prepare_for_decode`, C on `Req`, the record dropped
         # at release.
-        rewrite(v16, "unmodified", None, "the release's tree as published"),
+        rewrite(v16, "unmodified", None, "nothing injected"),
         mutant(
             v16,
             "page-rounding-down",
