@@ -51,6 +51,14 @@ def add_parser(commands: Any) -> None:
         help="run only this engine family's corpus (default: every family's, in turn)",
     )
     mutants.add_argument(
+        "--corpus",
+        default=None,
+        metavar="NAME",
+        help="run this named corpus instead: release-trees (SGLang: single-line bugs injected "
+        "into copies of whole release trees, 0.5.23 and 0.5.16, from the wheels in "
+        "KVCHECK_CACHE; docs/release-allocation.md) (default: each family's resolver corpus)",
+    )
+    mutants.add_argument(
         "--only",
         action="append",
         default=None,
@@ -80,9 +88,22 @@ def run(args: argparse.Namespace) -> int:
     Text rows are printed as entries finish. Returns exit 0 when every mutant is killed and every
     rewrite passes, else 1.
     """
-    entries = corpus.entries() if args.family is None else corpus.corpus_of(args.family).entries
+    if args.corpus is not None:
+        entries = tuple(corpus.named_corpus(args.corpus, args.family).entries)
+    elif args.family is None:
+        entries = corpus.entries()
+    else:
+        entries = tuple(corpus.corpus_of(args.family).entries)
     if args.only:
-        entries = tuple(corpus.get(name) for name in dict.fromkeys(args.only))
+        chosen = tuple(corpus.get(name) for name in dict.fromkeys(args.only))
+        if args.corpus is not None:
+            outside = [e.name for e in chosen if e not in entries]
+            if outside:
+                raise KvcheckUsageError(
+                    f"--only {', '.join(outside)}: not in the {args.corpus} corpus "
+                    f"(kvcheck mutants --corpus {args.corpus} --list lists it)"
+                )
+        entries = chosen
         others = [e.name for e in entries if args.family not in (None, e.family)]
         if others:
             raise KvcheckUsageError(
@@ -93,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
         raise KvcheckUsageError(f"the {args.family} family's mutant corpus is empty")
     if args.list:
         return _list_corpus(entries, as_json=args.json)
+    if not args.no_exhaustive:
+        for why in dict.fromkeys(filter(None, map(matrix.why_no_exhaustive, entries))):
+            print(f"kvcheck: some entries get no exhaustive minimum: {why}", file=sys.stderr)
     if not args.json:
         print(report.format_header(len(entries), args.max_examples, args.seed), flush=True)
 

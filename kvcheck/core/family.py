@@ -748,6 +748,16 @@ class MutantEntry(Protocol):
         ...
 
 
+@attrs.frozen
+class NamedCorpus:
+    """A corpus beside a family's resolver corpus, run only when asked for by name
+    (`Mutants.named_corpora`, `kvcheck mutants --corpus NAME`): its entries, and why the
+    exhaustive minimum is not looked for on them ("" when it is)."""
+
+    entries: Sequence[MutantEntry]
+    no_exhaustive: str = ""
+
+
 class Mutants(Protocol):
     """A family's mutant corpus, which the generic kill matrix (`kvcheck.mutants.matrix`) runs:
     its entries, looked up by name, and what the matrix reports that is the family's."""
@@ -795,6 +805,17 @@ class Mutants(Protocol):
         """A mutant of the corpus whose shortest counterexamples within the moves'
         `conformance_bounds` (widened by `bounds_for`) break `invariant`, the cheapest known;
         None when no mutant of the corpus breaks it (the conformance suite lists why)."""
+        ...
+
+    @property
+    def named_corpora(self) -> Mapping[str, NamedCorpus]:
+        """Corpora beside `entries`, run only when asked for by name (`kvcheck mutants
+        --corpus NAME`; SGLang's `release-trees`); their entries are found by `get` too."""
+        ...
+
+    def check_flags(self, entry: Any) -> list[str]:
+        """The `kvcheck check` options that judge `entry` as the kill matrix does (its
+        `options`), for the command that replays a row."""
         ...
 
     def shrink_gap(

@@ -1,6 +1,7 @@
 """The mutant corpora: plausible buggy resolvers kvcheck must catch, and correct rewrites it must
 pass, each family's own (`Family.mutants`, reached through the registry); `kvcheck mutants` runs
-the kill matrix over them (`kvcheck.mutants.matrix`).
+the kill matrix over them (`kvcheck.mutants.matrix`). A family may have corpora run only when
+named (`Mutants.named_corpora`, `kvcheck mutants --corpus NAME`: SGLang's `release-trees`).
 
 Entries are addressed as `mutant:NAME` (their family's spec prefix) by `kvcheck mutants --only`
 and `kvcheck exhaust`, and each entry's resolver is importable as
@@ -17,8 +18,15 @@ import difflib
 from collections.abc import Iterator
 from typing import Any
 
-from kvcheck.core.family import DEFAULT_FAMILY, MutantEntry, Mutants, family, family_names
-from kvcheck.errors import TargetLoadError
+from kvcheck.core.family import (
+    DEFAULT_FAMILY,
+    MutantEntry,
+    Mutants,
+    NamedCorpus,
+    family,
+    family_names,
+)
+from kvcheck.errors import KvcheckUsageError, TargetLoadError
 
 # The package's own modules: `from kvcheck.mutants import matrix` asks `__getattr__` first, which
 # must not load every family to learn that no entry is called so.
@@ -40,6 +48,24 @@ def corpus_of(name: str) -> Mutants:
     if mutants is None:
         raise TargetLoadError(f"the {name} family has no mutant corpus")
     return mutants
+
+
+def named_corpus(name: str, family_name: str | None = None) -> NamedCorpus:
+    """Every family's (or `family_name`'s) corpus called `name`, as one
+    (`Mutants.named_corpora`, `kvcheck mutants --corpus NAME`; the reasons against the
+    exhaustive minimum joined); `KvcheckUsageError` when none has one."""
+    chosen = corpora() if family_name is None else iter((corpus_of(family_name),))
+    found = [mutants.named_corpora[name] for mutants in chosen if name in mutants.named_corpora]
+    if not found:
+        known = sorted({n for mutants in corpora() for n in mutants.named_corpora})
+        where = "any family" if family_name is None else f"the {family_name} family"
+        raise KvcheckUsageError(
+            f"no corpus {name!r} in {where}; named corpora: {', '.join(known) or 'none'}"
+        )
+    return NamedCorpus(
+        tuple(entry for named in found for entry in named.entries),
+        "; ".join(dict.fromkeys(n.no_exhaustive for n in found if n.no_exhaustive)),
+    )
 
 
 def entries() -> tuple[MutantEntry, ...]:
@@ -98,4 +124,5 @@ __all__ = [
     "entries",
     "get",
     "is_entry_spec",
+    "named_corpus",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -101,6 +102,9 @@ class Row:
     # The bounds the exhaustive minimum was looked for within, in words: the family's
     # `minimum_bounds` widened for this entry (`bounds_for`); "" when none was looked for.
     exhaustive_bounds: str = ""
+    # The `kvcheck check` command that runs the same search again, for a row whose search
+    # failed (a killed mutant, a false positive); None otherwise (`replay_command`).
+    replay_command: str | None = None
 
     @property
     def invariant_matches(self) -> bool | None:
@@ -272,6 +276,17 @@ def search_entry(entry: MutantEntry, *, max_examples: int, seed: int | None) -> 
     )
 
 
+def replay_command(entry: MutantEntry, *, max_examples: int, seed: int | None) -> str:
+    """The `kvcheck check` command that runs `entry`'s search again: its short spec, its
+    family's flags for its options, the seed and budget, no example database (the matrix
+    uses none), so it finds and shrinks the same counterexample."""
+    words = ["kvcheck", "check", entry.short_spec, *corpus_of(entry.family).check_flags(entry)]
+    if seed is not None:
+        words += ["--seed", str(seed)]
+    words += ["--max-examples", str(max_examples), "--no-database"]
+    return shlex.join(words)
+
+
 def _config_json(scenario: Scenario) -> dict[str, Any]:
     return family(scenario.family).scenarios.config_to_dict(scenario.config)
 
@@ -314,8 +329,11 @@ def run_entry(
         shrink_note=entry.shrink_note,
         family=entry.family,
         options=entry.options.to_dict(),
+        replay_command=replay_command(entry, max_examples=max_examples, seed=seed)
+        if failure is not None
+        else None,
     )
-    if entry.kind == "mutant" and exhaustive:
+    if entry.kind == "mutant" and exhaustive and not why_no_exhaustive(entry):
         minimum = exhaustive_minimum(entry, bounds)
         row = attrs.evolve(
             row,
@@ -331,6 +349,15 @@ def run_entry(
             exhaustive_bounds=minimum.bounds.describe(),
         )
     return row
+
+
+def why_no_exhaustive(entry: MutantEntry) -> str:
+    """Why no exhaustive minimum is looked for on `entry`: its named corpus's reason
+    (`NamedCorpus.no_exhaustive`); "" when one is."""
+    for named in corpus_of(entry.family).named_corpora.values():
+        if named.no_exhaustive and entry in named.entries:
+            return named.no_exhaustive
+    return ""
 
 
 def bounds_for(target: Target, bounds: Any = None) -> Any:

@@ -14,11 +14,17 @@ def _seconds(value: float | None) -> str:
 
 
 def format_row(row: Row) -> str:
-    """One finished entry as a line, printed as it finishes.
+    """One finished entry as a line, printed as it finishes, and, when its search failed, the
+    command that replays it on a second line.
 
     A mutant shows its status, the invariant it broke, time to kill and shrink figures; a rewrite,
     whether it passed.
     """
+    line = _row_line(row)
+    return line if row.replay_command is None else f"{line}\n    replay with: {row.replay_command}"
+
+
+def _row_line(row: Row) -> str:
     if row.kind == "rewrite":
         detail = (
             f"{plural(row.examples, 'scenario')}, no violation"

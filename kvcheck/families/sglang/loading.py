@@ -133,7 +133,21 @@ def _load_release(spec: str, allow_unavailable: bool, deadline: float | None) ->
 
 def _load_package(spec: str, allow_unavailable: bool, deadline: float | None) -> Target:
     package = sglang_release.package_dir(_expanded(spec))
-    what = f"the SGLang package at {spec}"
+    return package_target(
+        spec, package, f"the SGLang package at {spec}", allow_unavailable, deadline
+    )
+
+
+def package_target(
+    spec: str,
+    package: Path,
+    what: str,
+    allow_unavailable: bool = False,
+    deadline: float | None = None,
+) -> Target:
+    """The `sglang` package directory `package` as a target called `spec`: its resolver, with
+    its own allocation code beside it (a checkout, and the release-tree corpus's patched
+    trees)."""
     target = _load_sglang(spec, package, what, allow_unavailable, deadline)
     root = functools.partial(Path, package.parent)
     return attrs.evolve(target, allocation=ReleaseAllocationCode(root, what))
@@ -163,12 +177,12 @@ def _load_builtin(spec: str, deadline: float | None) -> Target:
 
 
 def _load_mutant(spec: str, deadline: float | None) -> Target:
-    """An entry of the mutant corpus, by its short name (its target's spec is the importable
-    `kvcheck.mutants:<name>`, which is what counterexample files record)."""
-    from kvcheck.families.sglang.mutants.corpus import corpus  # built on first use
+    """An entry of a mutant corpus, by its short name (a resolver's target spec is the
+    importable `kvcheck.mutants:<name>`, which is what counterexample files record; a release-tree
+    entry's is `mutant:NAME`, whose tree is patched again wherever it is loaded)."""
+    from kvcheck.families.sglang.mutants import get  # the corpus is built on first use
 
-    name = spec.removeprefix(MUTANT_PREFIX)
-    entry = next((e for e in corpus.entries if e.name == name), None)
+    entry = get(spec.removeprefix(MUTANT_PREFIX))
     if entry is None:
         raise TargetLoadError(f"no corpus entry {spec!r} (kvcheck mutants lists them)")
     return attrs.evolve(entry.target(), deadline=deadline)

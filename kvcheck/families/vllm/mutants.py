@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.family import NamedCorpus
 from kvcheck.core.target import Target
 from kvcheck.families.vllm.builtins import (
     DropOnPreemptScheduler,
@@ -669,6 +670,15 @@ class VllmMutants:
         """The mutant the conformance suite finds `invariant` on (`CONFORMANCE_MUTANTS`)."""
         name = CONFORMANCE_MUTANTS.get(invariant)
         return None if name is None else self.get(name)
+
+    # vLLM has one corpus (`kvcheck.core.family.Mutants.named_corpora`).
+    named_corpora: Final[Mapping[str, NamedCorpus]] = {}
+
+    @staticmethod
+    def check_flags(entry: Any) -> list[str]:
+        """See `kvcheck.core.family.Mutants.check_flags`: a vllm-mutant:NAME spec carries the
+        entry's own placeholder setting, and its statistics are judged by default."""
+        return []
 
     @staticmethod
     def shrink_gap(

@@ -29,7 +29,7 @@ import attrs
 
 from kvcheck.core.calls import TargetCalls
 from kvcheck.core.draws import Draws
-from kvcheck.core.family import Cell, Family, Judging, Line
+from kvcheck.core.family import Cell, Family, Judging, Line, NamedCorpus
 from kvcheck.core.invariant import Finding, Invariant, Violation
 from kvcheck.core.scenario import Scenario
 from kvcheck.core.target import Target
@@ -783,6 +783,12 @@ class ToyMutants:
     @staticmethod
     def conformance_mutant(invariant: str) -> ToyEntry | None:
         return UNCLAMPED if invariant == "toy-count" else None
+
+    named_corpora: Final[Mapping[str, NamedCorpus]] = {}
+
+    @staticmethod
+    def check_flags(entry: ToyEntry) -> list[str]:
+        return []
 
 
 FAMILY: Final = Family(

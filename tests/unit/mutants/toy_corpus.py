@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from kvcheck.core.family import family
+from kvcheck.core.family import NamedCorpus, family
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.judging import SglangJudging
 from kvcheck.targets.loading import load_target
@@ -68,6 +68,11 @@ class ToyMutants:
 
     def minimum_bounds(self, defaults: Any) -> Any:
         return attrs.evolve(defaults, events=2)
+
+    named_corpora: Mapping[str, NamedCorpus] = {}
+
+    def check_flags(self, entry: Any) -> list[str]:
+        return []
 
     def bounds_for(self, target: Target, bounds: Any) -> Any:
         return bounds

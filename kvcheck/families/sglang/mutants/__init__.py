@@ -15,8 +15,10 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.family import NamedCorpus
 from kvcheck.core.target import Target
 from kvcheck.families.sglang.allocation_rules import allocation_features
+from kvcheck.families.sglang.mutants import trees
 from kvcheck.families.sglang.mutants.registry import SPEC_PREFIX, Entry, python_name
 from kvcheck.families.sglang.scenario import Grammar
 from kvcheck.families.sglang.target import allocation_rules
@@ -40,9 +42,30 @@ def _by_python_name() -> dict[str, Entry]:
     return {python_name(e.name): e for e in entries()}
 
 
-def get(name: str) -> Entry | None:
-    """The entry called `name` (no `mutant:` prefix); None when the corpus has none."""
-    return _by_name().get(name)
+def get(name: str) -> Entry | trees.TreeEntry | None:
+    """The entry called `name` (no `mutant:` prefix), of the resolver corpus or the release-tree
+    corpus (`trees`); None when neither has it."""
+    return _by_name().get(name) or trees.get(name)
+
+
+def named_corpora() -> Mapping[str, NamedCorpus]:
+    """The corpora run only when asked for by name: the release trees (`trees`)."""
+    return {trees.CORPUS_NAME: NamedCorpus(trees.entries(), trees.NO_EXHAUSTIVE)}
+
+
+def check_flags(entry: Entry | trees.TreeEntry) -> list[str]:
+    """The `kvcheck check` options that judge `entry` as the kill matrix does (its options)."""
+    options = entry.options
+    flags = [
+        "--convention",
+        options.convention,
+        "--global-counters",
+        options.global_counters,
+        "--adaptive" if options.adaptive else "--no-adaptive",
+    ]
+    if options.allocation_path != "model":
+        flags += ["--allocation-path", options.allocation_path]
+    return flags
 
 
 def resolver(python_name: str) -> Any | None:
@@ -51,9 +74,11 @@ def resolver(python_name: str) -> Any | None:
     return None if entry is None else entry.resolver
 
 
-def row_columns(entry: Entry) -> dict[str, Any]:
+def row_columns(entry: Entry | trees.TreeEntry) -> dict[str, Any]:
     """An entry's kill-matrix columns after its name and kind: its generation and the options
-    it is judged under."""
+    it is judged under (a release-tree entry's: `trees.row_columns`)."""
+    if isinstance(entry, trees.TreeEntry):
+        return trees.row_columns(entry)
     return {
         "generation": entry.generation.name,
         "convention": entry.convention,
@@ -62,8 +87,10 @@ def row_columns(entry: Entry) -> dict[str, Any]:
     }
 
 
-def list_columns(entry: Entry) -> dict[str, Any]:
+def list_columns(entry: Entry | trees.TreeEntry) -> dict[str, Any]:
     """An entry's `kvcheck mutants --list --json` columns after its name and kind."""
+    if isinstance(entry, trees.TreeEntry):
+        return trees.list_columns(entry)
     return {
         "generation": entry.generation.versions,
         "convention": entry.convention,
@@ -76,8 +103,10 @@ def list_columns(entry: Entry) -> dict[str, Any]:
     }
 
 
-def list_line(entry: Entry) -> str:
+def list_line(entry: Entry | trees.TreeEntry) -> str:
     """An entry as a line of `kvcheck mutants --list`."""
+    if isinstance(entry, trees.TreeEntry):
+        return trees.list_line(entry)
     expect = entry.expect or "must pass"
     return (
         f"{entry.kind:<8} {entry.name:<32} SGLang {entry.generation.versions:<14} "
@@ -186,7 +215,7 @@ CONFORMANCE_MUTANTS: Final[Mapping[str, str]] = {
 def conformance_mutant(invariant: str) -> Entry | None:
     """The mutant the conformance suite finds `invariant` on (`CONFORMANCE_MUTANTS`)."""
     name = CONFORMANCE_MUTANTS.get(invariant)
-    return None if name is None else get(name)
+    return None if name is None else _by_name().get(name)
 
 
 class SglangMutants:
@@ -202,6 +231,12 @@ class SglangMutants:
     bounds_for = staticmethod(bounds_for)
     shrink_gap = staticmethod(shrink_gap)
     conformance_mutant = staticmethod(conformance_mutant)
+    check_flags = staticmethod(check_flags)
+
+    @property
+    def named_corpora(self) -> Mapping[str, NamedCorpus]:
+        """The corpora run only when asked for by name (`named_corpora`)."""
+        return named_corpora()
 
     @property
     def entries(self) -> Sequence[Entry]:
