@@ -14,7 +14,7 @@ from kvcheck.core.scenario import Scenario
 from kvcheck.errors import KvcheckUsageError, TargetLoadError
 from kvcheck.families.sglang.fakes import FakeReq, FinishLength
 from kvcheck.families.sglang.real.path import release_allocation_factory
-from kvcheck.families.sglang.scenario import Admit, Config, Step
+from kvcheck.families.sglang.scenario import Admit, AllocationRule, Config, Step
 from kvcheck.targets.loading import load_target
 
 
@@ -132,11 +132,11 @@ _ORDER_SORT = (
 )
 
 
-def _pressure(root: Path) -> tuple[str | None, set[str]]:
+def _pressure(root: Path, rule: AllocationRule = "0.5.17") -> tuple[str | None, set[str]]:
     config = Config(
         convention="honest",
         global_counters="sglang",
-        allocation="0.5.16",
+        allocation=rule,
         pool_pages=128,
         allocation_path="release",
         stride=3,
@@ -150,6 +150,16 @@ def _pressure(root: Path) -> tuple[str | None, set[str]]:
 
 def test_0_5_23_retracts_in_its_own_order() -> None:
     assert _pressure(_tree("0.5.23") / "sglang") == (None, {"r0"})
+
+
+def test_each_release_is_judged_by_its_own_retraction_order() -> None:
+    # 0.5.16 retracts a speculative batch from its back (r2, then r1: r0 stays) and 0.5.23 in
+    # its sorted order (r0 alone): each passes under its own rule. 0.5.23's sorted order judged
+    # under 0.5.16's rule (the back of the batch) is caught: the release's order is not the
+    # rule's.
+    assert _pressure(_tree("0.5.16") / "sglang", "0.5.16") == (None, {"r1", "r2"})
+    assert _pressure(_tree("0.5.23") / "sglang", "0.5.17") == (None, {"r0"})
+    assert _pressure(_tree("0.5.23") / "sglang", "0.5.16")[0] is not None
 
 
 @pytest.mark.parametrize(
