@@ -53,7 +53,7 @@ from kvcheck.families.sglang.scenario import (
     SwitchStride,
     adaptive_allocation_problem,
 )
-from kvcheck.families.sglang.target import allocation_rules
+from kvcheck.families.sglang.target import allocation_rules, release_path_rules
 
 MAX_REQUESTS: Final = 6
 MIN_GENERATED_STRIDE: Final = 2
@@ -136,9 +136,7 @@ def scenario_space(target: Target, options: SglangJudging) -> ScenarioSpace:
     shape = target.shape
     rules = allocation_rules(target)
     if options.allocation_path == "release":
-        # The release's own code runs under a rule that allocates: drawing none ("off", which
-        # a target never touching `kv_allocated_len` allows) would leave it idle.
-        rules = tuple(rule for rule in rules if allocation_features(rule).allocates) or rules
+        rules = release_path_rules(target)
     # Without a pinned overlap, rule 0.5.12 runs adaptive switching with overlap off.
     pinned_on = options.overlap is True
     problems = [

@@ -43,6 +43,7 @@ from kvcheck.core.calls import TargetCalls
 from kvcheck.core.target import CallWrapper, CodeSpan, SideCode
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.sglang.allocation import RuleAllocation, admission_pages, decode_reserve
+from kvcheck.families.sglang.allocation_rules import AllocationRule
 from kvcheck.families.sglang.fakes import FakeReq, UnmodeledAttributeError, is_finished
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.real import kernels
@@ -126,6 +127,9 @@ class ReleaseFunctions:
         self.flat = not self.tree.has(_EAGLE, "eagle_prepare_for_decode") and self.tree.has(
             _EAGLE_V2, "EagleDraftInputV2Mixin.prepare_for_decode"
         )
+        # C, Al, the row and the freed flags on `Req` itself (0.5.11-0.5.15): the flat layout,
+        # and 0.5.15, which has 0.5.16's launch and retraction functions over those fields.
+        self.fields_on_req = self.tree.has(_BATCH, "Req.pop_overallocated_kv_cache")
         if self.flat:
             self._load_flat()
             return
@@ -215,6 +219,8 @@ class ReleaseFunctions:
                 self._present(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
                 self._present(_PREFIX_CACHE, "BasePrefixCache", ["free_kv_row"]),
             )
+        elif self.fields_on_req:
+            self._load_fields_on_req()
         else:
             self.req_members = self.tree.members(_BATCH, "Req", ["effective_kv_committed_len"])
             self.kv_members = type("ReqKvInfo", (), {})
@@ -258,11 +264,6 @@ class ReleaseFunctions:
         (their freed flags), with Al kept; retraction is `ScheduleBatch.release_req`, a
         method, ending in `Req.reset_for_retract`."""
         tree = self.tree
-        if _launch_clamps(tree.file_of(_EAGLE_V2)):
-            raise TargetLoadError(
-                f"{tree.file_of(_EAGLE_V2)}'s decode launch clamps its sizing (0.5.12-0.5.14): "
-                "kvcheck drives the flat layout without the clamp (0.5.11) only so far"
-            )
         self.kv_record = False
         self.alloc_for_extend = None
         self.prepare_for_decode = None
@@ -284,6 +285,20 @@ class ReleaseFunctions:
         self.draft_inputs = {}
         self.draft_input_files = {}  # no draft input of its own: EAGLE's mixin only
 
+    def _load_fields_on_req(self) -> None:
+        """0.5.15's members over the fields on `Req`: release frees through the chunk cache's
+        `cache_finished_req` and `Req.pop_committed_kv_cache` / `pop_overallocated_kv_cache`
+        (0.5.15 mem_cache/common.py:635-689, managers/schedule_batch.py:1059-1076), keeping
+        Al; the launch (speculative/eagle_utils.py:771) is honest, pre-claiming nothing."""
+        self.req_members = self.tree.members(
+            _BATCH, "Req", ["pop_committed_kv_cache", "pop_overallocated_kv_cache"]
+        )
+        self.kv_members = type("ReqKvInfo", (), {})
+        self.allocator_members = type("BaseTokenToKVPoolAllocator", (), {})
+        self.cache_members = (
+            self.tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
+        )
+
     def _present(self, module: str, class_name: str, names: list[str]) -> type:
         """The members of `class_name` among `names` that this release's file defines."""
         present = [name for name in names if self.tree.has(module, f"{class_name}.{name}")]
@@ -300,24 +315,6 @@ class ReleaseFunctions:
         """`write_req_to_token_pool_triton`: the kernel's CPU equivalent, then the binding."""
         writes = kernels.write_req_to_token_pool(*args)
         self._writes[-1](writes)
-
-
-def _launch_clamps(file: Path) -> bool:
-    """Whether the flat layout's decode launch (`EagleDraftInputV2Mixin.prepare_for_decode`
-    in `file`) calls `max`, i.e. clamps its sizing as 0.5.12-0.5.14 do (0.5.11 does not)."""
-    import ast
-
-    for node in ast.walk(ast.parse(file.read_text())):
-        if isinstance(node, ast.ClassDef) and node.name == "EagleDraftInputV2Mixin":
-            for member in node.body:
-                if isinstance(member, ast.FunctionDef) and member.name == "prepare_for_decode":
-                    return any(
-                        isinstance(call, ast.Call)
-                        and isinstance(call.func, ast.Name)
-                        and call.func.id == "max"
-                        for call in ast.walk(member)
-                    )
-    return False
 
 
 class _Launch:
@@ -360,7 +357,7 @@ class ReleaseAllocation:
         req_view, kv_view = (
             (_ReqView, _KvView) if functions.kv_record else (_ReqFieldsView, _AllocatedLenView)
         )
-        if functions.flat:
+        if functions.fields_on_req:
             req_view = _FlatReqView
         self._req_class = type(
             "Req", (req_view, functions.req_members, functions.reset_members), {}
@@ -414,7 +411,7 @@ class ReleaseAllocation:
     def _admit_one(self, req: FakeReq) -> None:
         """kvcheck's admission: a row and indices for `[0, C)`, bound as SGLang writes them."""
         view = self.view(req)
-        if not self.functions.flat and view.kv is None:  # 0.5.16-0.5.18 drop it at release
+        if not self.functions.fields_on_req and view.kv is None:  # 0.5.16-0.5.18 drop it
             view.kv = self._kv_class(req)
         row = self.rows.take(req.rid)
         view._set_row_index(row)
@@ -529,7 +526,11 @@ class ReleaseAllocation:
         """`call` as the retraction of `retracted`: its frees on its behalf, and what its reset
         writes that kvcheck does not model kept aside (`_Resettable`)."""
         view = self.view(retracted)
-        records = [view] if self.functions.flat else [r for r in (view, view.kv) if r is not None]
+        records = (
+            [view]
+            if self.functions.fields_on_req
+            else [r for r in (view, view.kv) if r is not None]
+        )
         self.allocator._acting = retracted.rid
         for record in records:
             record._retracting = True
@@ -801,7 +802,7 @@ class _ReqFieldsView(_RowOnReq):
 
 
 class _FlatReqView(_RowOnReq):
-    """A request of the flat layout (0.5.11-0.5.14): C, Al, the row and the freed flags
+    """A request of 0.5.11-0.5.15 (the flat layout and 0.5.15): C, Al, the row and the freed flags
     `pop_committed_kv_cache` / `pop_overallocated_kv_cache` set, all on `Req`."""
 
     _owner = "req"
@@ -947,9 +948,15 @@ class ReleaseAllocationCode:
     `unavailable()` or the first scenario asks: judging a release tree by kvcheck's own model
     (`--allocation-path model`) costs nothing more than before."""
 
-    def __init__(self, root: Callable[[], Path], where: str) -> None:
+    def __init__(
+        self, root: Callable[[], Path], where: str, rule: AllocationRule | None = None
+    ) -> None:
+        """`rule`: the allocation rule of the release the tree is (`rule_of_release`), which
+        its own code is judged under on the release path; None where the version is unknown
+        (the rules of the generations its resolver fits then)."""
         self._root = root
         self.where = where
+        self.rule = rule
         self._functions: ReleaseFunctions | None = None
         self._error: TargetLoadError | None = None
         self._measure: CallWrapper | None = None
