@@ -307,6 +307,22 @@ def test_0_5_12_and_0_5_15_single_line_bugs_are_caught(
     assert _flat_verdict(copy, rule, convention, max_examples=60) is not None, bug
 
 
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.15"])
+def test_dflash_launches_with_its_own_draft_input_from_0_5_14(version: str) -> None:
+    # DFLASH's `DFlashDraftInputV2.prepare_for_decode` (0.5.14 dflash_info_v2.py:131) reserves
+    # `max(Al, C + 2 * block)` for the launched block and pre-claims nothing, where the EAGLE v2
+    # mixin of the flat layout would pre-claim C.
+    path = release_allocation_factory(_tree(version))(
+        Config(algorithm="dflash", allocation="0.5.13", stride=3)
+    )
+    reqs = [FakeReq("a", 5, 10)]
+    reqs[0].kv_committed_len = reqs[0].kv_allocated_len = 5
+    path.admit(reqs)
+    path.prepare_decode(reqs, 3)
+    assert (reqs[0].kv_committed_len, reqs[0].kv_allocated_len) == (5, 11)
+    assert path.pool.state().faults == ()
+
+
 def _launch(root: Path, rule: AllocationRule) -> str | None:
     """One decode launch at stride 2 with an adaptive maximum of 3, judged under `rule`."""
     config = Config(

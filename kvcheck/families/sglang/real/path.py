@@ -233,9 +233,12 @@ class ReleaseFunctions:
             self.cache_members = (
                 self.tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
             )
-        # The draft inputs whose own `prepare_for_decode` SGLang's dispatcher calls instead of
-        # `eagle_prepare_for_decode` (0.5.23 speculative/spec_utils.py:1259-1270), where the
-        # release has them.
+        self._load_draft_inputs()
+
+    def _load_draft_inputs(self) -> None:
+        """The draft inputs whose own `prepare_for_decode` SGLang's dispatcher calls instead of
+        `eagle_prepare_for_decode` (0.5.23 speculative/spec_utils.py:1259-1270) or the EAGLE v2
+        mixin's (DFLASH from 0.5.14), where the release has them."""
         self.draft_inputs: dict[str, type] = {}
         for algorithm, module, class_name, names in (
             (
@@ -282,8 +285,9 @@ class ReleaseFunctions:
         self.kv_members = type("ReqKvInfo", (), {})
         self.allocator_members = type("BaseTokenToKVPoolAllocator", (), {})
         self.cache_members = (tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),)
-        self.draft_inputs = {}
-        self.draft_input_files = {}  # no draft input of its own: EAGLE's mixin only
+        # DFLASH's own draft input from 0.5.14 (speculative/dflash_info_v2.py:131), which
+        # pre-claims nothing; EAGLE, EAGLE3 and n-gram launch through the mixin.
+        self._load_draft_inputs()
 
     def _load_fields_on_req(self) -> None:
         """0.5.15's members over the fields on `Req`: release frees through the chunk cache's
@@ -428,11 +432,11 @@ class ReleaseAllocation:
         `eagle_prepare_for_decode` (EAGLE, EAGLE3, n-gram), as SGLang's dispatcher routes."""
         self.pool.check_launch([req.rid for req in reqs])
         batch = self._batch(reqs, stride)
-        if self.functions.draft_mixin is not None:
+        draft_input = self.functions.draft_inputs.get(self.config.algorithm)
+        if draft_input is None and self.functions.draft_mixin is not None:
             draft = type("DraftInput", (_EagleV2Input, self.functions.draft_mixin), {})()
             self._call(draft.prepare_for_decode, batch)
             return
-        draft_input = self.functions.draft_inputs.get(self.config.algorithm)
         if draft_input is None:
             assert self.functions.prepare_for_decode is not None
             self._call(self.functions.prepare_for_decode, batch)
@@ -817,6 +821,8 @@ class _FlatReqView(_RowOnReq):
         }
     )
 
+    sampling_params = _ReqView.sampling_params
+
     def __init__(self, req: FakeReq, kv: Any = None) -> None:
         self._req = req
         self.req_pool_idx: int | None = None
@@ -901,8 +907,17 @@ class _DflashInput(Strict):
             "uniform_top_k_value",
             "nxt_kv_lens_cpu",  # what its launch records: 0.5.23's names
             "nxt_kv_lens_sum",
-            "reserved_seq_lens_cpu",  # and 0.5.16-0.5.18's
+            "reserved_seq_lens_cpu",  # and 0.5.14-0.5.18's
             "reserved_seq_lens_sum",
+            # 0.5.14's: two more length buffers, its planning bound, the previous verify's
+            # event (None: done) and a carried allocated length no code of the release sets
+            # (None: the request's own `kv_allocated_len` is read).
+            "_prepare_committed_kv_lens_cpu_buf",
+            "_prepare_planning_kv_lens_cpu_buf",
+            "planning_seq_lens_cpu",
+            "planning_seq_lens_sum",
+            "verify_done",
+            "cur_allocated_seq_lens_cpu",
         }
     )
 
