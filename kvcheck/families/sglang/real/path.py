@@ -1041,8 +1041,11 @@ class ReleaseAllocationCode:
 
     def __call__(self, config: Config) -> ReleaseAllocation | RuleAllocation:
         """A fresh path for one scenario of `config`: the release's own, except where no
-        release runs the config (`runs_adaptively`), where kvcheck's model keeps judging the
-        resolver as it always did."""
+        release runs the config (`runs_adaptively`), and under a rule other than the
+        release's (a stand-in for what its rule cannot run: adaptive switching under overlap
+        for 0.5.12), where kvcheck's model keeps judging the resolver as it always did."""
+        if self.rule is not None and config.allocation != self.rule:
+            return RuleAllocation(config)
         functions = self.functions()
         if not runs_adaptively(config):
             self.modelled.add(config.algorithm)

@@ -12,11 +12,13 @@ import pytest
 
 from kvcheck.core.target import Target
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.allocation import RuleAllocation
 from kvcheck.families.sglang.allocation_rules import AllocationRule, rule_of_release
 from kvcheck.families.sglang.distribution import scenario_space
 from kvcheck.families.sglang.judging import SglangJudging
 from kvcheck.families.sglang.real.path import ReleaseAllocationCode
 from kvcheck.families.sglang.release import package_version
+from kvcheck.families.sglang.scenario import Config
 from kvcheck.families.sglang.search import Bounds, check_bounds
 from kvcheck.families.sglang.target import release_path_rules
 from kvcheck.targets.loading import load_target
@@ -69,8 +71,19 @@ def test_the_release_path_draws_the_release_rule_only() -> None:
     # kvcheck's model judges the resolver under every rule of its generations, as before.
     on_model = scenario_space(tree, SglangJudging("preclaim"))
     assert on_model.allocation == ("off", "0.5.12", "0.5.13")
+    # With adaptive switching, 0.5.12's rule runs without overlap only: 0.5.13 stands in for
+    # the scenarios switching under overlap, which run kvcheck's model, not the release's code.
+    switching = SglangJudging("preclaim", adaptive=True, allocation_path="release")
+    assert scenario_space(tree, switching).allocation == ("0.5.12", "0.5.13")
+    assert type(_code(tree)(Config(allocation="0.5.13"))) is RuleAllocation
     # A tree of no known release: its generations' rules that allocate.
     assert release_path_rules(_release_tree(None)) == ("0.5.12", "0.5.13")
+
+
+def _code(tree: Target) -> ReleaseAllocationCode:
+    code = tree.allocation
+    assert isinstance(code, ReleaseAllocationCode)
+    return code
 
 
 def test_exhaust_refuses_another_rule_on_the_release_path(monkeypatch: pytest.MonkeyPatch) -> None:
