@@ -162,6 +162,19 @@ def test_each_release_is_judged_by_its_own_retraction_order() -> None:
     assert _pressure(_tree("0.5.23") / "sglang", "0.5.16")[0] is not None
 
 
+def test_0_5_16_sorting_a_speculative_batch_is_caught(tmp_path: Path) -> None:
+    # 0.5.16's own chooser runs, told not to sort (`allow_policy_sort=False`); with the early
+    # return dropped it sorts as 0.5.17 does and retracts r0, which its rule does not.
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.16"), copy)
+    target = copy / "sglang/srt/managers/schedule_batch.py"
+    line = "        if not allow_policy_sort:\n            return sorted_indices\n"
+    text = target.read_text()
+    assert text.count(line) == 1
+    target.write_text(text.replace(line, ""))
+    assert _pressure(copy / "sglang", "0.5.16")[0] is not None
+
+
 @pytest.mark.parametrize(
     ("line", "mutated"),
     [

@@ -155,20 +155,16 @@ class ReleaseFunctions:
         # Whether the tree keeps what it can key: `is_insert` up to 0.5.21, `checkpoint` after.
         parameters = inspect.signature(self.release_kv_cache).parameters
         self.release_flag = "checkpoint" if "checkpoint" in parameters else "is_insert"
-        # The retraction chooser where the release sorts a speculative batch (0.5.17+: its
-        # `_get_decode_retraction_order` takes no `allow_policy_sort`). 0.5.16's is told by its
-        # `retract_decode` not to sort with speculative decoding (schedule_batch.py:2603-2609)
-        # and retracts from the back of the batch, an order kvcheck's model does not have yet:
-        # there the engine keeps choosing (docs/release-allocation.md).
+        # The retraction chooser, where the release has one (0.5.16+): 0.5.17+ sort every
+        # batch; 0.5.16's `retract_decode` tells its chooser not to sort with speculative
+        # decoding (`allow_policy_sort`, schedule_batch.py:2603-2609), so it returns the batch
+        # order, retracting from the back (rule feature `retraction_sorted`).
         batch_names = ["_new_tokens_required_next_decode_spec_v2"]
         if self.tree.has(_BATCH, "ScheduleBatch._get_decode_retraction_order"):
             batch_names.append("_get_decode_retraction_order")
         self.batch_members = self.tree.members(_BATCH, "ScheduleBatch", batch_names)
         order_of = getattr(self.batch_members, "_get_decode_retraction_order", None)
-        self.sorts_retractions = (
-            order_of is not None
-            and "allow_policy_sort" not in inspect.signature(order_of).parameters
-        )
+        self.chooses_retractions = order_of is not None
         # Retraction: the module-level `release_req` (release, then the request's own
         # `reset_for_retract`; 0.5.16+ schedule_batch.py), where the release has both.
         self.release_req: Callable[..., Any] | None = None
@@ -276,7 +272,7 @@ class ReleaseFunctions:
         self.batch_members = tree.members(
             _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2", "release_req"]
         )
-        self.sorts_retractions = False  # from the back of a speculative batch (0.5.6-0.5.16)
+        self.chooses_retractions = False  # no chooser: the back of the batch (to 0.5.15)
         self.release_req = None
         self.reset_members = tree.members(_BATCH, "Req", ["reset_for_retract"])
         self.req_members = tree.members(
@@ -456,16 +452,18 @@ class ReleaseAllocation:
     def retraction_order(self, reqs: list[FakeReq]) -> list[FakeReq] | None:
         """The decode batch `reqs` as the release's `_get_decode_retraction_order` orders it
         (most preferred to keep first; memory-pressure retraction pops from the back), or None
-        where the engine chooses (`ReleaseFunctions.sorts_retractions`). An order that is not a
-        permutation of the batch is a `pool` fault of the release's code; the engine then
-        keeps its own."""
-        if not self.functions.sorts_retractions:
+        where the release has no chooser (`ReleaseFunctions.chooses_retractions`). 0.5.16's is
+        told not to sort, as its `retract_decode` tells it with speculative decoding
+        (schedule_batch.py:2603-2609). An order that is not a permutation of the batch is a
+        `pool` fault of the release's code; the engine then keeps its own."""
+        if not self.functions.chooses_retractions:
             return None
         views = [self.view(req) for req in reqs]
         order_of = self.functions.batch_members._get_decode_retraction_order  # type: ignore[attr-defined]
         parameters = inspect.signature(order_of).parameters
         extra = [self.settings.server_args()] if "server_args" in parameters else []
-        indices = self._call(order_of, views, *extra)
+        told = {"allow_policy_sort": False} if "allow_policy_sort" in parameters else {}
+        indices = self._call(order_of, views, *extra, **told)
         if indices is None:  # it raised: a fault already recorded
             return None
         try:
@@ -1027,7 +1025,7 @@ class ReleaseAllocationCode:
             include=str(tree.root / tree.package / "*"),
             code=code,
             out_of_scope=out_of_scope(
-                _faked(code), not_run, sorts_retractions=functions.sorts_retractions
+                _faked(code), not_run, sorts_retractions=functions.chooses_retractions
             ),
         )
 
