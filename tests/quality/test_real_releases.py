@@ -95,23 +95,40 @@ def test_the_newest_release_passes_and_the_last_unfixed_one_fails(tmp_path: Path
 
 
 def test_the_releases_table_gives_each_release_its_allocation() -> None:
-    """`kvcheck releases` says per release whose allocation code its searches ran: 0.5.15
-    falls back to kvcheck's model and says why, 0.5.16 runs its own (issue 21) and passes
-    there, with the functions that ran and their coverage. The mode columns are the same
-    verdicts as before (0.5.12+: pass with SGLang's counters, global-counters ideally)."""
+    """`kvcheck releases` says per release whose allocation code its searches ran: 0.5.10
+    falls back to kvcheck's model and says why, 0.5.15 and 0.5.16 run their own (issue 21) and
+    pass there, with the functions that ran and their coverage. The mode columns are the same
+    verdicts as before (0.5.12+: pass with SGLang's counters, global-counters ideally; 0.5.10
+    fails both)."""
     _releases()
     done = _kvcheck(
         "releases", "--from", "0.5.15", "--to", "0.5.16", "--max-examples", "150", "--json"
     )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {row["version"]: row for row in json.loads(done.stdout)["releases"]}
-    assert {"0.5.15", "0.5.16"} <= set(rows)
-    for row in rows.values():
+    old = _kvcheck(
+        "releases", "--from", "0.5.10", "--to", "0.5.10", "--max-examples", "20", "--json"
+    )
+    assert old.returncode == 0, old.stdout + old.stderr
+    rows.update({row["version"]: row for row in json.loads(old.stdout)["releases"]})
+    assert {"0.5.10", "0.5.15", "0.5.16"} <= set(rows)
+    for version in ("0.5.15", "0.5.16"):
+        row = rows[version]
         assert (row["verdict_sglang"], row["verdict_ideal"]) == ("pass", "fail")
         assert row["first_broken"] == "global-counters"
-    model = rows["0.5.15"]["allocation"]
+    model = rows["0.5.10"]["allocation"]
     assert model["path"] == "model" and "defines no" in model["reason"]
     assert model["verdict"] is None and model["coverage"] is None
+    flat = rows["0.5.15"]["allocation"]
+    assert (flat["path"], flat["verdict"], flat["first_broken"]) == ("release", "pass", None)
+    assert {
+        "eagle_prepare_for_decode",
+        "release_kv_cache",
+        "ChunkCache.cache_finished_req",
+        "Req.pop_overallocated_kv_cache",
+        "release_req",
+        "Req.reset_for_retract",
+    } <= set(flat["functions_run"])
     own = rows["0.5.16"]["allocation"]
     assert (own["path"], own["verdict"], own["first_broken"]) == ("release", "pass", None)
     assert {

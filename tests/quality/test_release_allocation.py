@@ -11,10 +11,10 @@ import pytest
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
-from kvcheck.errors import KvcheckUsageError, TargetLoadError
+from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.fakes import FakeReq, FinishLength
 from kvcheck.families.sglang.real.path import release_allocation_factory
-from kvcheck.families.sglang.scenario import Admit, Config, Step
+from kvcheck.families.sglang.scenario import Admit, AllocationRule, Config, Convention, Step
 from kvcheck.targets.loading import load_target
 
 
@@ -132,11 +132,11 @@ _ORDER_SORT = (
 )
 
 
-def _pressure(root: Path) -> tuple[str | None, set[str]]:
+def _pressure(root: Path, rule: AllocationRule = "0.5.17") -> tuple[str | None, set[str]]:
     config = Config(
         convention="honest",
         global_counters="sglang",
-        allocation="0.5.16",
+        allocation=rule,
         pool_pages=128,
         allocation_path="release",
         stride=3,
@@ -170,6 +170,29 @@ def test_the_coverage_names_the_chooser_until_a_scenario_asks_it() -> None:
     side = measured.side_code()
     assert side is not None and chooser not in side.out_of_scope
     assert isinstance(measured, ReleaseAllocationCode) and not code.chose_retractions
+
+
+def test_each_release_is_judged_by_its_own_retraction_order() -> None:
+    # 0.5.16 retracts a speculative batch from its back (r2, then r1: r0 stays) and 0.5.23 in
+    # its sorted order (r0 alone): each passes under its own rule. 0.5.23's sorted order judged
+    # under 0.5.16's rule (the back of the batch) is caught: the release's order is not the
+    # rule's.
+    assert _pressure(_tree("0.5.16") / "sglang", "0.5.16") == (None, {"r1", "r2"})
+    assert _pressure(_tree("0.5.23") / "sglang", "0.5.17") == (None, {"r0"})
+    assert _pressure(_tree("0.5.23") / "sglang", "0.5.16")[0] is not None
+
+
+def test_0_5_16_sorting_a_speculative_batch_is_caught(tmp_path: Path) -> None:
+    # 0.5.16's own chooser runs, told not to sort (`allow_policy_sort=False`); with the early
+    # return dropped it sorts as 0.5.17 does and retracts r0, which its rule does not.
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.16"), copy)
+    target = copy / "sglang/srt/managers/schedule_batch.py"
+    line = "        if not allow_policy_sort:\n            return sorted_indices\n"
+    text = target.read_text()
+    assert text.count(line) == 1
+    target.write_text(text.replace(line, ""))
+    assert _pressure(copy / "sglang", "0.5.16")[0] is not None
 
 
 @pytest.mark.parametrize(
@@ -223,23 +246,32 @@ FLAT_BUGS = {
 }
 
 
-def _flat_verdict(root: Path) -> str | None:
+def _flat_verdict(
+    root: Path,
+    rule: AllocationRule = "0.5.6",
+    convention: Convention = "preclaim",
+    max_examples: int = 150,
+) -> str | None:
     import attrs
 
     from kvcheck.search.check import check
 
-    reference = load_target("builtin:reference")
+    # kvcheck's correct resolver of the convention: `reference` pre-claims, `reference-v2`
+    # commits honestly.
+    reference = load_target(
+        "builtin:reference" if convention == "preclaim" else "builtin:reference-v2"
+    )
     target = attrs.evolve(
         reference,
         allocation=release_allocation_factory(root),
-        shape=attrs.evolve(reference.shape, allocation_rules=("0.5.6",)),
+        shape=attrs.evolve(reference.shape, allocation_rules=(rule,)),
     )
     verdict = check(
         target,
         seed=1,
-        max_examples=150,
+        max_examples=max_examples,
         measure_coverage=False,
-        convention="preclaim",
+        convention=convention,
         allocation_path="release",
     )
     return None if verdict.violation is None else verdict.violation.invariant
@@ -263,14 +295,6 @@ def test_0_5_11_single_line_bugs_are_caught(tmp_path: Path, name: str) -> None:
     assert _flat_verdict(copy) is not None, name
 
 
-def test_0_5_12_to_0_5_14_keep_kvchecks_model() -> None:
-    with pytest.raises(TargetLoadError, match="clamps its sizing"):
-        release_allocation_factory(_tree("0.5.12"))
-
-
-# Exhaustive search on the release path: an engine branched with `Engine.clone` shares the
-# compiled release (`ReleaseFunctions.__deepcopy__`) and copies its fakes. Small bounds: one
-# stride, overlap on, outputs of one token.
 _EXHAUST_BOUNDS = {
     "events": 4,
     "allocations": ("0.5.16",),
@@ -389,3 +413,94 @@ def test_members_only_code_kvcheck_does_not_drive_reads_are_not_compiled() -> No
     new = release_allocation_factory(_tree("0.5.23")).functions()
     assert hasattr(new.kv_members, "swa_dead_lo")
     assert hasattr(new.req_members, "output_ids_through_stop")
+
+
+# 0.5.12-0.5.14 (the flat layout, its launch clamped) and 0.5.15 (the same fields on `Req`,
+# 0.5.16's launch and retraction functions, an honest launch): each runs its own code under its
+# own rule, with the kvcheck reference resolver, and a single-line bug in its tree is caught.
+FIELDS_ON_REQ: dict[str, tuple[AllocationRule, Convention, str]] = {
+    "0.5.12": ("0.5.12", "preclaim", "sglang/srt/speculative/eagle_info_v2.py"),
+    "0.5.13": ("0.5.13", "preclaim", "sglang/srt/speculative/eagle_info_v2.py"),
+    "0.5.14": ("0.5.13", "preclaim", "sglang/srt/speculative/eagle_info_v2.py"),
+    "0.5.15": ("0.5.13", "honest", "sglang/srt/speculative/eagle_utils.py"),
+}
+# Each bug: the file (None: the release's launch file), the line and what replaces it.
+FIELDS_ON_REQ_BUGS: dict[str, tuple[str | None, str, str]] = {
+    "allocation-base-committed": (None, "cur = r.kv_allocated_len\n", "cur = r.kv_committed_len\n"),
+    "tail-never-freed": (
+        "sglang/srt/mem_cache/common.py",
+        "        tree_cache.token_to_kv_pool_allocator.free(indices_to_free)\n",
+        "        pass\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("version", sorted(FIELDS_ON_REQ))
+def test_0_5_12_to_0_5_15_run_their_own_code_and_pass(version: str) -> None:
+    rule, convention, _ = FIELDS_ON_REQ[version]
+    code = release_allocation_factory(_tree(version))
+    assert code.functions().fields_on_req
+    assert code.functions().flat == (version != "0.5.15")
+    assert _flat_verdict(_tree(version), rule, convention, max_examples=40) is None
+
+
+@pytest.mark.parametrize("bug", sorted(FIELDS_ON_REQ_BUGS))
+@pytest.mark.parametrize("version", ["0.5.12", "0.5.15"])
+def test_0_5_12_and_0_5_15_single_line_bugs_are_caught(
+    tmp_path: Path, version: str, bug: str
+) -> None:
+    rule, convention, launch = FIELDS_ON_REQ[version]
+    file, line, mutated = FIELDS_ON_REQ_BUGS[bug]
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree(version), copy)
+    target = copy / (file or launch)
+    text = target.read_text()
+    assert text.count(line) == 1
+    target.write_text(text.replace(line, mutated))
+    assert _flat_verdict(copy, rule, convention, max_examples=60) is not None, bug
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.15"])
+def test_dflash_launches_with_its_own_draft_input_from_0_5_14(version: str) -> None:
+    # DFLASH's `DFlashDraftInputV2.prepare_for_decode` (0.5.14 dflash_info_v2.py:131) reserves
+    # `max(Al, C + 2 * block)` for the launched block and pre-claims nothing, where the EAGLE v2
+    # mixin of the flat layout would pre-claim C.
+    path = release_allocation_factory(_tree(version))(
+        Config(algorithm="dflash", allocation="0.5.13", stride=3)
+    )
+    reqs = [FakeReq("a", 5, 10)]
+    reqs[0].kv_committed_len = reqs[0].kv_allocated_len = 5
+    path.admit(reqs)
+    path.prepare_decode(reqs, 3)
+    assert (reqs[0].kv_committed_len, reqs[0].kv_allocated_len) == (5, 11)
+    assert path.pool.state().faults == ()
+
+
+def _launch(root: Path, rule: AllocationRule) -> str | None:
+    """One decode launch at stride 2 with an adaptive maximum of 3, judged under `rule`."""
+    config = Config(
+        convention="preclaim",
+        allocation=rule,
+        adaptive=True,
+        stride=2,
+        max_stride=3,
+        overlap=False,
+        allocation_path="release",
+    )
+    reference = load_target("builtin:reference")
+    import attrs
+
+    target = attrs.evolve(reference, allocation=release_allocation_factory(root))
+    events = (Admit("r0", 4, 20), Step(), Step())
+    result = run_scenario(Scenario(config, events), target)
+    return None if result.violation is None else result.violation.invariant
+
+
+def test_0_5_12_reserves_for_the_launched_stride_as_its_rule_says() -> None:
+    # 0.5.12 reserves 2 * speculative_num_draft_tokens, the launched stride (managers/utils.py:
+    # 229), where 0.5.13 reads max_speculative_num_draft_tokens (mem_cache/common.py:169). Under
+    # its own rule 0.5.12 passes; judged under 0.5.13's, it is short of the adaptive maximum's
+    # reserve: the failure once seen was the rule's, not the release's.
+    assert _launch(_tree("0.5.12"), "0.5.12") is None
+    assert _launch(_tree("0.5.12"), "0.5.13") == "alloc-covers-reserve"
+    assert _launch(_tree("0.5.13"), "0.5.13") is None

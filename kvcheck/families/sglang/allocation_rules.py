@@ -16,7 +16,7 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
-AllocationRule: TypeAlias = Literal["off", "0.5.6", "0.5.12", "0.5.13", "0.5.16"]
+AllocationRule: TypeAlias = Literal["off", "0.5.6", "0.5.12", "0.5.13", "0.5.16", "0.5.17"]
 # Where a launch takes the draft count A of its reserve R = 2A: the stride it is launched at, or
 # the adaptive candidates' maximum (`Config.max_stride`, else the initial stride).
 ReserveFrom: TypeAlias = Literal["launched-stride", "adaptive-max"]
@@ -40,6 +40,11 @@ class AllocationFeatures:
     page_round: bool
     # Release sets `Al = 0` (`req.kv = None`, later `mark_kv_released`); without it `Al` stays.
     zero_on_release: bool
+    # Memory-pressure retraction sorts a speculative decode batch (most outputs first, then
+    # the shortest prompt) before it retracts from the back; without it, it retracts from the
+    # back of the batch as it stands, since releases before 0.5.17 sort only without
+    # speculative decoding (docs/release-allocation.md).
+    retraction_sorted: bool = False
 
 
 OFF: Final = AllocationFeatures(
@@ -90,12 +95,23 @@ RULES: Final[tuple[AllocationFeatures, ...]] = (
     AllocationFeatures(
         name="0.5.16",
         first_release="0.5.16",
+        last_release="0.5.16",
+        allocates=True,
+        clamp=True,
+        reserve_from="adaptive-max",
+        page_round=True,
+        zero_on_release=True,
+    ),
+    AllocationFeatures(
+        name="0.5.17",
+        first_release="0.5.17",
         last_release=None,
         allocates=True,
         clamp=True,
         reserve_from="adaptive-max",
         page_round=True,
         zero_on_release=True,
+        retraction_sorted=True,
     ),
 )
 
@@ -117,3 +133,23 @@ def first_rule_with(**features: object) -> AllocationFeatures:
         for rule in RULES
         if all(getattr(rule, field) == value for field, value in features.items())
     )
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    # `0.5.12.post1` is a release of 0.5.12's rule: the post part does not move it.
+    return tuple(int(part) for part in version.partition(".post")[0].split("."))
+
+
+def rule_of_release(version: str) -> AllocationRule | None:
+    """The rule SGLang `version` allocates by (`0.5.12.post1` as `0.5.12`); None for a
+    release no rule covers (before 0.5.6, or not a release number)."""
+    try:
+        key = _release_key(version)
+    except ValueError:
+        return None
+    for rule in RULES:
+        if rule.first_release is None or key < _release_key(rule.first_release):
+            continue
+        if rule.last_release is None or key <= _release_key(rule.last_release):
+            return rule.name
+    return None

@@ -53,7 +53,7 @@ from kvcheck.families.sglang.scenario import (
     SwitchStride,
     adaptive_allocation_problem,
 )
-from kvcheck.families.sglang.target import allocation_rules
+from kvcheck.families.sglang.target import allocation_rules, release_path_rules
 
 MAX_REQUESTS: Final = 6
 MIN_GENERATED_STRIDE: Final = 2
@@ -136,9 +136,9 @@ def scenario_space(target: Target, options: SglangJudging) -> ScenarioSpace:
     shape = target.shape
     rules = allocation_rules(target)
     if options.allocation_path == "release":
-        # The release's own code runs under a rule that allocates: drawing none ("off", which
-        # a target never touching `kv_allocated_len` allows) would leave it idle.
-        rules = tuple(rule for rule in rules if allocation_features(rule).allocates) or rules
+        own = release_path_rules(target)
+        switching_under_overlap = options.adaptive and options.overlap is not False
+        rules = _with_release_stand_in(own, rules) if switching_under_overlap else own
     # Without a pinned overlap, rule 0.5.12 runs adaptive switching with overlap off.
     pinned_on = options.overlap is True
     problems = [
@@ -161,6 +161,21 @@ def scenario_space(target: Target, options: SglangJudging) -> ScenarioSpace:
         overlap=options.overlap,
         allocation_path=options.allocation_path,
     )
+
+
+def _with_release_stand_in(
+    own: tuple[AllocationRule, ...], generations: tuple[AllocationRule, ...]
+) -> tuple[AllocationRule, ...]:
+    """The release path's rules `own`, with the adaptive stand-in of the resolver's
+    `generations` added where no rule of `own` can run adaptive switching under overlap
+    (0.5.12's): those scenarios run kvcheck's model (`ReleaseAllocationCode.__call__`), so its
+    resolver is still judged on stale rows under overlap."""
+    if any(adaptive_allocation_problem(rule, adaptive=True, overlap=True) is None for rule in own):
+        return own
+    stand_in = adaptive_stand_in(generations, overlap=True)
+    if stand_in is None or not allocation_features(stand_in).allocates:
+        return own
+    return (*own, stand_in)
 
 
 def space_of(

@@ -517,9 +517,10 @@ class Engine:
 
     def _check_decode_mem(self) -> None:
         """SGLang's `check_decode_mem` / `retract_decode` before a decode launch: when the
-        estimate does not fit, retract (fewest outputs first, then longest prompt, then latest
-        in the batch, unless the allocation path brings the release's own order) until it
-        does, keeping one request."""
+        estimate does not fit, retract from the back of the batch until it does, keeping one
+        request. The batch is in the release's own order where the allocation path brings
+        one; else sorted under the rule's `retraction_sorted` (0.5.17+: fewest outputs, then
+        longest prompt, then latest in the batch go first), and as it stands without."""
         assert self.allocation is not None
         path, stride = self.allocation, self.scheduler.draft_worker.speculative_num_draft_tokens
 
@@ -529,11 +530,14 @@ class Engine:
 
         if fits(self.running):
             return
-        order = path.retraction_order(self.running) or sorted(
-            self.running,
-            key=lambda req: (len(req.output_ids), -len(req.origin_input_ids)),
-            reverse=True,
-        )
+        order = path.retraction_order(self.running)
+        if order is None:
+            order = list(self.running)
+            if self.config.allocation_rule.retraction_sorted:
+                order.sort(
+                    key=lambda req: (len(req.output_ids), -len(req.origin_input_ids)),
+                    reverse=True,
+                )
         while len(order) > 1:
             self._reset_for_retract(order.pop())
             if fits(order):

@@ -30,6 +30,7 @@ import attrs
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.sglang import release as sglang_release
+from kvcheck.families.sglang.allocation_rules import rule_of_release
 from kvcheck.families.sglang.builtins import BUILTINS
 from kvcheck.families.sglang.names import STAND_INS
 from kvcheck.families.sglang.probe import probe_target
@@ -128,7 +129,8 @@ def _load_release(spec: str, allow_unavailable: bool, deadline: float | None) ->
     what = f"SGLang {version} (package index)"
     target = _load_sglang(spec, package, what, allow_unavailable, deadline)
     root = functools.partial(allocation_tree, version)  # unpacked on first use
-    return attrs.evolve(target, allocation=ReleaseAllocationCode(root, what))
+    code = ReleaseAllocationCode(root, what, rule_of_release(version))
+    return attrs.evolve(target, allocation=code)
 
 
 def _load_package(spec: str, allow_unavailable: bool, deadline: float | None) -> Target:
@@ -150,7 +152,9 @@ def package_target(
     trees)."""
     target = _load_sglang(spec, package, what, allow_unavailable, deadline)
     root = functools.partial(Path, package.parent)
-    return attrs.evolve(target, allocation=ReleaseAllocationCode(root, what))
+    version = sglang_release.package_version(package)
+    rule = None if version is None else rule_of_release(version)
+    return attrs.evolve(target, allocation=ReleaseAllocationCode(root, what, rule))
 
 
 def _load_sglang(

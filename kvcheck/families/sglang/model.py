@@ -453,15 +453,18 @@ class ReferenceModel:
 
     def _retract_for_memory(self) -> None:
         """SGLang's decode memory check: when the next launch does not fit, retract requests
-        (fewest outputs first, then longest prompt, then latest in the batch) until it does,
-        keeping one; at least one is retracted once the check failed."""
+        until it does, keeping one; at least one is retracted once the check failed. With
+        `retraction_sorted` (0.5.17+) the fewest outputs go first, then the longest prompt,
+        then the latest in the batch; without (a speculative batch before 0.5.17), the latest
+        in the batch goes first."""
         if self._decode_estimate(self.running) <= self._free_pages():
             return
-        order = sorted(
-            self.running,
-            key=lambda rid: (self.requests[rid].outputs, -self.requests[rid].prompt_len),
-            reverse=True,
-        )
+        order = list(self.running)
+        if self.config.allocation_rule.retraction_sorted:
+            order.sort(
+                key=lambda rid: (self.requests[rid].outputs, -self.requests[rid].prompt_len),
+                reverse=True,
+            )
         while len(order) > 1:
             self._retract(self.requests[order.pop()])
             self.reached.add("retraction under memory pressure")

@@ -172,6 +172,18 @@ def package_dir(path: Path) -> Path:
     )
 
 
+def package_version(package: Path) -> str | None:
+    """The release an SGLang package directory says it is (`__version__` in its `version.py`,
+    normalized), or None when it says none: a wheel's unpacked allocation or resolver files
+    hold no `version.py`."""
+    try:
+        text = (package / "version.py").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", text, re.MULTILINE)
+    return None if match is None else normalize_version(match[1])
+
+
 def find_resolver(package: Path) -> ResolverLocation:
     """The resolver of the SGLang package at `package` (see `package_dir`)."""
     for relative, cls, method in RESOLVER_PLACES:

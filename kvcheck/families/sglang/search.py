@@ -99,7 +99,12 @@ from kvcheck.families.sglang.scenario import (
     SwitchStride,
     adaptive_allocation_problem,
 )
-from kvcheck.families.sglang.target import allocation_rules, refuse_other_allocation_rules
+from kvcheck.families.sglang.target import (
+    allocation_rules,
+    refuse_other_allocation_rules,
+    release_code,
+    release_path_rules,
+)
 from kvcheck.wording import plural
 
 # --- shrinking ------------------------------------------------------------------------------
@@ -457,6 +462,19 @@ def check_bounds(target: Target, bounds: Bounds, options: SglangJudging) -> None
     refuse_other_allocation_rules(target, bounds.allocations)
     if options.allocation_path == "release":
         chosen_allocation_path("release", target)
+        # "off" leaves the release's code idle, as before; a rule that allocates must be its own.
+        own = release_path_rules(target)
+        other = [
+            rule
+            for rule in dict.fromkeys(bounds.allocations)
+            if rule not in own and allocation_features(rule).allocates
+        ]
+        if other:
+            raise KvcheckUsageError(
+                f"{target.description}'s own allocation code runs under allocation "
+                f"{', '.join(own)} only, not {', '.join(other)}; judge other rules with "
+                "--allocation-path model"
+            )
     skipped = skipped_allocations(bounds, options.adaptive)
     if len(skipped) == len(set(bounds.allocations)) * len(set(bounds.overlap)):
         rule, overlap = skipped[0]
@@ -944,9 +962,12 @@ def _within_shape(bounds: Bounds, args: argparse.Namespace, target: Target) -> B
     if problems:
         raise KvcheckUsageError(f"{target.description}: " + "; ".join(problems))
     allowed = allocation_rules(target)
-    # Without --allocation: no allocation where the target allows that, else the newest rule of
-    # its generations (a rule it is not judged under is refused by `exhaust`).
-    allocations = args.allocation or (("off",) if "off" in allowed else allowed[-1:])
+    # Without --allocation: no allocation where the target allows that, else a release's own
+    # rule or the newest rule of its generations (a rule it is not judged under is refused by
+    # `exhaust`).
+    code = release_code(target)
+    newest = (code.rule,) if code is not None and code.rule in allowed else allowed[-1:]
+    allocations = args.allocation or (("off",) if "off" in allowed else newest)
     return attrs.evolve(
         bounds,
         algorithms=algorithms,

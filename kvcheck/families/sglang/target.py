@@ -17,6 +17,7 @@ from kvcheck.core.target import CodeSpan as CodeSpan
 from kvcheck.core.target import Target as Target
 from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.allocation import AllocationPath
+from kvcheck.families.sglang.allocation_rules import allocation_features
 from kvcheck.families.sglang.real.path import ReleaseAllocationCode
 from kvcheck.families.sglang.scenario import (
     ALLOCATION_RULES,
@@ -149,6 +150,18 @@ def allocation_rules(target: Target) -> tuple[AllocationRule, ...]:
     those of the SGLang generations its API shape fits (`ApiShape.allocation_rules`)."""
     own: tuple[AllocationRule, ...] | None = getattr(target.allocation, "rules", None)
     return tuple(own) if own is not None else target.shape.allocation_rules
+
+
+def release_path_rules(target: Target) -> tuple[AllocationRule, ...]:
+    """The allocation rules a search of `target` runs the release's own code under: the rule of
+    the release the tree is where kvcheck knows its version (`ReleaseAllocationCode.rule`; the
+    model judging that code must allocate as that release does, e.g. retract in its order), else
+    `allocation_rules`' rules that allocate (with "off" the release's code would stay idle)."""
+    code = release_code(target)
+    if code is not None and code.rule is not None:
+        return (code.rule,)
+    rules = allocation_rules(target)
+    return tuple(rule for rule in rules if allocation_features(rule).allocates) or rules
 
 
 def refuse_other_allocation_rules(target: Target, rules: Iterable[AllocationRule]) -> None:

@@ -125,18 +125,18 @@ def test_cli_a_grammar_rewrite_is_proven_within_grammar_bounds(
 
 def test_cli_allocation_rules(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ("mutant:alloc-inflated-live", "--events", "3", "--requests", "1", "--no-save")
-    code, out, _ = _run(capsys, *argv, "--allocation", "0.5.16", "--json")
+    code, out, _ = _run(capsys, *argv, "--allocation", "0.5.17", "--json")
     data = json.loads(out)
     assert code == 1 and data["violation"]["invariant"] == "alloc-untouched-by-resolver"
     assert len(data["events"]) == 3
     # Without --allocation, a target touching kv_allocated_len gets its generation's newest
     # rule; "off" (where the field is not modelled) is refused, naming why (issue 23).
     code, out, _ = _run(capsys, *argv, "--json")
-    assert code == 1 and json.loads(out)["bounds"]["allocations"] == ["0.5.16"]
+    assert code == 1 and json.loads(out)["bounds"]["allocations"] == ["0.5.17"]
     code, out, _ = _run(capsys, *argv)
-    assert code == 1 and "; allocation {0.5.16}" in out  # the bounds line says the rule chosen
+    assert code == 1 and "; allocation {0.5.17}" in out  # the bounds line says the rule chosen
     code, _, err = _run(capsys, *argv, "--allocation", "off")
-    assert code == 2 and "under allocation 0.5.16 only, not off" in err
+    assert code == 2 and "under allocation 0.5.17 only, not off" in err
     assert "touches req.kv.kv_allocated_len" in err
     code, _, err = _run(capsys, *argv, "--allocation", "0.4")
     assert code == 2 and "allocation rules must be among" in err

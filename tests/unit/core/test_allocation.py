@@ -37,6 +37,7 @@ from kvcheck.families.sglang.pool import KvPool, PoolState
 from kvcheck.families.sglang.scenario import (
     Abort,
     Admit,
+    AllocationRule,
     Config,
     Event,
     Retract,
@@ -299,15 +300,19 @@ def test_memory_pressure_retracts_and_admission_waits() -> None:
         assert pool is not None and pool.total == 128
 
 
-def test_memory_retraction_order_prefers_fewest_outputs() -> None:
-    # r0 is first in the batch but accepts 1 token a step, r1 accepts 4: r0 has fewer outputs,
-    # so it is the one retracted, though r1 is later in the batch.
-    config = Config(convention="preclaim", allocation="0.5.12", pool_pages=128)
+@pytest.mark.parametrize(("rule", "retracted"), [("0.5.17", {"r0"}), ("0.5.16", {"r1"})])
+def test_memory_retraction_order_follows_the_rule(
+    rule: AllocationRule, retracted: set[str]
+) -> None:
+    # r0 is first in the batch but accepts 1 token a step, r1 accepts 4. Rules that sort
+    # (`retraction_sorted`, 0.5.17+) retract the one with fewer outputs, r0, though r1 is later
+    # in the batch; before 0.5.17 a speculative batch retracts from its back: r1.
+    config = Config(convention="preclaim", allocation=rule, pool_pages=128)
     events = (Admit("r0", 40, 60), Admit("r1", 40, 60), Step(), *(Step((1, 4)),) * 12)
     result = run_scenario(Scenario(config, events), REFERENCE, record=True)
     assert result.violation is None
-    retracted = {r.rid for e in result.trace for r in e.expected.requests if r.phase == "retracted"}
-    assert retracted == {"r0"}
+    seen = {r.rid for e in result.trace for r in e.expected.requests if r.phase == "retracted"}
+    assert seen == retracted
 
 
 def test_fixed_pool_needs_allocation_and_a_floor() -> None:

@@ -33,7 +33,7 @@ REFERENCE = target(reference)
 
 def test_rule_names_stay_what_scenario_files_store() -> None:
     # `Config.allocation` and every counterexample file store these names.
-    assert ALLOCATION_RULES == ("off", "0.5.6", "0.5.12", "0.5.13", "0.5.16")
+    assert ALLOCATION_RULES == ("off", "0.5.6", "0.5.12", "0.5.13", "0.5.16", "0.5.17")
     assert [allocation_features(name).name for name in ALLOCATION_RULES] == list(ALLOCATION_RULES)
 
 
@@ -52,13 +52,20 @@ def test_the_rules_follow_the_releases_in_order() -> None:
 
 
 def _features(rule: AllocationFeatures) -> tuple[object, ...]:
-    return (rule.allocates, rule.clamp, rule.reserve_from, rule.page_round, rule.zero_on_release)
+    return (
+        rule.allocates,
+        rule.clamp,
+        rule.reserve_from,
+        rule.page_round,
+        rule.zero_on_release,
+        rule.retraction_sorted,
+    )
 
 
 def test_adaptive_stand_ins_keep_their_order() -> None:
     """The stand-ins are derived from the features: the adaptive-maximum rules oldest first,
     then the clamped rule without overlap, then none."""
-    assert distribution._ADAPTIVE_STAND_INS == ("0.5.13", "0.5.16", "0.5.12", "off")
+    assert distribution._ADAPTIVE_STAND_INS == ("0.5.13", "0.5.16", "0.5.17", "0.5.12", "off")
     every = ALLOCATION_RULES
     assert adaptive_stand_in(every, overlap=True) == "0.5.13"
     assert adaptive_stand_in(("0.5.16", "0.5.12", "off"), overlap=True) == "0.5.16"
@@ -168,18 +175,25 @@ def test_the_docs_table_says_what_the_rows_say() -> None:
     rows = {}
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) == 7 and cells[0].startswith("`") and cells[0] != "`off`":
-            rows[cells[0].strip("`")] = cells[1:6]
+        if len(cells) == 8 and cells[0].startswith("`") and cells[0] != "`off`":
+            rows[cells[0].strip("`")] = cells[1:7]
     yes = {"yes": True, "no": False}
     for rule in RULES[1:]:
-        releases, clamp, reserve_from, page_round, zero_on_release = rows.pop(rule.name)
+        releases, clamp, reserve_from, page_round, zero_on_release, sorted_ = rows.pop(rule.name)
         last = rule.last_release or "on"
         shown = rule.name if last == rule.name else f"{rule.first_release}-{last}"
         assert releases == shown.replace("-on", " on"), rule.name
-        assert (yes[clamp], reserve_from, yes[page_round], yes[zero_on_release]) == (
+        assert (
+            yes[clamp],
+            reserve_from,
+            yes[page_round],
+            yes[zero_on_release],
+            yes[sorted_],
+        ) == (
             rule.clamp,
             rule.reserve_from,
             rule.page_round,
             rule.zero_on_release,
+            rule.retraction_sorted,
         ), rule.name
     assert not rows, f"rows of no rule: {sorted(rows)}"

@@ -92,7 +92,7 @@ def test_allocated_length_without_a_rule_is_refused_not_stale(resolver: Any, whe
 
 def test_the_probe_gives_the_rules_of_the_generations_the_spellings_fit() -> None:
     fixture = load_target(ASSERTS_ALLOCATION).shape
-    assert fixture.allocation_rules == ("0.5.16",)
+    assert fixture.allocation_rules == ("0.5.17",)
     assert "touches req.kv.kv_allocated_len" in fixture.allocation_reason
     # 0.5.11 spellings reading `req.kv_allocated_len`: the 0.5.6 rule only, never off.
     old = target(_reads_allocated).shape
@@ -119,7 +119,7 @@ def test_the_fast_search_keeps_to_the_target_rules() -> None:
         loaded, convention="honest", adaptive=True, max_examples=150, seed=5, on_run=seen
     )
     assert outcome.failure is None
-    assert rules == {"0.5.16"}
+    assert rules == {"0.5.17"}
 
 
 def _reads_and_overcommits(self: Any, result: Any, batch: Any) -> Any:

@@ -53,13 +53,13 @@ def test_allocation_rules_are_enumerated() -> None:
     # delivery with allocation: admit, prefill, decode (no overlap). Without allocation it is
     # not judged at all: the field is not modelled there (issue 23).
     inflating = load_target("kvcheck.mutants:alloc_inflated_live")
-    bounds = Bounds(events=3, requests=1, allocations=("0.5.16",), max_new=(4,), eos=(None,))
+    bounds = Bounds(events=3, requests=1, allocations=("0.5.17",), max_new=(4,), eos=(None,))
     result = exhaust(inflating, bounds, convention="honest", adaptive=False)
     assert result.failure is not None and result.depth == 3
     assert result.minimal_invariants == {"alloc-untouched-by-resolver"}
     from kvcheck.errors import KvcheckUsageError
 
-    with pytest.raises(KvcheckUsageError, match=r"under allocation 0\.5\.16 only, not off"):
+    with pytest.raises(KvcheckUsageError, match=r"under allocation 0\.5\.17 only, not off"):
         exhaust(inflating, Bounds(events=3), convention="honest")
 
     with pytest.raises(KvcheckUsageError, match="allocation rules"):

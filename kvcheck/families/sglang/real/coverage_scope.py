@@ -235,6 +235,8 @@ _FROM_0_5_16: Final[Mapping[str, str]] = {
     # managers/schedule_batch.py
     "if get_server_args().strip_thinking_cache and self.reasoning_tokens > 0:": _THINKING,
     'if server_args.disaggregation_mode == "decode" and offload_kv:': _DISAGG,
+    # `retract_decode` lets the chooser sort only without speculation (:2603-2609).
+    "if not allow_policy_sort:": _NOT_SPECULATIVE,
     # speculative/eagle_utils.py
     "if page_size > 1 and (get_server_args().speculative_eagle_topk or 1) > 1:": _TREE_DRAFTS,
 }

@@ -43,6 +43,7 @@ from kvcheck.core.calls import TargetCalls
 from kvcheck.core.target import CallWrapper, CodeSpan, SideCode
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.sglang.allocation import RuleAllocation, admission_pages, decode_reserve
+from kvcheck.families.sglang.allocation_rules import AllocationRule
 from kvcheck.families.sglang.fakes import FakeReq, UnmodeledAttributeError, is_finished
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.real import kernels
@@ -126,6 +127,9 @@ class ReleaseFunctions:
         self.flat = not self.tree.has(_EAGLE, "eagle_prepare_for_decode") and self.tree.has(
             _EAGLE_V2, "EagleDraftInputV2Mixin.prepare_for_decode"
         )
+        # C, Al, the row and the freed flags on `Req` itself (0.5.11-0.5.15): the flat layout,
+        # and 0.5.15, which has 0.5.16's launch and retraction functions over those fields.
+        self.fields_on_req = self.tree.has(_BATCH, "Req.pop_overallocated_kv_cache")
         if self.flat:
             self._load_flat()
             return
@@ -151,20 +155,16 @@ class ReleaseFunctions:
         # Whether the tree keeps what it can key: `is_insert` up to 0.5.21, `checkpoint` after.
         parameters = inspect.signature(self.release_kv_cache).parameters
         self.release_flag = "checkpoint" if "checkpoint" in parameters else "is_insert"
-        # The retraction chooser where the release sorts a speculative batch (0.5.17+: its
-        # `_get_decode_retraction_order` takes no `allow_policy_sort`). 0.5.16's is told by its
-        # `retract_decode` not to sort with speculative decoding (schedule_batch.py:2603-2609)
-        # and retracts from the back of the batch, an order kvcheck's model does not have yet:
-        # there the engine keeps choosing (docs/release-allocation.md).
+        # The retraction chooser, where the release has one (0.5.16+): 0.5.17+ sort every
+        # batch; 0.5.16's `retract_decode` tells its chooser not to sort with speculative
+        # decoding (`allow_policy_sort`, schedule_batch.py:2603-2609), so it returns the batch
+        # order, retracting from the back (rule feature `retraction_sorted`).
         batch_names = ["_new_tokens_required_next_decode_spec_v2"]
         if self.tree.has(_BATCH, "ScheduleBatch._get_decode_retraction_order"):
             batch_names.append("_get_decode_retraction_order")
         self.batch_members = self.tree.members(_BATCH, "ScheduleBatch", batch_names)
         order_of = getattr(self.batch_members, "_get_decode_retraction_order", None)
-        self.sorts_retractions = (
-            order_of is not None
-            and "allow_policy_sort" not in inspect.signature(order_of).parameters
-        )
+        self.chooses_retractions = order_of is not None
         # Retraction: the module-level `release_req` (release, then the request's own
         # `reset_for_retract`; 0.5.16+ schedule_batch.py), where the release has both.
         self.release_req: Callable[..., Any] | None = None
@@ -215,6 +215,8 @@ class ReleaseFunctions:
                 self._present(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
                 self._present(_PREFIX_CACHE, "BasePrefixCache", ["free_kv_row"]),
             )
+        elif self.fields_on_req:
+            self._load_fields_on_req()
         else:
             self.req_members = self.tree.members(_BATCH, "Req", ["effective_kv_committed_len"])
             self.kv_members = type("ReqKvInfo", (), {})
@@ -229,9 +231,12 @@ class ReleaseFunctions:
             self.cache_members = (
                 self.tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
             )
-        # The draft inputs whose own `prepare_for_decode` SGLang's dispatcher calls instead of
-        # `eagle_prepare_for_decode` (0.5.23 speculative/spec_utils.py:1259-1270), where the
-        # release has them.
+        self._load_draft_inputs()
+
+    def _load_draft_inputs(self) -> None:
+        """The draft inputs whose own `prepare_for_decode` SGLang's dispatcher calls instead of
+        `eagle_prepare_for_decode` (0.5.23 speculative/spec_utils.py:1259-1270) or the EAGLE v2
+        mixin's (DFLASH from 0.5.14), where the release has them."""
         self.draft_inputs: dict[str, type] = {}
         for algorithm, module, class_name, names in (
             (
@@ -260,11 +265,6 @@ class ReleaseFunctions:
         (their freed flags), with Al kept; retraction is `ScheduleBatch.release_req`, a
         method, ending in `Req.reset_for_retract`."""
         tree = self.tree
-        if _launch_clamps(tree.file_of(_EAGLE_V2)):
-            raise TargetLoadError(
-                f"{tree.file_of(_EAGLE_V2)}'s decode launch clamps its sizing (0.5.12-0.5.14): "
-                "kvcheck drives the flat layout without the clamp (0.5.11) only so far"
-            )
         self.kv_record = False
         self.alloc_for_extend = None
         self.prepare_for_decode = None
@@ -274,7 +274,7 @@ class ReleaseFunctions:
         self.batch_members = tree.members(
             _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2", "release_req"]
         )
-        self.sorts_retractions = False  # from the back of a speculative batch (0.5.6-0.5.16)
+        self.chooses_retractions = False  # no chooser: the back of the batch (to 0.5.15)
         self.release_req = None
         self.reset_members = tree.members(_BATCH, "Req", ["reset_for_retract"])
         self.req_members = tree.members(
@@ -283,8 +283,23 @@ class ReleaseFunctions:
         self.kv_members = type("ReqKvInfo", (), {})
         self.allocator_members = type("BaseTokenToKVPoolAllocator", (), {})
         self.cache_members = (tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),)
-        self.draft_inputs = {}
-        self.draft_input_files = {}  # no draft input of its own: EAGLE's mixin only
+        # DFLASH's own draft input from 0.5.14 (speculative/dflash_info_v2.py:131), which
+        # pre-claims nothing; EAGLE, EAGLE3 and n-gram launch through the mixin.
+        self._load_draft_inputs()
+
+    def _load_fields_on_req(self) -> None:
+        """0.5.15's members over the fields on `Req`: release frees through the chunk cache's
+        `cache_finished_req` and `Req.pop_committed_kv_cache` / `pop_overallocated_kv_cache`
+        (0.5.15 mem_cache/common.py:635-689, managers/schedule_batch.py:1059-1076), keeping
+        Al; the launch (speculative/eagle_utils.py:771) is honest, pre-claiming nothing."""
+        self.req_members = self.tree.members(
+            _BATCH, "Req", ["pop_committed_kv_cache", "pop_overallocated_kv_cache"]
+        )
+        self.kv_members = type("ReqKvInfo", (), {})
+        self.allocator_members = type("BaseTokenToKVPoolAllocator", (), {})
+        self.cache_members = (
+            self.tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
+        )
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ReleaseFunctions:
         """Itself: a copy of a path (an engine the exhaustive search branches) shares the
@@ -309,24 +324,6 @@ class ReleaseFunctions:
         """`write_req_to_token_pool_triton`: the kernel's CPU equivalent, then the binding."""
         writes = kernels.write_req_to_token_pool(*args)
         self._writes[-1](writes)
-
-
-def _launch_clamps(file: Path) -> bool:
-    """Whether the flat layout's decode launch (`EagleDraftInputV2Mixin.prepare_for_decode`
-    in `file`) calls `max`, i.e. clamps its sizing as 0.5.12-0.5.14 do (0.5.11 does not)."""
-    import ast
-
-    for node in ast.walk(ast.parse(file.read_text())):
-        if isinstance(node, ast.ClassDef) and node.name == "EagleDraftInputV2Mixin":
-            for member in node.body:
-                if isinstance(member, ast.FunctionDef) and member.name == "prepare_for_decode":
-                    return any(
-                        isinstance(call, ast.Call)
-                        and isinstance(call.func, ast.Name)
-                        and call.func.id == "max"
-                        for call in ast.walk(member)
-                    )
-    return False
 
 
 def _member_reads(file: Path, class_name: str, member: str, attribute: str) -> bool:
@@ -390,7 +387,7 @@ class ReleaseAllocation:
         req_view, kv_view = (
             (_ReqView, _KvView) if functions.kv_record else (_ReqFieldsView, _AllocatedLenView)
         )
-        if functions.flat:
+        if functions.fields_on_req:
             req_view = _FlatReqView
         self._req_class = type(
             "Req", (req_view, functions.req_members, functions.reset_members), {}
@@ -444,7 +441,7 @@ class ReleaseAllocation:
     def _admit_one(self, req: FakeReq) -> None:
         """kvcheck's admission: a row and indices for `[0, C)`, bound as SGLang writes them."""
         view = self.view(req)
-        if not self.functions.flat and view.kv is None:  # 0.5.16-0.5.18 drop it at release
+        if not self.functions.fields_on_req and view.kv is None:  # 0.5.16-0.5.18 drop it
             view.kv = self._kv_class(req)
         row = self.rows.take(req.rid)
         view._set_row_index(row)
@@ -461,11 +458,11 @@ class ReleaseAllocation:
         `eagle_prepare_for_decode` (EAGLE, EAGLE3, n-gram), as SGLang's dispatcher routes."""
         self.pool.check_launch([req.rid for req in reqs])
         batch = self._batch(reqs, stride)
-        if self.functions.draft_mixin is not None:
+        draft_input = self.functions.draft_inputs.get(self.config.algorithm)
+        if draft_input is None and self.functions.draft_mixin is not None:
             draft = type("DraftInput", (_EagleV2Input, self.functions.draft_mixin), {})()
             self._call(draft.prepare_for_decode, batch)
             return
-        draft_input = self.functions.draft_inputs.get(self.config.algorithm)
         if draft_input is None:
             assert self.functions.prepare_for_decode is not None
             self._call(self.functions.prepare_for_decode, batch)
@@ -485,10 +482,11 @@ class ReleaseAllocation:
     def retraction_order(self, reqs: list[FakeReq]) -> list[FakeReq] | None:
         """The decode batch `reqs` as the release's `_get_decode_retraction_order` orders it
         (most preferred to keep first; memory-pressure retraction pops from the back), or None
-        where the engine chooses (`ReleaseFunctions.sorts_retractions`). An order that is not a
-        permutation of the batch is a `pool` fault of the release's code; the engine then
-        keeps its own."""
-        if not self.functions.sorts_retractions:
+        where the release has no chooser (`ReleaseFunctions.chooses_retractions`). 0.5.16's is
+        told not to sort, as its `retract_decode` tells it with speculative decoding
+        (schedule_batch.py:2603-2609). An order that is not a permutation of the batch is a
+        `pool` fault of the release's code; the engine then keeps its own."""
+        if not self.functions.chooses_retractions:
             return None
         if self.on_retraction_order is not None:
             self.on_retraction_order()
@@ -496,7 +494,8 @@ class ReleaseAllocation:
         order_of = self.functions.batch_members._get_decode_retraction_order  # type: ignore[attr-defined]
         parameters = inspect.signature(order_of).parameters
         extra = [self.settings.server_args()] if "server_args" in parameters else []
-        indices = self._call(order_of, views, *extra)
+        told = {"allow_policy_sort": False} if "allow_policy_sort" in parameters else {}
+        indices = self._call(order_of, views, *extra, **told)
         if indices is None:  # it raised: a fault already recorded
             return None
         try:
@@ -561,7 +560,11 @@ class ReleaseAllocation:
         """`call` as the retraction of `retracted`: its frees on its behalf, and what its reset
         writes that kvcheck does not model kept aside (`_Resettable`)."""
         view = self.view(retracted)
-        records = [view] if self.functions.flat else [r for r in (view, view.kv) if r is not None]
+        records = (
+            [view]
+            if self.functions.fields_on_req
+            else [r for r in (view, view.kv) if r is not None]
+        )
         self.allocator._acting = retracted.rid
         for record in records:
             record._retracting = True
@@ -833,7 +836,7 @@ class _ReqFieldsView(_RowOnReq):
 
 
 class _FlatReqView(_RowOnReq):
-    """A request of the flat layout (0.5.11-0.5.14): C, Al, the row and the freed flags
+    """A request of 0.5.11-0.5.15 (the flat layout and 0.5.15): C, Al, the row and the freed flags
     `pop_committed_kv_cache` / `pop_overallocated_kv_cache` set, all on `Req`."""
 
     _owner = "req"
@@ -847,6 +850,8 @@ class _FlatReqView(_RowOnReq):
             "prefix_indices",
         }
     )
+
+    sampling_params = _ReqView.sampling_params
 
     def __init__(self, req: FakeReq, kv: Any = None) -> None:
         self._req = req
@@ -932,8 +937,17 @@ class _DflashInput(Strict):
             "uniform_top_k_value",
             "nxt_kv_lens_cpu",  # what its launch records: 0.5.23's names
             "nxt_kv_lens_sum",
-            "reserved_seq_lens_cpu",  # and 0.5.16-0.5.18's
+            "reserved_seq_lens_cpu",  # and 0.5.14-0.5.18's
             "reserved_seq_lens_sum",
+            # 0.5.14's: two more length buffers, its planning bound, the previous verify's
+            # event (None: done) and a carried allocated length no code of the release sets
+            # (None: the request's own `kv_allocated_len` is read).
+            "_prepare_committed_kv_lens_cpu_buf",
+            "_prepare_planning_kv_lens_cpu_buf",
+            "planning_seq_lens_cpu",
+            "planning_seq_lens_sum",
+            "verify_done",
+            "cur_allocated_seq_lens_cpu",
         }
     )
 
@@ -979,9 +993,15 @@ class ReleaseAllocationCode:
     `unavailable()` or the first scenario asks: judging a release tree by kvcheck's own model
     (`--allocation-path model`) costs nothing more than before."""
 
-    def __init__(self, root: Callable[[], Path], where: str) -> None:
+    def __init__(
+        self, root: Callable[[], Path], where: str, rule: AllocationRule | None = None
+    ) -> None:
+        """`rule`: the allocation rule of the release the tree is (`rule_of_release`), which
+        its own code is judged under on the release path; None where the version is unknown
+        (the rules of the generations its resolver fits then)."""
         self._root = root
         self.where = where
+        self.rule = rule
         self._functions: ReleaseFunctions | None = None
         self._error: TargetLoadError | None = None
         self._measure: CallWrapper | None = None
@@ -1043,7 +1063,7 @@ class ReleaseAllocationCode:
             out_of_scope=out_of_scope(
                 _faked(code),
                 not_run,
-                sorts_retractions=functions.sorts_retractions,
+                sorts_retractions=functions.chooses_retractions,
                 chose_retractions=self.chose_retractions,
             ),
         )
@@ -1058,8 +1078,11 @@ class ReleaseAllocationCode:
 
     def __call__(self, config: Config) -> ReleaseAllocation | RuleAllocation:
         """A fresh path for one scenario of `config`: the release's own, except where no
-        release runs the config (`runs_adaptively`), where kvcheck's model keeps judging the
-        resolver as it always did."""
+        release runs the config (`runs_adaptively`), and under a rule other than the
+        release's (a stand-in for what its rule cannot run: adaptive switching under overlap
+        for 0.5.12), where kvcheck's model keeps judging the resolver as it always did."""
+        if self.rule is not None and config.allocation != self.rule:
+            return RuleAllocation(config)
         functions = self.functions()
         if not runs_adaptively(config):
             self.modelled.add(config.algorithm)
