@@ -160,7 +160,7 @@ def test_the_coverage_names_the_chooser_until_a_scenario_asks_it() -> None:
     code = release_allocation_factory(_tree("0.5.23"))
     measured = code.measured_with(lambda function: function)
     chooser = "ScheduleBatch._get_decode_retraction_order"
-    config = Config(allocation="0.5.16", page_size=4, stride=3)
+    config = Config(allocation="0.5.17", page_size=4, stride=3)
     path = measured(config)
     reqs = [FakeReq("a", 5, 10), FakeReq("b", 3, 10)]
     path.admit(reqs)
@@ -297,7 +297,7 @@ def test_0_5_11_single_line_bugs_are_caught(tmp_path: Path, name: str) -> None:
 
 _EXHAUST_BOUNDS = {
     "events": 4,
-    "allocations": ("0.5.16",),
+    "allocations": ("0.5.17",),
     "overlap": (True,),
     "strides": (3,),
     "kinds": ("admit", "step", "retract", "abort"),
@@ -331,7 +331,7 @@ def test_exhaust_branches_the_release_path_as_the_model_path(tmp_path: Path) -> 
     assert released == _exhaust(root, "model")
     assert released[0] == "pass"
     # A branch's fakes are its own; the compiled release is shared.
-    config = Config(allocation="0.5.16", allocation_path="release", stride=3)
+    config = Config(allocation="0.5.17", allocation_path="release", stride=3)
     path = release_allocation_factory(_tree("0.5.23"))(config)
     engine = Engine(config, reference, not_judged=frozenset(), allocation=path)
     engine.apply(Admit("r0", 5, 4))
@@ -379,7 +379,7 @@ def test_a_launch_pool_fault_is_reported_before_the_same_steps_delivery(tmp_path
         adaptive=True,
         page_size=4,
         global_counters="sglang",
-        allocation="0.5.16",
+        allocation="0.5.17",
         max_stride=8,
         pool_pages=32,
         allocation_path="release",
