@@ -90,6 +90,9 @@ class Row:
     shrunk_events: tuple[dict[str, Any], ...] = ()
     shrunk_config: dict[str, Any] | None = None
     exhaustive_length: int | None = None
+    # The invariants the shortest counterexamples met break. The exhaustive search stops its
+    # last level once the annotated invariant and the search's own are among them
+    # (`exhaustive_minimum`), so others some shortest counterexample breaks may be missing.
     exhaustive_invariants: tuple[str, ...] = ()
     exhaustive_seconds: float | None = None
     exhaustive_events: tuple[dict[str, Any], ...] = ()
@@ -334,7 +337,11 @@ def run_entry(
         else None,
     )
     if entry.kind == "mutant" and exhaustive and not why_no_exhaustive(entry):
-        minimum = exhaustive_minimum(entry, bounds)
+        # What the row's questions need: is the annotated invariant broken at the minimum
+        # length, and is the search's own (`shrink_gap_reason`).
+        searched = violation.invariant if violation is not None else None
+        asked = frozenset(name for name in (entry.expect, searched) if name)
+        minimum = exhaustive_minimum(entry, bounds, stop_when_found=asked)
         row = attrs.evolve(
             row,
             exhaustive_length=minimum.depth if minimum.failure is not None else None,
@@ -369,14 +376,21 @@ def bounds_for(target: Target, bounds: Any = None) -> Any:
     return mutants.bounds_for(target, bounds)
 
 
-def exhaustive_minimum(entry: MutantEntry, bounds: Any = None) -> Any:
+def exhaustive_minimum(
+    entry: MutantEntry, bounds: Any = None, *, stop_when_found: frozenset[str] | None = None
+) -> Any:
     """The exhaustive search for `entry` under its annotated options (an `ExhaustResult`),
     within `bounds` (by default its family's `minimum_bounds`) widened to what its target
-    supports (`bounds_for`)."""
+    supports (`bounds_for`); `stop_when_found` as `exhaust` takes it."""
     target = entry.target()
     if bounds is None:
         bounds = minimum_bounds(entry.family)
-    return exhaust(target, bounds_for(target, bounds), **judged_by(entry.options))
+    return exhaust(
+        target,
+        bounds_for(target, bounds),
+        stop_when_found=stop_when_found,
+        **judged_by(entry.options),
+    )
 
 
 def warm_up(family_name: str = DEFAULT_FAMILY) -> None:

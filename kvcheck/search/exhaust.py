@@ -86,7 +86,8 @@ class ExhaustResult:
     seconds: float
     # The shortest counterexample, re-run with `run_scenario` (recorded), or None.
     failure: RunResult | None
-    # Every invariant broken by some shortest counterexample (first-reported per scenario).
+    # Every invariant broken by some shortest counterexample (first-reported per scenario); with
+    # `stop_when_found`, those met before the search stopped (`invariants_complete` False).
     minimal_invariants: frozenset[str]
     # False when a state or time limit stopped the search before the bounds were cleared.
     complete: bool
@@ -101,6 +102,9 @@ class ExhaustResult:
     peak_memory_mb: float = 0.0
     # The processes that shared the search (`exhaust(workers=...)`).
     workers: int = 1
+    # False when `exhaust(stop_when_found=...)` stopped the level of the counterexample before
+    # every shortest counterexample was met, so `minimal_invariants` may lack some.
+    invariants_complete: bool = True
 
     @property
     def verdict(self) -> str:
@@ -225,6 +229,11 @@ class Shard:
         self.outgoing: list[dict[bytes, Candidate]] = [{} for _ in range(shards)]
         self.scenarios = 0
         self.found: list[Found] = []
+        # `exhaust(stop_when_found=...)`: the invariants whose breaking ends the level of the
+        # counterexample early, and those broken so far in it.
+        self.stop_when_found: frozenset[str] | None = None
+        self.broken: set[str] = set()
+        self.stopped_early = False
         # Whether the periodic young collections run (`collect`): on until one finds nothing.
         self.collect_young = True
         parts = family(plan.family)
@@ -279,6 +288,11 @@ class Shard:
                 if violation is not None:
                     found.append((node.origin, child.events, violation))
                     release(child, drop)
+                    if self.stop_when_found is not None:
+                        self.broken.add(violation)
+                        if self.stop_when_found <= self.broken:
+                            self.stopped_early = True  # what was asked is decided: skip the rest
+                            return
                     continue
                 if found:
                     release(child, drop)
@@ -389,6 +403,7 @@ def exhaust(
     progress: Callable[[str], None] | None = None,
     report_interrupt: bool = False,
     allow_unavailable_imports: bool = False,
+    stop_when_found: frozenset[str] | None = None,
     **requested: Any,
 ) -> ExhaustResult:
     """Search every scenario within `bounds` (the target's family's; None: its defaults),
@@ -414,6 +429,14 @@ def exhaust(
     unless `report_interrupt`. Raises `UnsupportedTargetError` like `run_scenario` does for a
     target kvcheck cannot judge, and `WorkerLost` (a `KvcheckInternalError` naming the levels
     cleared before) when a worker process crashes (kvcheck's fault: no verdict).
+
+    `stop_when_found` (one process only) ends the level of the counterexample as soon as its
+    counterexamples have broken every invariant named, instead of trying all of that level's
+    scenarios (about two thirds of a search's work): the depth is still the minimum and every
+    invariant named that some shortest counterexample breaks is in `minimal_invariants`, but
+    others may be missing (`invariants_complete`), and the counterexample is the first of those
+    met rather than of the whole level. What the mutant kill matrix asks: is the annotated
+    invariant broken at the minimum length.
     """
     moves = family(target.family).moves
     bounds = moves.bounds({}) if bounds is None else bounds
@@ -423,6 +446,8 @@ def exhaust(
         raise TypeError(f"exhaust() takes options or {', '.join(requested)}, not both")
     if workers < 1:
         raise KvcheckUsageError(f"workers must be >= 1, got {workers}")
+    if workers > 1 and stop_when_found is not None:
+        raise ValueError("stop_when_found is for a search in one process (workers=1)")
     moves.check_bounds(target, bounds, options)
     plan = Plan(target.family, bounds, options, merge, reduce)
     if workers > 1:
@@ -447,6 +472,7 @@ def exhaust(
         target = meter.instrument(target)
     started = time.perf_counter()
     shard = Shard(target, plan)
+    shard.stop_when_found = stop_when_found
     depth = 0
     complete = True
     stopped: str | None = None
@@ -494,7 +520,8 @@ def exhaust(
         coverage=meter.result() if meter is not None else None,
         peak_memory_mb=peak_memory_mb(),
     )
-    return _result(target, plan, outcome, time.perf_counter() - started)
+    result = _result(target, plan, outcome, time.perf_counter() - started)
+    return attrs.evolve(result, invariants_complete=not shard.stopped_early)
 
 
 def _result(

@@ -95,6 +95,8 @@ def test_check_tries_the_scenario_that_got_stuck_first(tmp_path: Path) -> None:
 
 
 def test_a_time_limit_stuck_in_the_search_is_no_verdict(tmp_path: Path) -> None:
+    # The search must reach the scenario that gets stuck before the time limit: 5 s, since on a
+    # loaded machine 3 s once ended the search after 3 scenarios, before it got there (exit 0).
     code, out, err, took = _kvcheck(
         tmp_path,
         "check",
@@ -102,13 +104,13 @@ def test_a_time_limit_stuck_in_the_search_is_no_verdict(tmp_path: Path) -> None:
         "--deadline",
         "0",
         "--time-limit",
-        "3",
+        "5",
         "--no-save",
         "--json",
     )
     assert code == 2, err
     assert "time limit passed inside a call" in json.loads(out)["error"]
-    assert took < 15, took
+    assert took < 20, took
 
 
 def test_exhaust_names_target_deadline_in_one_line(tmp_path: Path) -> None:

@@ -24,6 +24,30 @@ def test_seed_fixed_shortest_counterexample_is_the_global_counter() -> None:
     assert result.minimal_invariants == {"global-counters"}
 
 
+def test_stop_when_found_ends_the_last_level_early_at_the_same_depth() -> None:
+    seed_fixed = load_target("builtin:seed-fixed")
+    full = exhaust(seed_fixed, Bounds(), convention="preclaim")
+    early = exhaust(
+        seed_fixed, Bounds(), convention="preclaim", stop_when_found=frozenset({"global-counters"})
+    )
+    assert (early.verdict, early.depth, early.minimal_invariants) == (
+        "fail",
+        4,
+        {"global-counters"},
+    )
+    assert early.scenarios < full.scenarios and not early.invariants_complete
+    assert full.invariants_complete
+    assert early.failure is not None and early.failure.violation is not None
+    # Asked about an invariant no counterexample breaks: the level is searched to its end.
+    never = exhaust(
+        seed_fixed, Bounds(), convention="preclaim", stop_when_found=frozenset({"runs-aligned"})
+    )
+    assert never.scenarios == full.scenarios and never.invariants_complete
+    assert never.minimal_invariants == full.minimal_invariants
+    with pytest.raises(ValueError, match="one process"):
+        exhaust(seed_fixed, Bounds(), workers=2, stop_when_found=frozenset({"global-counters"}))
+
+
 def test_no_violation_is_shorter_than_the_one_found() -> None:
     # Every shorter level was searched completely: the reference passes there, and so does the
     # seed-prefix resolver on scenarios one event shorter than its counterexample.
