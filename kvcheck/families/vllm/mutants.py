@@ -368,8 +368,6 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-exactly-once",
         "vllm#49620/#49860 (rows 4, 6)",
         "a reset's discard count is in tokens, spent per frame",
-        shrink_note="a local minimum of the shrinker: the shortest form (5 events) drains after "
-        "the reset, the shrunk one steps, and no single deletion turns steps into a drain",
     ),
     Entry(
         "final-chunk-unreserved",
@@ -404,13 +402,10 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "mutant",
         RejectionOffComputedOnly,
         # The shortest counterexamples (2 events) break the reservation first: the PH the
-        # rejections left makes the next launch reserve more than the runner returns. The
-        # search often finds the identity broken first, on a longer scenario.
+        # rejections left makes the next launch reserve more than the runner returns.
         "vllm-reservation",
         "new",
         "rejected drafts come off C but not PH",
-        shrink_note="the search first hits vllm-identity on a longer scenario, and the shrinker "
-        "keeps the invariant it found; the shortest counterexamples break vllm-reservation",
     ),
     Entry(
         "no-length-clamp",
@@ -427,11 +422,9 @@ CORPUS: Final[tuple[Entry, ...]] = (
         "vllm-exactly-once",
         "survey §2.5",
         "tokens after a stop inside a frame are kept",
-        # Short outputs, so the length stop falls inside a frame of drafts within a few steps.
-        needs={"prompt_len": 1, "max_tokens": 3},
-        shrink_note="a local minimum of the shrinker: the shortest form (4 events) drains, the "
-        "drawn one runs longer outputs step by step, and no single deletion or simplification "
-        "of it still fails",
+        # Short outputs, so the length stop falls inside a frame of drafts within a few steps;
+        # its shortest form (2 events) is a drain that accepts the drafts.
+        needs={"prompt_len": 1, "max_tokens": 3, "drain_accepts": True},
     ),
     Entry(
         "in-flight-after-drop",

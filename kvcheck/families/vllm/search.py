@@ -2,9 +2,9 @@
 
 Shrinking: fewer events first, then smaller events (no accepted drafts, shorter prompts and
 outputs, no end-of-sequence), then a simpler engine (fewer drafts, a shallower pipeline, the V1
-runner, no long-prefill threshold). The exhaustive search enumerates two-request scenarios
-over the batch queue's depths (`depths`) with a pool tight enough to preempt (`preemption`) or
-roomy enough not to.
+runner, no long-prefill threshold), then a run of steps ended by one drain. The exhaustive
+search enumerates two-request scenarios over the batch queue's depths (`depths`) with a pool
+tight enough to preempt (`preemption`) or roomy enough not to.
 """
 
 from __future__ import annotations
@@ -104,13 +104,35 @@ def _config_variants(config: VllmConfig) -> Iterator[VllmConfig]:
         yield attrs.evolve(config, defer_frees=False)
 
 
+def _drained_runs(events: tuple[VllmEvent, ...]) -> Iterator[tuple[VllmEvent, ...]]:
+    """`events` with the end of a run of two or more steps (or drains) replaced by one drain,
+    longest first, accepting as one of the replaced steps did: a bug that shows once the engine
+    has run for a while needs as many steps as it takes, which no deletion of one step
+    shortens, while a drain runs them all in one event."""
+    start = 0
+    while start < len(events):
+        end = start
+        while end < len(events) and isinstance(events[end], Step | Drain):
+            end += 1
+        for first in range(start, end - 1):
+            replaced = events[first:end]
+            accepts = sorted({e.accept for e in replaced if isinstance(e, Step | Drain)})
+            for accept in accepts:
+                yield (*events[:first], Drain(accept), *events[end:])
+        start = end + 1
+
+
 def config_variants(scenario: Scenario) -> Iterator[Scenario]:
-    """Simpler engines for the same events."""
+    """Simpler engines for the same events, then the same engine with a run of steps ended by
+    a drain (`_drained_runs`): a move over several events, which no deletion of a run of
+    events or simplification of one makes."""
     for config in _config_variants(scenario.config):
         try:
             yield Scenario(config, scenario.events, family=NAME)
         except ValueError:
             continue
+    for events in _drained_runs(scenario.events):
+        yield Scenario(scenario.config, events, family=NAME)
 
 
 def allowed_configs(target: Target) -> Callable[[Any], bool]:
@@ -157,6 +179,10 @@ class VllmBounds:
     # Every request has a grammar, and the search may trim its drafts to none (`Trim`) or
     # reject its next tokens (`Reject`).
     grammar: bool = False
+    # A drain may accept every draft as well as none. Off, each state branches once less (the
+    # kill matrix's slowest minimum, no-stale-gate's, took half as long again with it on), and
+    # only stop-not-trimmed's shortest counterexample among the corpus's needs it.
+    drain_accepts: bool = False
 
     def describe(self) -> str:
         """The bounds in one line."""
@@ -168,6 +194,7 @@ class VllmBounds:
             f"{'a pool that preempts' if self.preemption else 'a roomy pool'}"
             + (", frees deferred" if self.defer_frees else "")
             + (", grammars that trim drafts and reject tokens" if self.grammar else "")
+            + (", drains that accept drafts" if self.drain_accepts else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -272,7 +299,8 @@ def expand(
     child: Callable[[Any], Any],
 ) -> Sequence[VllmEvent]:
     """From a state: add the next request (the bounds' prompt and output lengths), a step
-    rejecting or accepting every draft, an abort of each live request, a reset, or a drain;
+    rejecting or accepting every draft, an abort of each live request, a reset, or a drain
+    (rejecting every draft; with `drain_accepts`, also one accepting every draft);
     with grammars, a trim of each live request's drafts to none and a rejection of its next
     tokens."""
     events: list[VllmEvent] = []
@@ -291,6 +319,8 @@ def expand(
     if added:
         events.append(Reset())
         events.append(Drain(0))
+        if bounds.drain_accepts and config.num_spec_tokens:
+            events.append(Drain(config.num_spec_tokens))
     return events
 
 
