@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.family import family
 from kvcheck.core.target import Target
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.sglang import release as sglang_release
@@ -36,6 +37,7 @@ from kvcheck.families.sglang.names import STAND_INS
 from kvcheck.families.sglang.probe import probe_target
 from kvcheck.families.sglang.real.path import ReleaseAllocationCode
 from kvcheck.families.sglang.real.tree import allocation_tree
+from kvcheck.families.sglang.scenario import FAMILY_NAME
 from kvcheck.targets.loading import import_object
 from kvcheck.targets.source import load_from_source
 
@@ -184,9 +186,10 @@ def _load_mutant(spec: str, deadline: float | None) -> Target:
     """An entry of a mutant corpus, by its short name (a resolver's target spec is the
     importable `kvcheck.mutants:<name>`, which is what counterexample files record; a release-tree
     entry's is `mutant:NAME`, whose tree is patched again wherever it is loaded)."""
-    from kvcheck.families.sglang.mutants import get  # the corpus is built on first use
-
-    entry = get(spec.removeprefix(MUTANT_PREFIX))
+    # Through the registry: the corpus (its release trees) loads targets with this module, so
+    # a direct import would be a cycle; the corpus is built on first use.
+    corpus = family(FAMILY_NAME).mutants
+    entry = corpus.get(spec.removeprefix(MUTANT_PREFIX)) if corpus is not None else None
     if entry is None:
         raise TargetLoadError(f"no corpus entry {spec!r} (kvcheck mutants lists them)")
     return attrs.evolve(entry.target(), deadline=deadline)
