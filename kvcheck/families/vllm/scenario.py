@@ -10,7 +10,7 @@ in the delivered tokens (`kvcheck.families.vllm.model`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
@@ -50,6 +50,16 @@ SpecStatsMode: TypeAlias = Literal["excluded", "included", "off"]
 SPEC_STATS_MODES: Final[tuple[SpecStatsMode, ...]] = ("excluded", "included", "off")
 
 
+def _table_of(rows: Iterable[Iterable[int]]) -> DynamicSdTable:
+    """A dynamic SD table as tuples (a scenario file's lists, a caller's lists)."""
+    return tuple(_range_of(tuple(row)) for row in rows)
+
+
+def _range_of(row: tuple[int, ...]) -> tuple[int, int, int]:
+    first, last, drafts = row
+    return first, last, drafts
+
+
 @attrs.frozen
 class VllmConfig:
     """One scenario's engine: the scheduler's settings, the runner and the pipeline, and one
@@ -79,9 +89,7 @@ class VllmConfig:
     # per range of batch sizes `(first, last, drafts)`, the drafts a step of that many requests
     # proposes for the next; () off, and off without drafts (k 0) as in vLLM (docs/vllm.md
     # "Dynamic speculative decoding").
-    spec_tokens_per_batch_size: DynamicSdTable = attrs.field(
-        default=(), converter=lambda rows: tuple(tuple(row) for row in rows)
-    )
+    spec_tokens_per_batch_size: DynamicSdTable = attrs.field(default=(), converter=_table_of)
 
     @property
     def dynamic_sd(self) -> bool:
