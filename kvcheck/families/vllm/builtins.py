@@ -42,6 +42,7 @@ from kvcheck.families.vllm.target import (
     SchedulerSettings,
     SchedulerUnderTest,
     SpecStats,
+    spec_tokens_for_batch,
 )
 
 WAITING: Final = "waiting"
@@ -116,6 +117,10 @@ class Req:
 
 class ReferenceScheduler:
     """The correct built-in (`builtin:vllm-reference`); see the module docstring."""
+
+    # It drafts per step by batch size when its settings carry a dynamic SD table (the
+    # engine passes the table on only to a factory that says so).
+    dynamic_sd = True
 
     def __init__(self, settings: SchedulerSettings) -> None:
         self.settings = settings
@@ -307,6 +312,15 @@ class ReferenceScheduler:
             self.waiting.extendleft(reversed(skipped))
         launch = Launch(
             step=self.current_step,
+            # Dynamic SD: the step proposes the table's drafts for its batch size, k without a
+            # table (or with nothing scheduled).
+            num_spec_tokens_to_schedule=spec_tokens_for_batch(
+                self.settings.spec_tokens_per_batch_size,
+                len(scheduled),
+                self.settings.num_spec_tokens,
+            )
+            if scheduled
+            else self.settings.num_spec_tokens,
             scheduled=tuple(
                 ScheduledRequest(
                     req.rid,
@@ -344,11 +358,18 @@ class ReferenceScheduler:
                 continue
             pending = pending or (req.structured and req.placeholders > 0)
             req.placeholders += SAMPLED_PER_STEP + len(item.spec_token_ids)
-            req.spec = [PLACEHOLDER_TOKEN] * self.settings.num_spec_tokens
+            req.spec = [PLACEHOLDER_TOKEN] * self._placeholder_drafts(launch)
             if self.settings.use_v2_model_runner:
                 req.next_decode_step = self.current_step + self.settings.pp_size
         self._clear_unscheduled_placeholders(scheduled_ids)
         return attrs.evolve(launch, pending_structured_output_tokens=pending)
+
+    def _placeholder_drafts(self, launch: Launch) -> int:
+        """How many `-1` drafts a launched request holds for its next step: what this step's
+        runner proposes for it (`num_spec_tokens_to_schedule`), so its next step schedules
+        and reserves only drafts that exist."""
+        proposed = launch.num_spec_tokens_to_schedule
+        return self.settings.num_spec_tokens if proposed is None else proposed
 
     def _clear_unscheduled_placeholders(self, scheduled_ids: set[str]) -> None:
         if self.settings.use_v2_model_runner:

@@ -66,9 +66,6 @@ _CLIENTS: Final = (
 _ALL_IDS: Final = "finishing every request at once (no ids); kvcheck's engine names them"
 
 _SYNC: Final = "sync scheduling; kvcheck's engine always schedules async"
-_DYNAMIC_SD: Final = (
-    "dynamic speculative decoding (a spec length per step), which kvcheck does not model"
-)
 
 # Engine settings and request fields kvcheck's scenarios leave at one value, and guards no
 # scheduler state reaches: in scope, but the branch they take elsewhere is never taken here.
@@ -140,7 +137,6 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
     "Scheduler._load_restores_replay_window": _KV_CONNECTOR,
     # Lines whose untaken branches only the features take.
     "if self.use_pp and not self.scheduler_config.async_scheduling:": _SYNC,
-    "if self.dynamic_sd_lookup is not None and len(num_scheduled_tokens) > 0:": _DYNAMIC_SD,
     "if finished_req_ids:": _CLIENTS,
     "if pending is None:": _ENCODER,
     "if existing is not None:": _STREAMING,

@@ -54,6 +54,10 @@ class VllmSpace:
     # grammar rejects (`grammar_errors_finish`, 0.20.0 on).
     grammars: bool = True
     rejections: bool = True
+    # Whether a config may draft by batch size (`VllmConfig.spec_tokens_per_batch_size`): only
+    # where the target's factory says its scheduler has dynamic SD (`dynamic_sd`, vLLM 0.24.0
+    # on and kvcheck's built-ins).
+    dynamic_sd: bool = True
 
 
 def space_for(target: Target, options: VllmJudging) -> VllmSpace:
@@ -66,6 +70,7 @@ def space_for(target: Target, options: VllmJudging) -> VllmSpace:
         runners=target_runners(target),
         grammars=grammars,
         rejections=grammars and bool(getattr(target.resolver, "grammar_errors_finish", False)),
+        dynamic_sd=bool(getattr(target.resolver, "dynamic_sd", False)),
     )
 
 
@@ -172,7 +177,31 @@ def draw_scenario(draws: Draws, space: VllmSpace) -> Scenario:
     events.append(Drain(draws.integer(0, k)))
     if space.grammars:
         events = with_grammars(events, k, space.rejections)
+    if space.dynamic_sd:
+        config = with_dynamic_sd(config, events)
     return Scenario(config, tuple(events), family=NAME)
+
+
+def with_dynamic_sd(config: VllmConfig, events: list[VllmEvent]) -> VllmConfig:
+    """`config`, about half the time (with drafts), drafting by batch size: a request alone
+    drafts `0..k`, and from a drawn batch size on `0..k` again (a table of one or two ranges).
+
+    Like the grammar plan, the table comes from a generator seeded with the scenario, not from
+    the search's draws: those stay what they were before dynamic SD came, and the table is
+    part of the config a scenario file replays and the shrinker drops."""
+    k = config.num_spec_tokens
+    plan = RandomDraws(random.Random(zlib.crc32(repr((config, events)).encode())))
+    if not k or not plan.boolean():
+        return config
+    alone = (1, 1, plan.integer(0, k))
+    if config.max_num_seqs < 2 or plan.boolean():
+        table: tuple[tuple[int, int, int], ...] = ((1, config.max_num_seqs, alone[2]),)
+    else:
+        table = (
+            alone,
+            (plan.integer(2, config.max_num_seqs), config.max_num_seqs, plan.integer(0, k)),
+        )
+    return attrs.evolve(config, spec_tokens_per_batch_size=table)
 
 
 # At most this many `trim`/`reject` events a grammar plan adds.
@@ -326,6 +355,18 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
             family=NAME,
         ),
     )
+    dynamic: tuple[Scenario, ...] = ()
+    if drawn.dynamic_sd:
+        # Drafts by batch size, fewer than k: one for r0 alone, two once r1 joins (the step
+        # asks the runner for the table's entry, scheduler.py:1709-1713 @0.33.0, and each
+        # launch's placeholders follow it, async_scheduler.py:28-30).
+        dynamic = (
+            Scenario(
+                attrs.evolve(reset, spec_tokens_per_batch_size=((1, 1, 1), (2, 4, 2))),
+                (Add("r0", 4, 8), *_steps(3, 1), Add("r1", 4, 6), Drain(1)),
+                family=NAME,
+            ),
+        )
     grammar: tuple[Scenario, ...] = ()
     if drawn.grammars:
         # Two requests with a grammar. r0's accepts one draft of three: each of its steps waits
@@ -342,7 +383,7 @@ def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
             Drain(2),
         )
         grammar = (Scenario(reset, events, family=NAME),)
-    return tuple(s for s in every + grammar if s.config.runner in drawn.runners)
+    return tuple(s for s in every + grammar + dynamic if s.config.runner in drawn.runners)
 
 
 def fits(drawn: VllmSpace, scenario: Scenario) -> bool:

@@ -124,8 +124,11 @@ def leading_real_drafts(drafts: Sequence[int]) -> int:
     return drafts.index(PLACEHOLDER_TOKEN) if PLACEHOLDER_TOKEN in drafts else len(drafts)
 
 
-def settings_of(config: VllmConfig, grammar: FakeGrammar | None = None) -> SchedulerSettings:
-    """What the scheduler is built with for `config` (and kvcheck's grammar)."""
+def settings_of(
+    config: VllmConfig, grammar: FakeGrammar | None = None, dynamic_sd: bool = False
+) -> SchedulerSettings:
+    """What the scheduler is built with for `config` (and kvcheck's grammar); its dynamic SD
+    table only where the scheduler has dynamic SD (`dynamic_sd`)."""
     return SchedulerSettings(
         num_blocks=config.num_blocks,
         block_size=config.block_size,
@@ -139,6 +142,9 @@ def settings_of(config: VllmConfig, grammar: FakeGrammar | None = None) -> Sched
         long_prefill_token_threshold=config.long_prefill_token_threshold,
         defer_block_free=config.defer_frees,
         grammar=grammar,
+        spec_tokens_per_batch_size=config.spec_tokens_per_batch_size
+        if dynamic_sd and config.dynamic_sd
+        else (),
     )
 
 
@@ -168,6 +174,10 @@ class FrameEntry:
     invalid: int = 0
     proposed: tuple[int, ...] | None = None
     validated: tuple[int, ...] | None = None
+    # Dynamic SD driven: the drafts the runner proposed for this request in its previous
+    # frame (the step's `num_spec_tokens_to_schedule` then), the most it can verify now; a
+    # draft slot scheduled beyond them holds a `-1` it never accepts. None: k, no cap.
+    drafted: int | None = None
 
 
 @attrs.frozen
@@ -231,6 +241,8 @@ class Observation:
     written_in_flight: tuple[tuple[int, str, tuple[int, ...]], ...] = ()
     # Every request whose delivered tokens kvcheck's grammar has rejected so far.
     grammar_rejected: frozenset[str] = frozenset()
+    # Dynamic SD driven (the config has a table and the scheduler has dynamic SD).
+    dynamic_sd: bool = False
 
 
 class Runner:
@@ -238,8 +250,19 @@ class Runner:
     launch-time view) and, per incarnation, the true sequence's length (advanced in delivery
     order, which is launch order)."""
 
-    def __init__(self, eos_positions: dict[str, int | None], prompts: dict[str, int]) -> None:
+    def __init__(
+        self,
+        eos_positions: dict[str, int | None],
+        prompts: dict[str, int],
+        draft_width: int | None = None,
+    ) -> None:
         self.eos_positions = eos_positions
+        # With dynamic SD driven, the config's k: a frame proposes, for every request of its
+        # batch, the drafts its launch says (`num_spec_tokens_to_schedule`, k when it says
+        # nothing), and `drafted` keeps per request what its last frame proposed. None: no
+        # dynamic SD, nothing kept.
+        self.draft_width = draft_width
+        self.drafted: dict[str, int] = {}
         self.prompts = prompts
         self.incarnation: dict[str, int] = {}
         self.known_tokens: dict[str, int] = {}
@@ -281,11 +304,18 @@ class Runner:
                 self.known_tokens[rid] += SAMPLED_PER_STEP + drafts
             gap = PLACEHOLDER_TOKEN in item.spec_token_ids and rid not in self.last_executed
             before, after = placeholders.get(rid, (None, None))
-            entries.append(
-                FrameEntry(
-                    rid, self.incarnation[rid], n, drafts, samples, before, after, gap, fault
-                )
+            entry = FrameEntry(
+                rid, self.incarnation[rid], n, drafts, samples, before, after, gap, fault
             )
+            if self.draft_width is not None:
+                entry = attrs.evolve(entry, drafted=self.drafted.get(rid, self.draft_width))
+            entries.append(entry)
+        if self.draft_width is not None:
+            # Decided at launch from what the step says, as vLLM's worker reads it
+            # (gpu_model_runner.py:4729 @0.33.0): this frame proposes that many for each.
+            width = launch.num_spec_tokens_to_schedule
+            for item in launch.scheduled:
+                self.drafted[item.request_id] = self.draft_width if width is None else width
         if launch.scheduled:
             self.last_executed = frozenset(item.request_id for item in launch.scheduled)
         return Frame(launch, tuple(entries))
@@ -316,6 +346,8 @@ def accepted_drafts(entry: FrameEntry, accept: int) -> int:
     """The drafts the runner accepts of `entry`'s frame when the step accepts `accept`: at most
     its k, and for a request with a grammar at most the drafts the grammar left valid."""
     accepted = min(accept, entry.drafts)
+    if entry.drafted is not None:
+        accepted = min(accepted, entry.drafted)
     return accepted if entry.acceptable is None else min(accepted, entry.acceptable)
 
 
@@ -332,7 +364,14 @@ class VllmEngine:
         self.unmodelled: list[str] = []
         self.prompts: dict[str, int] = {}
         self.eos_positions: dict[str, int | None] = {}
-        self.runner = Runner(self.eos_positions, self.prompts)
+        # Dynamic SD is driven only where the scheduler has it (vLLM 0.24.0 on, kvcheck's
+        # built-ins: the factory's `dynamic_sd`); elsewhere the table is not passed on.
+        self.dynamic_sd = config.dynamic_sd and bool(getattr(self.factory, "dynamic_sd", False))
+        self.runner = Runner(
+            self.eos_positions,
+            self.prompts,
+            config.num_spec_tokens if self.dynamic_sd else None,
+        )
         self.queue: deque[Frame] = deque()
         self.emitted: dict[str, tuple[int, ...]] = {}
         self.finished: dict[str, str] = {}
@@ -348,7 +387,9 @@ class VllmEngine:
         self.grammar = FakeGrammar()
         self.grammar_rejected: frozenset[str] = frozenset()
         self.scheduler: SchedulerUnderTest | None = None
-        made, error = CALLS.run(self.factory, settings_of(config, self.grammar))
+        made, error = CALLS.run(
+            self.factory, settings_of(config, self.grammar, dynamic_sd=self.dynamic_sd)
+        )
         if error is not None:
             self.raised = error
         else:
@@ -450,8 +491,12 @@ class VllmEngine:
         k = self.config.num_spec_tokens
         if not k:
             return frame  # no drafter, nothing to validate (engine/core.py:803 @0.33.0)
-        # The drafter proposes for every request of its batch (`take_draft_token_ids`).
-        proposals = {item.request_id: proposed_drafts(item, k) for item in frame.launch.scheduled}
+        # The drafter proposes for every request of its batch (`take_draft_token_ids`): k, or
+        # with dynamic SD what its previous frame proposed for the request.
+        proposals = {
+            item.request_id: proposed_drafts(item, k if entry.drafted is None else entry.drafted)
+            for entry, item in zip(frame.entries, frame.launch.scheduled, strict=True)
+        }
         launch: Launch = self._call("update_draft_token_ids_in_output", frame.launch, proposals)
         now = {item.request_id: item.spec_token_ids for item in launch.scheduled}
         entries = []
@@ -622,6 +667,7 @@ class VllmEngine:
             raised=self.raised,
             defers=self.defers,
             grammar_rejected=self.grammar_rejected,
+            dynamic_sd=self.dynamic_sd,
             written_in_flight=tuple(
                 (frame.step, rid, blocks)
                 for frame in reversed(self.queue)
@@ -677,6 +723,7 @@ class VllmEngine:
             tuple(sorted(runner.known_tokens.items())),
             tuple(sorted(runner.true_length.items())),
             tuple(sorted(runner.last_executed)),
+            tuple(sorted(runner.drafted.items())),
             tuple(sorted(self.emitted.items())),
             tuple(sorted(self.finished.items())),
             tuple(sorted(self.aborted)),

@@ -15,6 +15,8 @@ _WHY: Final = {
     "vllm-in-flight": "the in-flight count no longer matches the frames kvcheck launched",
     "vllm-reservation": "the scheduler's chunk decision and the runner's launch-time sample "
     "decision disagree, so a returned token has no placeholder (vllm#48245, #57562's class)",
+    "vllm-dynamic-sd": "the step's draft count and the placeholders its launch reserved no "
+    "longer follow the dynamic SD table (`num_speculative_tokens_per_batch_size`)",
     "vllm-identity": "C - (T + PH) moved: some event changed C without T or PH",
     "vllm-exactly-once": "a position was delivered twice or never (vllm#48245's duplicates, "
     "vllm#49620's lost tokens)",

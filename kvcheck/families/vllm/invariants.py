@@ -23,7 +23,7 @@ from kvcheck.families.vllm.scenario import (
     TOKEN_BASE,
     SpecStatsMode,
 )
-from kvcheck.families.vllm.target import PLACEHOLDER_TOKEN, SpecStats
+from kvcheck.families.vllm.target import PLACEHOLDER_TOKEN, SpecStats, spec_tokens_for_batch
 
 _EXPLAIN: Final = "kvcheck.families.vllm.explain:"
 
@@ -132,6 +132,43 @@ def check_reservation(expected: Expectation, observed: Observation) -> Iterator[
                     reserved,
                     f"step {frame.step} reserved {reserved} placeholders for {entry.rid} but "
                     f"{runner}: every returned token needs one, and only those",
+                )
+
+
+def check_dynamic_sd(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """With dynamic SD driven: a step's `num_spec_tokens_to_schedule` is the table's entry for
+    its batch size (vLLM's `schedule()` reads the lookup by `len(num_scheduled_tokens)`,
+    scheduler.py:1710-1713 @0.33.0), and no request is scheduled more drafts than the runner
+    proposed for it in its previous frame: the async launch turns that step's count into its
+    placeholders (async_scheduler.py:28-30, 46-53), so a scheduler that reserves k slots
+    instead reserves KV and placeholders for drafts that do not exist."""
+    if not observed.dynamic_sd:
+        return
+    config = expected.config
+    for frame in observed.launches:
+        launch = frame.launch
+        said = launch.num_spec_tokens_to_schedule
+        if launch.scheduled and said is not None:
+            batch = len(launch.scheduled)
+            want = spec_tokens_for_batch(
+                config.spec_tokens_per_batch_size, batch, config.num_spec_tokens
+            )
+            if said != want:
+                yield Finding(
+                    None,
+                    want,
+                    said,
+                    f"step {frame.step} of {batch} requests asked the runner for {said} drafts, "
+                    f"not the table's {want} for that batch size",
+                )
+        for entry in frame.entries:
+            if entry.drafted is not None and entry.drafts > entry.drafted:
+                yield Finding(
+                    entry.rid,
+                    entry.drafted,
+                    entry.drafts,
+                    f"step {frame.step} scheduled {entry.drafts} drafts for {entry.rid}, but the "
+                    f"runner proposed {entry.drafted} for it in its previous frame",
                 )
 
 
@@ -478,6 +515,12 @@ INVARIANTS: Final = {
             "a launch reserves `s + k` placeholders exactly for a frame the runner samples, and "
             "none for one it discards",
             check_reservation,
+        ),
+        _invariant(
+            "vllm-dynamic-sd",
+            "with dynamic SD, a step drafts the table's entry for its batch size, and no "
+            "request is scheduled more drafts than the runner proposed for it",
+            check_dynamic_sd,
         ),
         _invariant(
             "vllm-identity",

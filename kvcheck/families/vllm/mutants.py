@@ -296,6 +296,16 @@ class EagerFree(ReferenceScheduler):
         return False
 
 
+class DynamicSdFixedPlaceholders(ReferenceScheduler):
+    """Dynamic SD (0.24.0 on): the step asks the runner for the table's drafts, but a launched
+    request still holds k `-1` placeholders (vLLM's async launch sizes them by the step's
+    `num_spec_tokens_to_schedule`, async_scheduler.py:28-30 @0.33.0), so its next step schedules
+    and reserves drafts the runner never proposed."""
+
+    def _placeholder_drafts(self, launch: Launch) -> int:
+        return self.settings.num_spec_tokens
+
+
 @attrs.frozen
 class Entry:
     """One entry of the corpus (`kvcheck.core.family.MutantEntry`)."""
@@ -499,6 +509,16 @@ CORPUS: Final[tuple[Entry, ...]] = (
         needs={"grammar": True},
     ),
     Entry(
+        "dynamic-sd-fixed-placeholders",
+        "mutant",
+        DynamicSdFixedPlaceholders,
+        "vllm-dynamic-sd",
+        "dynamic SD (async_scheduler.py:24-30, scheduler.py:1709-1713 @0.33.0)",
+        "placeholders stay k wide when the step's table entry drafts fewer",
+        # One request decoding alone under a table that drafts fewer than k at batch size 1.
+        needs={"dynamic_sd": True},
+    ),
+    Entry(
         "drop-on-preempt",
         "rewrite",
         DropOnPreemptScheduler,
@@ -522,6 +542,7 @@ CONFORMANCE_MUTANTS: Final[Mapping[str, str]] = {
     "vllm-counters": "stale-rejection",
     "vllm-in-flight": "in-flight-after-drop",
     "vllm-reservation": "no-stale-marking",
+    "vllm-dynamic-sd": "dynamic-sd-fixed-placeholders",
     "vllm-identity": "no-stale-gate",
     "vllm-exactly-once": "token-counted-discard",
     "vllm-pool": "freed-twice",

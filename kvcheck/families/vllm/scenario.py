@@ -10,12 +10,13 @@ in the delivered tokens (`kvcheck.families.vllm.model`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
 from kvcheck.errors import ScenarioFormatError
+from kvcheck.families.vllm.target import DynamicSdTable, dynamic_sd_table_error
 from kvcheck.wording import plural
 
 NAME: Final = "vllm"
@@ -49,6 +50,16 @@ SpecStatsMode: TypeAlias = Literal["excluded", "included", "off"]
 SPEC_STATS_MODES: Final[tuple[SpecStatsMode, ...]] = ("excluded", "included", "off")
 
 
+def _table_of(rows: Iterable[Iterable[int]]) -> DynamicSdTable:
+    """A dynamic SD table as tuples (a scenario file's lists, a caller's lists)."""
+    return tuple(_range_of(tuple(row)) for row in rows)
+
+
+def _range_of(row: tuple[int, ...]) -> tuple[int, int, int]:
+    first, last, drafts = row
+    return first, last, drafts
+
+
 @attrs.frozen
 class VllmConfig:
     """One scenario's engine: the scheduler's settings, the runner and the pipeline, and one
@@ -74,6 +85,16 @@ class VllmConfig:
     # (the release turns this on for a KV-consumer connector with overlapping batches; kvcheck
     # sets the flag itself, docs/vllm.md "Deferred block frees").
     defer_frees: bool = False
+    # Dynamic speculative decoding (vLLM 0.24.0 on, `num_speculative_tokens_per_batch_size`):
+    # per range of batch sizes `(first, last, drafts)`, the drafts a step of that many requests
+    # proposes for the next; () off, and off without drafts (k 0) as in vLLM (docs/vllm.md
+    # "Dynamic speculative decoding").
+    spec_tokens_per_batch_size: DynamicSdTable = attrs.field(default=(), converter=_table_of)
+
+    @property
+    def dynamic_sd(self) -> bool:
+        """Whether the engine drafts per step by batch size."""
+        return bool(self.spec_tokens_per_batch_size) and self.num_spec_tokens > 0
 
     @property
     def depth(self) -> int:
@@ -195,6 +216,23 @@ def _only(data: Mapping[str, Any], allowed: set[str], what: str) -> None:
         raise ScenarioFormatError(f"vllm: unknown {what} fields {sorted(unknown)}")
 
 
+def _dynamic_sd_table(rows: Any) -> DynamicSdTable:
+    """A config's `spec_tokens_per_batch_size`, checked as vLLM checks its schedule."""
+    shape = "a list of [first, last, drafts] integer triples"
+    if not isinstance(rows, list | tuple) or not all(
+        isinstance(row, list | tuple)
+        and len(row) == 3
+        and all(type(value) is int and 0 <= value <= 256 for value in row)
+        for row in rows
+    ):
+        raise ScenarioFormatError(f"vllm: 'spec_tokens_per_batch_size' must be {shape}")
+    table: DynamicSdTable = tuple((row[0], row[1], row[2]) for row in rows)
+    error = dynamic_sd_table_error(table)
+    if error is not None:
+        raise ScenarioFormatError(f"vllm: 'spec_tokens_per_batch_size': {error}")
+    return table
+
+
 class VllmScenarios:
     """vLLM's `ScenarioCodec`."""
 
@@ -202,8 +240,12 @@ class VllmScenarios:
 
     @staticmethod
     def config_to_dict(config: VllmConfig) -> dict[str, Any]:
-        """See `kvcheck.core.family.ScenarioCodec.config_to_dict`."""
-        return attrs.asdict(config)
+        """See `kvcheck.core.family.ScenarioCodec.config_to_dict`. A config without dynamic SD
+        writes no table (its files are those written before the option came)."""
+        out = attrs.asdict(config)
+        if not config.spec_tokens_per_batch_size:
+            del out["spec_tokens_per_batch_size"]
+        return out
 
     @staticmethod
     def config_from_dict(data: Mapping[str, Any]) -> VllmConfig:
@@ -233,8 +275,10 @@ class VllmScenarios:
             raise ScenarioFormatError(
                 f"vllm: 'spec_stats' must be excluded, included or off, got {spec_stats!r}"
             )
+        table = _dynamic_sd_table(data.get("spec_tokens_per_batch_size", ()))
         return VllmConfig(
             **values,
+            spec_tokens_per_batch_size=table,
             runner=runner,
             placeholder_drafts=drafts,
             spec_stats=spec_stats,
@@ -355,6 +399,11 @@ def describe_config(config: VllmConfig) -> str:
         f"{config.max_num_scheduled_tokens}, max_model_len {config.max_model_len}"
         + (", placeholder drafts judged" if config.placeholder_drafts else "")
         + (", frees deferred" if config.defer_frees else "")
+        + (
+            f", drafts per batch size {[list(row) for row in config.spec_tokens_per_batch_size]}"
+            if config.dynamic_sd
+            else ""
+        )
         + ("" if config.spec_stats == "excluded" else f", spec stats {config.spec_stats}")
     )
 

@@ -102,6 +102,8 @@ def _config_variants(config: VllmConfig) -> Iterator[VllmConfig]:
         yield attrs.evolve(config, long_prefill_token_threshold=0)
     if config.defer_frees:
         yield attrs.evolve(config, defer_frees=False)
+    if config.spec_tokens_per_batch_size:
+        yield attrs.evolve(config, spec_tokens_per_batch_size=())
 
 
 def _drained_runs(events: tuple[VllmEvent, ...]) -> Iterator[tuple[VllmEvent, ...]]:
@@ -183,6 +185,9 @@ class VllmBounds:
     # kill matrix's slowest minimum, no-stale-gate's, took half as long again with it on), and
     # only stop-not-trimmed's shortest counterexample among the corpus's needs it.
     drain_accepts: bool = False
+    # Every engine drafts by batch size (`VllmConfig.spec_tokens_per_batch_size`): one draft
+    # for a request alone, none for two or more (`EXHAUST_DYNAMIC_SD`).
+    dynamic_sd: bool = False
 
     def describe(self) -> str:
         """The bounds in one line."""
@@ -195,6 +200,7 @@ class VllmBounds:
             + (", frees deferred" if self.defer_frees else "")
             + (", grammars that trim drafts and reject tokens" if self.grammar else "")
             + (", drains that accept drafts" if self.drain_accepts else "")
+            + (", drafts by batch size" if self.dynamic_sd else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -234,6 +240,10 @@ def bounds(values: Mapping[str, Any]) -> VllmBounds:
 _MAX_MODEL_LEN: Final = 16
 _BLOCK_SIZE: Final = 4
 _PREEMPTING_BLOCKS: Final = 5
+
+# The dynamic SD table of the bound `dynamic_sd`: fewer drafts than k at every batch size, and
+# a different count for one request than for more, so a step's count follows its batch.
+EXHAUST_DYNAMIC_SD: Final = ((1, 1, 1), (2, 4, 0))
 
 # The conformance suite's bounds (`Moves.conformance_bounds`): one request at depth 3, within
 # which the correct built-in clears in a few hundredths of a second and most invariants'
@@ -286,6 +296,7 @@ def start_configs(bounds: VllmBounds, options: VllmJudging) -> list[VllmConfig]:
                 placeholder_drafts=options.placeholder_drafts,
                 spec_stats=options.spec_stats,
                 defer_frees=bounds.defer_frees,
+                spec_tokens_per_batch_size=EXHAUST_DYNAMIC_SD if bounds.dynamic_sd else (),
             )
         )
     return configs

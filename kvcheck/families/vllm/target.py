@@ -49,6 +49,46 @@ class SchedulerSettings:
     # Added 2026-12-03 (docs/vllm.md "The seam"): kvcheck's grammar, which the scheduler's
     # structured-output manager consults for a request that has one (None: no request has).
     grammar: Grammar | None = attrs.field(default=None, eq=False, hash=False)
+    # Added 2026-12-03 (docs/vllm.md "Dynamic speculative decoding"): vLLM's
+    # `num_speculative_tokens_per_batch_size`, inclusive batch-size ranges
+    # `(first, last, drafts)`; () off. A scheduler that has dynamic SD drafts per step what
+    # `spec_tokens_for_batch` gives for the step's batch size.
+    spec_tokens_per_batch_size: DynamicSdTable = ()
+
+
+# vLLM's `num_speculative_tokens_per_batch_size`: (first batch size, last batch size, drafts).
+DynamicSdTable = tuple[tuple[int, int, int], ...]
+
+
+def dynamic_sd_table_error(table: DynamicSdTable) -> str | None:
+    """What is wrong with `table` as vLLM's dynamic SD schedule, None if nothing: the ranges
+    positive, each first <= last, sorted without overlap, the first from batch size 1, the
+    drafts not negative."""
+    previous_last = 0
+    for first, last, drafts in table:
+        if first < 1 or first > last or drafts < 0:
+            return f"({first}, {last}, {drafts}) is not a range of batch sizes with drafts >= 0"
+        if first <= previous_last:
+            return "the batch-size ranges must be sorted and must not overlap"
+        previous_last = last
+    if table and table[0][0] != 1:
+        return "the first batch-size range must start at 1"
+    return None
+
+
+def spec_tokens_for_batch(table: DynamicSdTable, batch_size: int, num_spec_tokens: int) -> int:
+    """The drafts a step of `batch_size` requests proposes under `table` (kvcheck's reading of
+    vLLM's dynamic SD schedule): the entry of the range holding the batch size, else that of
+    the last range before it (gaps and the tail carry it forward), never above the config's k.
+    With no table, or no drafting at all, k."""
+    if not table or num_spec_tokens <= 0:
+        return num_spec_tokens
+    chosen = table[0][2]
+    for first, _, drafts in table:
+        if first > batch_size:
+            break
+        chosen = drafts
+    return min(chosen, num_spec_tokens)
 
 
 @attrs.frozen
@@ -91,6 +131,9 @@ class Launch:
     # engine delivers the oldest frame, then has the scheduler validate this step's drafts
     # (`update_draft_token_ids_in_output`) before the step samples.
     pending_structured_output_tokens: bool = False
+    # Added 2026-12-03: the drafts the runner proposes in this step for the next (vLLM's
+    # `SchedulerOutput.num_spec_tokens_to_schedule`); None where the scheduler does not say.
+    num_spec_tokens_to_schedule: int | None = None
 
 
 @attrs.frozen

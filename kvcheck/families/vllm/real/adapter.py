@@ -31,6 +31,7 @@ from kvcheck.families.vllm.target import (
     ScheduledRequest,
     SchedulerSettings,
     SpecStats,
+    spec_tokens_for_batch,
 )
 
 
@@ -238,7 +239,16 @@ def _scheduler_state(compiled: CompiledRelease, settings: SchedulerSettings) -> 
         # each release's `__init__`).
         "can_skip_drafts": lookahead > 0
         and (settings.use_v2_model_runner or "use_v2_model_runner" not in can_skip_drafts),
-        "dynamic_sd_lookup": None,
+        # Dynamic SD (0.24.0 on): the dense batch size -> drafts lookup `__init__` builds from
+        # `num_speculative_tokens_per_batch_size` (`S:322-329` @0.33.0), here kvcheck's own
+        # reading of the table (`spec_tokens_for_batch`); index 0 unused, as the release's.
+        "dynamic_sd_lookup": [0]
+        + [
+            spec_tokens_for_batch(settings.spec_tokens_per_batch_size, batch, k)
+            for batch in range(1, settings.max_num_seqs + 1)
+        ]
+        if settings.spec_tokens_per_batch_size and k > 0
+        else None,
         "kv_cache_manager": fakes.BlockPool.create(
             settings.num_blocks,
             settings.block_size,
@@ -490,6 +500,8 @@ class ReleaseScheduler:
             ),
             finished=tuple(sorted(output.finished_req_ids)),
             pending_structured_output_tokens=pending and self.structured_output,
+            # 0.24.0 on: the drafts the runner proposes this step (`S:1709-1713` @0.33.0).
+            num_spec_tokens_to_schedule=vars(output).get("num_spec_tokens_to_schedule"),
         )
 
     def _grammar_bitmask(self, output: Any) -> None:

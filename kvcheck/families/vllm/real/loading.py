@@ -116,6 +116,10 @@ class ReleaseFactory:
         # only where it does (`distribution.space_for`).
         self.structured_output = grammar_support(compiled)
         self.grammar_errors_finish = self.structured_output and compiled.grammar_errors_finish
+        # Whether the release drafts by batch size (dynamic SD, 0.24.0 on): its `__init__`
+        # sets `dynamic_sd_lookup`. The search draws tables, and the engine passes one on,
+        # only where it does (`distribution.space_for`, `VllmEngine`).
+        self.dynamic_sd = "dynamic_sd_lookup" in compiled.init_values
 
     def __call__(self, settings: SchedulerSettings) -> SchedulerUnderTest:
         """A fresh `ReleaseScheduler` built with `settings`."""
