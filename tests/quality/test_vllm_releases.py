@@ -10,6 +10,7 @@ instead.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -44,7 +45,10 @@ def _package(version: str) -> Path:
         pytest.skip(f"vLLM {version} cannot be had here: {exc}")
 
 
+@functools.cache
 def _target(version: str) -> Target:
+    """The release, loaded once per module: loading compiles its scheduler from the wheel's
+    files (about a second), and the per-release tests judge the same target."""
     _package(version)  # skips (or fails under CI) when the wheel cannot be had
     return load_target(f"vllm=={version}")
 
