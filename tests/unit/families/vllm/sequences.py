@@ -3,8 +3,12 @@ and the helpers that run them."""
 
 from __future__ import annotations
 
+import pytest
+
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
+from kvcheck.errors import TargetLoadError
+from kvcheck.families.vllm.real.release import release_package
 from kvcheck.families.vllm.scenario import Abort, Add, Drain, Step, VllmConfig
 from kvcheck.targets.loading import load_target
 
@@ -12,6 +16,14 @@ from kvcheck.targets.loading import load_target
 def scenario(config: VllmConfig, *events: object) -> Scenario:
     """A vLLM scenario of `events` on `config`."""
     return Scenario(config, tuple(events), family="vllm")
+
+
+def release_or_skip(version: str) -> None:
+    """Skip the test unless vLLM `version`'s wheel is cached or can be fetched."""
+    try:
+        release_package(version)
+    except TargetLoadError as exc:
+        pytest.skip(f"vLLM {version} cannot be had here: {exc}")
 
 
 def first_violation(spec: str, s: Scenario) -> str | None:

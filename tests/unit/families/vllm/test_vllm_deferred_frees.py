@@ -10,10 +10,9 @@ import pytest
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import from_json, to_json
-from kvcheck.errors import ScenarioFormatError, TargetLoadError
+from kvcheck.errors import ScenarioFormatError
 from kvcheck.families.vllm.builtins import ReferenceScheduler, Req, builtin_target
 from kvcheck.families.vllm.engine import VllmEngine
-from kvcheck.families.vllm.real.release import release_package
 from kvcheck.families.vllm.scenario import (
     Abort,
     Add,
@@ -24,7 +23,7 @@ from kvcheck.families.vllm.scenario import (
     VllmScenarios,
 )
 from kvcheck.targets.loading import load_target
-from tests.unit.families.vllm.sequences import first_violation, scenario
+from tests.unit.families.vllm.sequences import first_violation, release_or_skip, scenario
 
 # Depth 2, roomy: r0's frames are always in flight between two steps.
 DEFERRING = VllmConfig(num_blocks=12, max_model_len=16, num_spec_tokens=2, defer_frees=True)
@@ -72,16 +71,9 @@ def test_defer_frees_round_trips_and_must_be_a_boolean() -> None:
         VllmScenarios.config_from_dict({"defer_frees": "yes"})
 
 
-def _release(version: str) -> None:
-    try:
-        release_package(version)
-    except TargetLoadError as exc:
-        pytest.skip(f"vLLM {version} cannot be had here: {exc}")
-
-
 def test_a_release_with_the_setting_defers_and_an_older_one_is_not_judged() -> None:
-    _release("0.33.0")
-    _release("0.23.0")
+    release_or_skip("0.33.0")
+    release_or_skip("0.23.0")
     deferring = scenario(DEFERRING, *ABORT_IN_FLIGHT, Drain(0))
     assert first_violation("vllm==0.33.0", deferring) is None
     engine = VllmEngine(DEFERRING, load_target("vllm==0.33.0"))
@@ -96,7 +88,7 @@ def test_0_33_0_raises_at_a_reset_with_frees_deferred_and_frames_in_flight() -> 
     """The release's own crash (docs/vllm.md "Deferred block frees"): the reset preempts r0
     with its frame in flight, the free is deferred, the pool is not all free, and
     `reset_prefix_cache(reset_running_requests=True)` raises (scheduler.py:3211-3219)."""
-    _release("0.33.0")
+    release_or_skip("0.33.0")
     reset = (Add("r0", 4, 8), Step(0), Reset())
     assert first_violation("vllm==0.33.0", scenario(DEFERRING, *reset)) == "vllm-no-exception"
     undeferred = scenario(attrs.evolve(DEFERRING, defer_frees=False), *reset)

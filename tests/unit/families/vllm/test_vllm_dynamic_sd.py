@@ -13,16 +13,15 @@ import pytest
 from kvcheck.core.draws import RandomDraws
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import from_json, to_json
-from kvcheck.errors import ScenarioFormatError, TargetLoadError
+from kvcheck.errors import ScenarioFormatError
 from kvcheck.families.vllm.builtins import ReferenceScheduler, builtin_target
 from kvcheck.families.vllm.distribution import VllmSpace, draw_scenario, space_for
 from kvcheck.families.vllm.engine import VllmEngine
 from kvcheck.families.vllm.judging import VllmJudging
-from kvcheck.families.vllm.real.release import release_package
 from kvcheck.families.vllm.scenario import Add, Drain, Step, Trim, VllmConfig, VllmScenarios
 from kvcheck.families.vllm.target import Launch, spec_tokens_for_batch
 from kvcheck.targets.loading import load_target
-from tests.unit.families.vllm.sequences import first_violation, scenario
+from tests.unit.families.vllm.sequences import first_violation, release_or_skip, scenario
 
 # k 3; a request alone drafts one, two or more draft two.
 DYNAMIC = VllmConfig(
@@ -154,16 +153,9 @@ def test_the_search_draws_tables_only_where_the_target_has_dynamic_sd() -> None:
     assert not any(tables(attrs.evolve(reference, dynamic_sd=False)))
 
 
-def _release(version: str) -> None:
-    try:
-        release_package(version)
-    except TargetLoadError as exc:
-        pytest.skip(f"vLLM {version} cannot be had here: {exc}")
-
-
 def test_releases_draft_by_the_table_from_0_24_0_on() -> None:
-    _release("0.33.0")
-    _release("0.23.0")
+    release_or_skip("0.33.0")
+    release_or_skip("0.23.0")
     launches = _launches("vllm==0.33.0")
     counts = {len(launch.scheduled): launch.num_spec_tokens_to_schedule for launch, _ in launches}
     assert counts[1] == 1 and counts[2] == 2

@@ -11,10 +11,9 @@ import pytest
 
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import from_json, to_json
-from kvcheck.errors import ScenarioFormatError, TargetLoadError
+from kvcheck.errors import ScenarioFormatError
 from kvcheck.families.vllm.builtins import ReferenceScheduler, Req, builtin_target
 from kvcheck.families.vllm.engine import FakeGrammar, VllmEngine
-from kvcheck.families.vllm.real.release import release_package
 from kvcheck.families.vllm.scenario import (
     Add,
     Drain,
@@ -25,7 +24,7 @@ from kvcheck.families.vllm.scenario import (
     VllmScenarios,
 )
 from kvcheck.targets.loading import load_target
-from tests.unit.families.vllm.sequences import first_violation, scenario
+from tests.unit.families.vllm.sequences import first_violation, release_or_skip, scenario
 
 # Depth 2 and depth 3 (V2 runner, pp 2), k 3, room for both requests.
 DEPTH_2 = VllmConfig(
@@ -118,16 +117,9 @@ def test_a_rejection_the_scheduler_ignores_is_caught() -> None:
     assert "the grammar rejected r1's tokens" in result.violation.message
 
 
-def _release(version: str) -> None:
-    try:
-        release_package(version)
-    except TargetLoadError as exc:
-        pytest.skip(f"vLLM {version} cannot be had here: {exc}")
-
-
 @pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
 def test_a_release_with_grammars_passes_the_witness(version: str) -> None:
-    _release(version)
+    release_or_skip(version)
     target = load_target(f"vllm=={version}")
     assert run_scenario(scenario(DEPTH_3, *WITNESS), target).violation is None
     engine = VllmEngine(DEPTH_2, target)
@@ -145,7 +137,7 @@ def test_a_release_with_grammars_passes_the_witness(version: str) -> None:
 
 def test_releases_are_driven_through_grammars_only_where_their_code_has_them() -> None:
     for version in ("0.13.0", "0.14.0"):
-        _release(version)
+        release_or_skip(version)
     targets = {v: load_target(f"vllm=={v}") for v in ("0.13.0", "0.14.0")}
     older, validating = (VllmEngine(DEPTH_2, target) for target in targets.values())
     # 0.13.0 has no `update_draft_token_ids_in_output`: a request added with a grammar runs
