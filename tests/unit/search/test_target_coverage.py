@@ -514,26 +514,31 @@ MULTI_LINE_CONDITION = textwrap.dedent(
 )
 
 
-def test_a_condition_over_several_lines_is_named_by_its_first_two(tmp_path: Path) -> None:
-    """`if (` alone names nothing: an out-of-scope table names such a line by its text joined
-    with the next line's, and its never-taken branch is listed with that reason."""
-    file = tmp_path / "multi.py"
-    file.write_text(MULTI_LINE_CONDITION)
+def _function_target(file: Path, source: str, name: str, *, last: int) -> Target:
+    """`source` written to `file` and compiled, its function `name` (lines 2 to `last`, its
+    `def` on line 1) as a target read from source."""
+    file.write_text(source)
     namespace: dict[str, Any] = {}
     exec(compile(file.read_text(), str(file), "exec"), namespace)
-    span = CodeSpan(file=str(file), qualname="decide", def_line=1, first=2, last=7)
-    target = Target(
-        spec="multi",
-        resolver=namespace["decide"],
+    span = CodeSpan(file=str(file), qualname=name, def_line=1, first=2, last=last)
+    return Target(
+        spec=file.stem,
+        resolver=namespace[name],
         description="",
         self_methods={},
         shape=None,
         code=(span,),
         family="sglang",
     )
+
+
+def test_a_condition_over_several_lines_is_named_by_its_first_two(tmp_path: Path) -> None:
+    """`if (` alone names nothing: an out-of-scope table names such a line by its text joined
+    with the next line's, and its never-taken branch is listed with that reason."""
+    target = _function_target(tmp_path / "multi.py", MULTI_LINE_CONDITION, "decide", last=7)
     reason = "a feature kvcheck does not model"
     for table, named in (({"if (feature": reason}, True), ({"if (other": reason}, False)):
-        meter = CoverageMeter((span,), table)
+        meter = CoverageMeter(target.code, table)
         measured = meter.instrument(target)
         assert measured.resolver(1) == "plain"
         found = meter.result()
@@ -582,20 +587,7 @@ def test_a_named_except_line_leaves_its_never_run_handler_uncounted(tmp_path: Pa
     """No branch enters a handler: an `except` line, named with the line after it (the
     handler's first), leaves its whole handler uncounted while it never runs; an unnamed
     handler stays counted as never run."""
-    file = tmp_path / "guarded.py"
-    file.write_text(GUARDED)
-    namespace: dict[str, Any] = {}
-    exec(compile(file.read_text(), str(file), "exec"), namespace)
-    span = CodeSpan(file=str(file), qualname="grow", def_line=1, first=2, last=12)
-    target = Target(
-        spec="guarded",
-        resolver=namespace["grow"],
-        description="",
-        self_methods={},
-        shape=None,
-        code=(span,),
-        family="sglang",
-    )
+    target = _function_target(tmp_path / "guarded.py", GUARDED, "grow", last=12)
 
     class Pool:
         def take(self, n: int) -> list[int]:
@@ -613,7 +605,7 @@ def test_a_named_except_line_leaves_its_never_run_handler_uncounted(tmp_path: Pa
         ({"except Exception:": reason}, {5: reason, 6: reason, 7: reason, 10: reason, 11: reason}),
         ({"except Exception:pool.forget(taken)": reason}, {}),
     ):
-        meter = CoverageMeter((span,), table, uncounted_out_of_scope=True)
+        meter = CoverageMeter(target.code, table, uncounted_out_of_scope=True)
         measured = meter.instrument(target)
         assert measured.resolver(Pool(), 2) == [0, 1]
         found = meter.result()
