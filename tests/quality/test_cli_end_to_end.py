@@ -95,20 +95,17 @@ def saved_file(tmp_path: Path, spec: str = "builtin:seed-prefix") -> Path:
     return save(from_run(result, spec), tmp_path)
 
 
-def test_check_writes_a_file_that_replays_in_a_fresh_process(tmp_path: Path) -> None:
-    found = python(
-        "-m",
-        "kvcheck.cli",
-        "check",
-        "builtin:seed-prefix",
-        *FAST,
-        "--save-dir",
-        "cx",
-        "--json",
-        cwd=tmp_path,
+def test_check_writes_a_file_that_replays_in_a_fresh_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Written here (this process has torch imported already, and its own string hashes),
+    # replayed in a fresh one.
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(
+        capsys, "check", "builtin:seed-prefix", *FAST, "--save-dir", "cx", "--json"
     )
-    assert found.returncode == 1, found.stderr
-    report = json.loads(found.stdout)
+    assert code == 1, err
+    report = json.loads(out)
     path = tmp_path / report["counterexample_file"]
     assert path.is_file() and path.name.endswith(SUFFIX)
     assert report["replay_command"] == f"kvcheck replay {report['counterexample_file']}"
