@@ -95,20 +95,17 @@ def saved_file(tmp_path: Path, spec: str = "builtin:seed-prefix") -> Path:
     return save(from_run(result, spec), tmp_path)
 
 
-def test_check_writes_a_file_that_replays_in_a_fresh_process(tmp_path: Path) -> None:
-    found = python(
-        "-m",
-        "kvcheck.cli",
-        "check",
-        "builtin:seed-prefix",
-        *FAST,
-        "--save-dir",
-        "cx",
-        "--json",
-        cwd=tmp_path,
+def test_check_writes_a_file_that_replays_in_a_fresh_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Written here (this process has torch imported already, and its own string hashes),
+    # replayed in a fresh one.
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(
+        capsys, "check", "builtin:seed-prefix", *FAST, "--save-dir", "cx", "--json"
     )
-    assert found.returncode == 1, found.stderr
-    report = json.loads(found.stdout)
+    assert code == 1, err
+    report = json.loads(out)
     path = tmp_path / report["counterexample_file"]
     assert path.is_file() and path.name.endswith(SUFFIX)
     assert report["replay_command"] == f"kvcheck replay {report['counterexample_file']}"
@@ -128,18 +125,32 @@ def test_check_writes_a_file_that_replays_in_a_fresh_process(tmp_path: Path) -> 
     assert again["counterexample_file"] == str(path)
 
 
-def run_pytest(test_file: Path) -> subprocess.CompletedProcess[str]:
+def run_pytest(*test_files: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """pytest on `test_files` in one fresh interpreter (each costs seconds of CPU), with every
+    test's outcome in the short summary (`-rA`: `PASSED file::test`, `FAILED file::test`)."""
     return python(
         "-m",
         "pytest",
         "-q",
+        "-rA",
         "-p",
         "no:cacheprovider",
         "-p",
         "no:kvcheck",
-        str(test_file),
-        cwd=test_file.parent,
+        *map(str, test_files),
+        cwd=cwd,
     )
+
+
+def outcomes(summary: str, test_file: Path) -> list[str]:
+    """The outcomes (`PASSED`, `FAILED`, ...) that `-rA`'s short summary gives the tests of
+    `test_file`."""
+    found = []
+    for line in summary.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].isupper() and f"{test_file.name}::" in words[1]:
+            found.append(words[0])
+    return found
 
 
 def test_regress_passes_against_the_fix_and_fails_against_the_bug(
@@ -163,10 +174,14 @@ def test_regress_passes_against_the_fix_and_fails_against_the_bug(
     assert fixed.name.startswith("test_kvcheck_no_committed_finished_frozen_")
     assert f"wrote {fixed}" in capsys.readouterr().out
 
-    passing = run_pytest(fixed)
-    assert passing.returncode == 0, passing.stdout + passing.stderr
-    failing = run_pytest(buggy)
-    assert failing.returncode == 1, failing.stdout + failing.stderr
-    assert "REPRODUCED  committed-finished-frozen at event 4 (r0)" in failing.stdout
-    assert f"counterexample file: {path}" in failing.stdout
-    assert "replay with: kvcheck replay" in failing.stdout
+    # Both in one run (from the buggy one's folder, the fixed one's parent): the fixed one
+    # passes, the buggy one fails with the violation.
+    both = run_pytest(fixed, buggy, cwd=tmp_path)
+    report = both.stdout + both.stderr
+    assert both.returncode == 1, report
+    assert outcomes(both.stdout, fixed) == ["PASSED"], report
+    assert outcomes(both.stdout, buggy) == ["FAILED"], report
+    assert "1 failed, 1 passed" in both.stdout, report
+    assert "REPRODUCED  committed-finished-frozen at event 4 (r0)" in both.stdout
+    assert f"counterexample file: {path}" in both.stdout
+    assert "replay with: kvcheck replay" in both.stdout

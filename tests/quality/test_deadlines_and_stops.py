@@ -1,9 +1,12 @@
-"""Deadlines, time limits, progress and Ctrl-C, end to end in fresh processes (stderr is not a
-terminal there, so progress comes as plain lines): a hanging or slow resolver is a saved
-`target-deadline` counterexample that replays as one; `--time-limit` stops `check` and `exhaust`
-inside a running call; SIGINT stops `check`, `exhaust` and `mutants --jobs` (workers included)
-within a second or two with what was established, exit 130 and no traceback; workers die with a
-killed parent."""
+"""Deadlines, time limits, progress and Ctrl-C, end to end (stderr is not a terminal, so progress
+comes as plain lines): a hanging or slow resolver is a saved `target-deadline` counterexample that
+replays as one; `--time-limit` stops `check` and `exhaust` inside a running call; SIGINT stops
+`check`, `exhaust` and `mutants --jobs` (workers included) within a second or two with what was
+established, exit 130 and no traceback; workers die with a killed parent.
+
+Signals and killed parents need fresh processes. The deadline and the time limit interrupt a
+call inside the process that runs it, the same in this one: those commands run here (`main`),
+which has torch imported already (a fresh interpreter costs seconds of CPU)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from kvcheck.cli.main import main
 from tests.helpers import TESTS_DIR
 
 HANGS = TESTS_DIR / "fixtures" / "hostile" / "hangs.py"
@@ -29,18 +33,18 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "KVCHECK_PROGRESS_SECONDS": "0.3", **extra}
 
 
-def _kvcheck(tmp_path: Path, *argv: str, timeout: float = 300) -> tuple[int, str, str, float]:
+def _here(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *argv: str
+) -> tuple[int, str, str, float]:
+    """`kvcheck ARGV` in this process from `tmp_path`, with progress lines every 0.3 s as the
+    fresh processes have them (`_env`): the exit code, stdout, stderr and the seconds it took."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KVCHECK_PROGRESS_SECONDS", "0.3")
+    capfd.readouterr()
     started = time.monotonic()
-    done = subprocess.run(
-        [*KVCHECK, *argv],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=_env(),
-        timeout=timeout,
-        check=False,
-    )
-    return done.returncode, done.stdout, done.stderr, time.monotonic() - started
+    code = main(list(argv))
+    out, err = capfd.readouterr()
+    return code, out, err, time.monotonic() - started
 
 
 def _clean(*texts: str) -> None:
@@ -49,10 +53,13 @@ def _clean(*texts: str) -> None:
         assert "@seed" not in text
 
 
-def test_a_resolver_that_loops_forever_is_a_saved_deadline_counterexample(tmp_path: Path) -> None:
-    code, out, err, took = _kvcheck(
-        tmp_path, "check", f"{HANGS}::loops_forever", "--save-dir", str(tmp_path), "--json"
-    )
+def test_a_resolver_that_loops_forever_is_a_saved_deadline_counterexample(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err, took = _here(
+        capfd, monkeypatch, tmp_path, "check", f"{HANGS}::loops_forever", "--save-dir",
+        str(tmp_path), "--json",
+    )  # fmt: skip
     _clean(out, err)
     assert code == 1
     report = json.loads(out)
@@ -60,24 +67,31 @@ def test_a_resolver_that_loops_forever_is_a_saved_deadline_counterexample(tmp_pa
     assert took < 120, took  # the default deadline plus shrinking, not a hang
     saved = Path(report["counterexample_file"])
     assert saved.is_file()
-    code, out, err, _ = _kvcheck(tmp_path, "replay", str(saved), "--json")
+    code, out, err, _ = _here(capfd, monkeypatch, tmp_path, "replay", str(saved), "--json")
     _clean(out, err)
     assert code == 1
     assert json.loads(out)["violation"]["invariant"] == "target-deadline"
 
 
-def test_a_resolver_sleeping_half_a_second_a_call_is_reported(tmp_path: Path) -> None:
-    code, out, err, took = _kvcheck(
-        tmp_path, "check", f"{HANGS}::sleeps", "--no-save", "--no-database", "--json"
-    )
+def test_a_resolver_sleeping_half_a_second_a_call_is_reported(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err, took = _here(
+        capfd, monkeypatch, tmp_path, "check", f"{HANGS}::sleeps", "--no-save", "--no-database",
+        "--json",
+    )  # fmt: skip
     _clean(out, err)
     assert code == 1
     assert json.loads(out)["violation"]["invariant"] == "target-deadline"
     assert took < 120, took
 
 
-def test_check_time_limit_stops_and_progress_lines_go_to_stderr(tmp_path: Path) -> None:
-    code, out, err, _ = _kvcheck(
+def test_check_time_limit_stops_and_progress_lines_go_to_stderr(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err, _ = _here(
+        capfd,
+        monkeypatch,
         tmp_path,
         "check",
         f"{HANGS}::sleeps",
@@ -108,8 +122,12 @@ def test_check_time_limit_stops_and_progress_lines_go_to_stderr(tmp_path: Path) 
     assert all(line.endswith(" s") and "/300 scenarios, " in line for line in lines)
 
 
-def test_exhaust_time_limit_interrupts_a_running_call(tmp_path: Path) -> None:
-    code, out, err, _ = _kvcheck(
+def test_exhaust_time_limit_interrupts_a_running_call(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err, _ = _here(
+        capfd,
+        monkeypatch,
         tmp_path,
         "exhaust",
         f"{HANGS}::hangs_late",

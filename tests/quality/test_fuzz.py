@@ -1,6 +1,11 @@
 """`kvcheck fuzz` campaigns in real processes: a failure found, shrunk, saved and replayable; a
 clean campaign's count; --keep-going; a crashing worker; Ctrl-C and a killed parent end every
-worker. (The campaign across machines on one Redis: test_fuzz_redis.py.)"""
+worker. (The campaign across machines on one Redis: test_fuzz_redis.py.)
+
+The workers are always spawned processes. The parent is a fresh interpreter only where the parent
+process is the point (Ctrl-C, a killed parent, a killed campaign); elsewhere the command runs in
+this process (`run_cli`), which has torch imported already, and `capfd` reads the workers' output
+on file descriptors 1 and 2 as well as the parent's, so a worker's traceback is still seen."""
 
 from __future__ import annotations
 
@@ -13,80 +18,100 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers import run_process
+import pytest
+
+from tests.helpers import run_cli
 
 
-def kvcheck(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return run_process(*argv, cwd=cwd)
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`tmp_path` as the working directory (the example database and saved files go there) and
+    on the import path of this process and of the spawned workers (module targets)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def kvcheck(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """`kvcheck ARGV` in this process: exit code, stdout and stderr (the workers' included)."""
+    return run_cli(capfd, *argv)
 
 
 def test_a_failure_is_shrunk_saved_replayable_and_ends_the_campaign_early(
-    tmp_path: Path,
+    here: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    # Each worker counts the duration from when it has loaded the target, so a campaign that
+    # did not end at its first failure would take longer than the duration whatever the load;
+    # one that does ends in seconds (workers starting on a loaded machine took 20 s here).
     started = time.monotonic()
-    done = kvcheck(
-        "fuzz", "builtin:seed-prefix", "--workers", "2", "--duration", "30", cwd=tmp_path
+    code, out, err = kvcheck(
+        capfd, "fuzz", "builtin:seed-prefix", "--workers", "2", "--duration", "60"
     )
     elapsed = time.monotonic() - started
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert elapsed < 30, f"the campaign ran {elapsed:.0f} s after its first failure"
-    lines = done.stdout.splitlines()
+    assert code == 1, out + err
+    assert elapsed < 60, f"the campaign ran {elapsed:.0f} s after its first failure"
+    lines = out.splitlines()
     assert any(line.startswith("FAIL ") for line in lines)
     saved = next(line for line in lines if line.startswith("counterexample saved to "))
-    path = tmp_path / saved.removeprefix("counterexample saved to ")
+    path = here / saved.removeprefix("counterexample saved to ")
     assert path.is_file()
     command = next(line for line in lines if line.startswith("replay with: "))
-    assert command == f"replay with: kvcheck replay {path.relative_to(tmp_path)}"
-    replayed = kvcheck("replay", str(path), cwd=tmp_path)
-    assert replayed.returncode == 1 and "REPRODUCED" in replayed.stdout
+    assert command == f"replay with: kvcheck replay {path.relative_to(here)}"
+    code, out, _ = kvcheck(capfd, "replay", str(path))
+    assert code == 1 and "REPRODUCED" in out
     # Shrunk: the smallest failing scenarios of seed-prefix are a handful of events.
     events = json.loads(path.read_text())["events"]
     assert len(events) <= 6
 
 
-def test_a_clean_campaign_reports_its_count_as_one_json_object(tmp_path: Path) -> None:
-    done = kvcheck(
-        "fuzz", "builtin:reference", "--workers", "2", "--duration", "4", "--json", cwd=tmp_path
+def test_a_clean_campaign_reports_its_count_as_one_json_object(
+    here: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # One second: each worker counts it from when it has loaded the target and searches one
+    # round at least, so both count examples however slowly they start.
+    code, out, err = kvcheck(
+        capfd, "fuzz", "builtin:reference", "--workers", "2", "--duration", "1", "--json"
     )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)  # exactly one object: anything else fails to parse
+    assert code == 0, err
+    report = json.loads(out)  # exactly one object: anything else fails to parse
     assert report["verdict"] == "pass" and report["failures"] == []
     assert report["workers"] == 2 and report["examples"] > 0
     assert [w["state"] for w in report["per_worker"]] == ["done", "done"]
     assert report["examples"] == sum(w["examples"] for w in report["per_worker"])
     assert all(w["examples"] > 0 for w in report["per_worker"])
     assert report["labels_reached"]
-    assert "kvcheck fuzz: " in done.stderr  # plain progress lines when stderr is not a terminal
+    assert "kvcheck fuzz: " in err  # plain progress lines when stderr is not a terminal
 
 
-def test_keep_going_collects_distinct_failures_until_the_deadline(tmp_path: Path) -> None:
+def test_keep_going_collects_distinct_failures_until_the_deadline(
+    here: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     started = time.monotonic()
-    done = kvcheck(
-        "fuzz", "builtin:seed-prefix", "--workers", "2", "--duration", "5", "--keep-going",
-        "--json", cwd=tmp_path,
+    code, out, err = kvcheck(
+        capfd, "fuzz", "builtin:seed-prefix", "--workers", "2", "--duration", "2", "--keep-going",
+        "--json",
     )  # fmt: skip
-    assert done.returncode == 1, done.stderr
-    assert time.monotonic() - started >= 5
-    report = json.loads(done.stdout)
+    assert code == 1, err
+    assert time.monotonic() - started >= 2
+    report = json.loads(out)
     failures = report["failures"]
     assert failures
     identities = [(f["violation"]["invariant"], json.dumps(f["events"])) for f in failures]
     assert len(set(identities)) == len(identities)
     for failure in failures:
-        assert Path(tmp_path, failure["counterexample_file"]).is_file()
+        assert Path(here, failure["counterexample_file"]).is_file()
 
 
-def fuzz_module(tmp_path: Path, source: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    """`kvcheck fuzz module_target:resolve --workers 2 ARGV` on `source` written as an importable
-    module (every worker imports it)."""
-    (tmp_path / "module_target.py").write_text(source)
-    env_path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "kvcheck.cli", "fuzz", "module_target:resolve", "--workers", "2",
-         "--convention", "preclaim", *argv],
-        capture_output=True, text=True, check=False, cwd=tmp_path,
-        env=os.environ | {"PYTHONPATH": env_path},
-    )  # fmt: skip
+def fuzz_module(
+    here: Path, capfd: pytest.CaptureFixture[str], module: str, source: str, *argv: str
+) -> tuple[int, str, str]:
+    """`kvcheck fuzz MODULE:resolve --workers 2 ARGV` on `source` written as an importable module
+    (this process and every worker import it; each test its own name, as this process keeps
+    the modules it imported)."""
+    (here / f"{module}.py").write_text(source)
+    return kvcheck(
+        capfd, "fuzz", f"{module}:resolve", "--workers", "2", "--convention", "preclaim", *argv
+    )
 
 
 CRASHING = """
@@ -103,17 +128,19 @@ def resolve(self, result, batch):
 """
 
 
-def test_a_crashing_worker_is_reported_and_the_others_go_on(tmp_path: Path) -> None:
-    done = fuzz_module(tmp_path, CRASHING, "--duration", "4", "--json")
-    assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads(done.stdout)
+def test_a_crashing_worker_is_reported_and_the_others_go_on(
+    here: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = fuzz_module(
+        here, capfd, "crashing_target", CRASHING, "--duration", "1", "--json"
+    )
+    assert code == 0, out + err
+    report = json.loads(out)
     assert report["crashed_workers"] == [1]
     crashed, survivor = report["per_worker"][1], report["per_worker"][0]
     assert "exited with code 3" in crashed["error"]
     assert survivor["state"] == "done" and survivor["examples"] > 0
-    assert "worker 1 crashed: the worker process exited with code 3; the others go on" in (
-        done.stderr
-    )
+    assert "worker 1 crashed: the worker process exited with code 3; the others go on" in err
 
 
 NONDETERMINISTIC = """
@@ -131,14 +158,15 @@ def resolve(self, result, batch):
 
 
 def test_a_worker_that_cannot_judge_the_target_ends_the_campaign_with_exit_2(
-    tmp_path: Path,
+    here: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     # Deterministic at load time (the probe), a coin toss in the workers: kvcheck gives no verdict.
-    done = fuzz_module(tmp_path, NONDETERMINISTIC, "--duration", "20")
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "two different results on the same scenario" in done.stderr
-    assert "Traceback" not in done.stdout + done.stderr
-    assert done.stdout == ""
+    code, out, err = fuzz_module(
+        here, capfd, "coin_toss_target", NONDETERMINISTIC, "--duration", "20"
+    )
+    assert code == 2, out + err
+    assert "two different results on the same scenario" in err
+    assert out == ""
 
 
 WORKERS_ONLY = """
@@ -154,16 +182,19 @@ def resolve(self, result, batch):
 """
 
 
-def test_a_failure_the_parent_cannot_reproduce_is_no_verdict(tmp_path: Path) -> None:
+def test_a_failure_the_parent_cannot_reproduce_is_no_verdict(
+    here: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     # Deterministic within each process, different between them: the workers' own checks agree,
     # the parent's replay does not. Not a verdict (exit 2), but the file is kept.
-    done = fuzz_module(tmp_path, WORKERS_ONLY, "--duration", "20")
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "two different results on the same scenario" in done.stderr
-    assert "no verdict; saved to .kvcheck/counterexamples/" in done.stderr
-    assert "Traceback" not in done.stdout + done.stderr
-    assert done.stdout == ""
-    assert list((tmp_path / ".kvcheck" / "counterexamples").glob("*.kvcheck.json"))
+    code, out, err = fuzz_module(
+        here, capfd, "workers_only_target", WORKERS_ONLY, "--duration", "20"
+    )
+    assert code == 2, out + err
+    assert "two different results on the same scenario" in err
+    assert "no verdict; saved to .kvcheck/counterexamples/" in err
+    assert out == ""
+    assert list((here / ".kvcheck" / "counterexamples").glob("*.kvcheck.json"))
 
 
 def _children(pid: int) -> set[int]:
@@ -216,8 +247,6 @@ def _gone(pids: set[int], within: float) -> bool:
 
 def test_ctrl_c_ends_every_worker_keeps_the_count_and_exits_130(tmp_path: Path) -> None:
     if not Path("/proc/self/task").is_dir():
-        import pytest
-
         pytest.skip("needs /proc to find the worker processes")
     process, workers = _start_campaign(tmp_path)
     os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
@@ -233,8 +262,6 @@ def test_ctrl_c_ends_every_worker_keeps_the_count_and_exits_130(tmp_path: Path) 
 
 def test_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
     if not Path("/proc/self/task").is_dir():
-        import pytest
-
         pytest.skip("needs /proc to find the worker processes")
     process, workers = _start_campaign(tmp_path)
     process.kill()
@@ -242,7 +269,9 @@ def test_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
     assert _gone(workers, 5), "a worker outlived its killed parent"
 
 
-def test_a_failure_is_saved_as_it_arrives_so_a_killed_campaign_keeps_it(tmp_path: Path) -> None:
+def test_a_failure_is_saved_as_it_arrives_so_a_killed_campaign_keeps_it(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     process = _background(tmp_path, "builtin:seed-prefix", "--workers", "1", "--keep-going")
     try:
         deadline = time.monotonic() + 90
@@ -258,18 +287,21 @@ def test_a_failure_is_saved_as_it_arrives_so_a_killed_campaign_keeps_it(tmp_path
         process.wait(timeout=30)
     path = tmp_path / saved[0]
     assert path.is_file()
-    assert kvcheck("replay", str(path), cwd=tmp_path).returncode == 1
+    monkeypatch.chdir(tmp_path)
+    assert kvcheck(capfd, "replay", str(path))[0] == 1
 
 
-def test_a_hanging_target_is_a_deadline_violation_in_the_workers(tmp_path: Path) -> None:
+def test_a_hanging_target_is_a_deadline_violation_in_the_workers(
+    here: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """The workers run every call under `--deadline`, as `check` does: a resolver that never
     returns is a saved `target-deadline` counterexample, not a campaign that hangs."""
     hangs = Path(__file__).parents[1] / "fixtures" / "hostile" / "hangs.py"
-    done = kvcheck(
-        "fuzz", f"{hangs}::loops_forever", "--workers", "1", "--duration", "60",
-        "--no-database", "--deadline", "0.2", "--json", cwd=tmp_path,
+    code, out, err = kvcheck(
+        capfd, "fuzz", f"{hangs}::loops_forever", "--workers", "1", "--duration", "60",
+        "--no-database", "--deadline", "0.2", "--json",
     )  # fmt: skip
-    assert done.returncode == 1, done.stderr
-    report = json.loads(done.stdout)
+    assert code == 1, err
+    report = json.loads(out)
     assert [f["violation"]["invariant"] for f in report["failures"]] == ["target-deadline"]
     assert report["seconds"] < 60

@@ -1,6 +1,6 @@
 """Campaigns on many machines share one Redis example database: what one finds, the next replays
-first. A real `redis-server` on 127.0.0.1 and two `kvcheck fuzz` processes in separate working
-directories (as on two machines: nothing shared but the URL).
+first. A real `redis-server` on 127.0.0.1 and two `kvcheck fuzz` campaigns in separate working
+directories (as on two machines: nothing shared but the URL), each with its worker process.
 
 Skipped where redis-server or the optional `redis` package is missing, except under CI=true,
 where that fails (.ci/run installs Debian's redis-server, the dev extra the package).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_process
+from tests.helpers import run_cli, run_process
 
 
 def redis_client() -> None:
@@ -77,26 +77,40 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
         server.wait(timeout=10)
 
 
-def fuzz(url: str, cwd: Path, seed: str) -> dict[str, object]:
+def fuzz(
+    url: str,
+    cwd: Path,
+    seed: str,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, object]:
+    """One campaign from its own working directory, its parent in this process (which has torch
+    imported already); its worker is a spawned process as always."""
     cwd.mkdir()
-    done = run_process(
-        "fuzz", "builtin:seed-prefix", "--workers", "1", "--duration", "30", "--seed", seed,
-        "--database", url, "--json", cwd=cwd,
+    monkeypatch.chdir(cwd)
+    code, out, err = run_cli(
+        capfd, "fuzz", "builtin:seed-prefix", "--workers", "1", "--duration", "30", "--seed", seed,
+        "--database", url, "--json",
     )  # fmt: skip
-    assert done.returncode == 1, done.stdout + done.stderr
-    report: dict[str, object] = json.loads(done.stdout)
+    assert code == 1, out + err
+    report: dict[str, object] = json.loads(out)
     return report
 
 
 def test_a_second_machine_replays_the_first_ones_failure_first(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path,
+    redis_url: str,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    first = fuzz(redis_url, tmp_path / "machine-a", "1")
-    second = fuzz(redis_url, tmp_path / "machine-b", "2")
+    first = fuzz(redis_url, tmp_path / "machine-a", "1", capfd, monkeypatch)
+    second = fuzz(redis_url, tmp_path / "machine-b", "2", capfd, monkeypatch)
     # The second campaign's first scenario is the failure the first one saved in Redis.
     assert second["examples_to_first_failure"] == 1, second
     # A third on an empty database (another Redis db number) with the same seed searches for it.
-    alone = fuzz(redis_url.removesuffix("/0") + "/1", tmp_path / "machine-c", "2")
+    alone = fuzz(
+        redis_url.removesuffix("/0") + "/1", tmp_path / "machine-c", "2", capfd, monkeypatch
+    )
     assert alone["examples_to_first_failure"] > 1  # type: ignore[operator]
     (found,) = first["failures"]  # type: ignore[misc]
     (replayed,) = second["failures"]  # type: ignore[misc]
