@@ -9,14 +9,15 @@ every call is a point where a Ctrl-C the target swallowed is raised again
 (`kvcheck.core.interrupts`).
 
 The tensor library a target computes with (torch) is imported here too, once, and only when a
-family asks for it: it takes seconds to import.
+family asks for it: it takes seconds to import. Runs keep it on one thread (`one_tensor_thread`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -147,3 +148,23 @@ def tensor_library() -> Any:
             import torch
         _torch = torch
     return _torch
+
+
+@contextmanager
+def one_tensor_thread() -> Iterator[None]:
+    """torch (once imported, by anyone) computes on one thread inside; its setting is restored
+    after, so a process that runs kvcheck inside its own (the pytest plugin, the API) keeps its
+    own. kvcheck's tensors are a few kilobytes, too small to gain from threads, but a fill or copy
+    of 32K elements (a `req_to_token` table) runs on all of torch's OpenMP threads, which then spin
+    for milliseconds waiting for more: about half the CPU of a search of a release's allocation
+    code, and on a busy machine the cores other processes wait for."""
+    torch: Any = sys.modules.get("torch")
+    threads = 1 if torch is None else torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

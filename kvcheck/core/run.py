@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from kvcheck.core.calls import one_tensor_thread
 from kvcheck.core.family import FamilyEngine, Judge, family
 from kvcheck.core.invariant import Violation
 from kvcheck.core.isolation import maybe_apart, running
@@ -69,7 +70,8 @@ def run_scenario(
     Once this process is isolated (a call of the target never returned: `kvcheck.core.isolation`)
     the run is done in a forked child.
     """
-    result: RunResult = maybe_apart(_run_here, scenario, target, record, on_event)
+    with one_tensor_thread():
+        result: RunResult = maybe_apart(_run_here, scenario, target, record, on_event)
     return result
 
 

@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import attrs
 
+from kvcheck.core.calls import one_tensor_thread
 from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import check_time_limit as _check_time
 from kvcheck.core.deadline import time_limit as _time_limit
@@ -489,7 +490,7 @@ def exhaust(
     # collected once per level (cycles a target made), and the youngest generation every
     # `_COLLECT_EVERY` transitions while collections find anything (`Shard.collect`).
     try:
-        with collected_by_hand(), _time_limit(time_limit):
+        with collected_by_hand(), _time_limit(time_limit), one_tensor_thread():
             while shard.frontier and (bounds.events is None or depth < bounds.events):
                 shard.expand(look)
                 depth += 1

@@ -51,6 +51,7 @@ from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
+from kvcheck.core.calls import one_tensor_thread
 from kvcheck.core.deadline import TimeLimitReached
 from kvcheck.core.deadline import time_limit as _time_limit
 from kvcheck.core.family import Moves, family, registered_paths, repeat_registrations
@@ -531,7 +532,7 @@ def _work(
     remaining = None if setup.stop_at is None else max(0.0, setup.stop_at - time.time())
     level = 0
     # As in the single-process search: collected per level and every so often.
-    with collected_by_hand(), _time_limit(remaining):
+    with collected_by_hand(), _time_limit(remaining), one_tensor_thread():
         while True:
             command: _Command = control.get()
             if command == "finish":

@@ -690,30 +690,50 @@ def _line_keys(text: list[str], number: int) -> tuple[str, ...]:
     return (line,)
 
 
-def _handlers(file: str) -> list[tuple[int, int]]:
+def _handlers(file: str) -> tuple[tuple[int, int], ...]:
     """The lines each `except` handler of `file` spans, from its `except` line."""
-    try:
-        tree = ast.parse(Path(file).read_text(encoding="utf-8"), filename=file)
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return []  # as `_arms`: a vanished file only counts every line
-    return [
-        (node.lineno, _end(node.body[-1]))
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ExceptHandler)
-    ]
+    return _structure(file)[1]
 
 
-def _arms(file: str) -> dict[Branch, tuple[int, int]]:
+def _arms(file: str) -> Mapping[Branch, tuple[int, int]]:
     """Each branch into a block of statements in `file` (an `if`'s or a loop's body or
     `else`), with the lines the block spans; and the branch past an `if` without `else` whose
     body always leaves (`return`, `raise`, `continue`, `break`), with the rest of its block:
     only that branch reaches it."""
+    return _structure(file)[0]
+
+
+# How many files' structures a process keeps (`_parsed_structure`): a release's resolver and
+# allocation files are about a dozen.
+_STRUCTURES_KEPT: Final = 64
+
+
+def _structure(file: str) -> tuple[Mapping[Branch, tuple[int, int]], tuple[tuple[int, int], ...]]:
+    """`file`'s arms (`_arms`) and handlers (`_handlers`), as its text is now."""
     try:
-        tree = ast.parse(Path(file).read_text(encoding="utf-8"), filename=file)
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return {}  # coverage.py analysed it just now; a vanished file only counts every line
+        text = Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}, ()  # coverage.py analysed it just now; a vanished file only counts every line
+    return _parsed_structure(file, text)
+
+
+@functools.lru_cache(maxsize=_STRUCTURES_KEPT)
+def _parsed_structure(
+    file: str, text: str
+) -> tuple[Mapping[Branch, tuple[int, int]], tuple[tuple[int, int], ...]]:
+    """`_structure` of one text of a file, parsed once per process: every search of the same
+    release (each mode of `kvcheck releases`, each check of a test session) reports on the same
+    files, and parsing them took a quarter of a report's time. Keyed by the text, so a file
+    changed since is parsed anew."""
+    try:
+        tree = ast.parse(text, filename=file)
+    except (SyntaxError, ValueError):
+        return {}, ()
     arms: dict[Branch, tuple[int, int]] = {}
+    handlers: list[tuple[int, int]] = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.ExceptHandler):
+            handlers.append((node.lineno, _end(node.body[-1])))
         if isinstance(node, ast.If | ast.For | ast.AsyncFor | ast.While):
             for block in (node.body, node.orelse):
                 if block:
@@ -727,7 +747,7 @@ def _arms(file: str) -> dict[Branch, tuple[int, int]]:
                 ):
                     rest = block[at + 1]
                     arms[(statement.lineno, rest.lineno)] = (rest.lineno, _end(block[-1]))
-    return arms
+    return arms, tuple(handlers)
 
 
 _LEAVES: Final = (ast.Return, ast.Raise, ast.Continue, ast.Break)

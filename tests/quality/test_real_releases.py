@@ -23,7 +23,7 @@ from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang import release as sglang_release
 from kvcheck.search.check import check
 from kvcheck.targets.loading import load_target
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_cli
 
 FIXED_IN: tuple[int, ...] = sglang_release.version_key("0.5.12")
 # Coverage is not measured here: this test is about verdicts, it triples a check's cost, and the
@@ -77,11 +77,6 @@ STALE_ROW_INVARIANTS = (
 )
 
 
-def _kvcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    command = [str(Path(sys.executable).with_name("kvcheck")), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-
-
 class ReleaseCommands:
     """Docs command lines whose target is a release (`sglang==V`), each run once per module in
     one shell and folder: they read nothing of the checkout, so the tests here that run the same
@@ -112,40 +107,41 @@ def release_commands(tmp_path_factory: pytest.TempPathFactory) -> ReleaseCommand
 
 
 def test_the_newest_release_passes_and_the_last_unfixed_one_fails(
-    release_commands: ReleaseCommands,
+    release_commands: ReleaseCommands, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _releases()
     newest = "kvcheck check sglang==0.5.23 --global-counters sglang"
     passed = release_commands.run(newest)
     assert passed.returncode == 0, passed.stdout + passed.stderr
-    failed = _kvcheck("check", "sglang==0.5.11", "--no-save")
-    assert failed.returncode == 1, failed.stdout + failed.stderr
+    # In this process (the shell's exit code is the newest's run above).
+    code, out, err = run_cli(capsys, "check", "sglang==0.5.11", "--no-save")
+    assert code == 1, out + err
     # Its stale rows are applied: a finished request's or a retracted one's KV grows, or its
     # verify statistics do (with accept_len 1 under the preclaim convention only the statistics
     # move), whichever the unseeded search meets and shrinks to first.
-    assert any(f"FAIL        {invariant}" in failed.stdout for invariant in STALE_ROW_INVARIANTS), (
-        failed.stdout
-    )
-    assert "STALE row" in failed.stdout, failed.stdout
+    assert any(f"FAIL        {invariant}" in out for invariant in STALE_ROW_INVARIANTS), out
+    assert "STALE row" in out, out
 
 
-def test_the_releases_table_gives_each_release_its_allocation() -> None:
+def test_the_releases_table_gives_each_release_its_allocation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """`kvcheck releases` says per release whose allocation code its searches ran: 0.5.10
     falls back to kvcheck's model and says why, 0.5.15 and 0.5.16 run their own (issue 21) and
     pass there, with the functions that ran and their coverage. The mode columns are the same
     verdicts as before (0.5.12+: pass with SGLang's counters, global-counters ideally; 0.5.10
-    fails both)."""
+    fails both). The command runs in this process: its table is the point, not the process."""
     _releases()
-    done = _kvcheck(
-        "releases", "--from", "0.5.15", "--to", "0.5.16", "--max-examples", "150", "--json"
+    code, out, err = run_cli(
+        capsys, "releases", "--from", "0.5.15", "--to", "0.5.16", "--max-examples", "150", "--json"
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = {row["version"]: row for row in json.loads(done.stdout)["releases"]}
-    old = _kvcheck(
-        "releases", "--from", "0.5.10", "--to", "0.5.10", "--max-examples", "20", "--json"
+    assert code == 0, out + err
+    rows = {row["version"]: row for row in json.loads(out)["releases"]}
+    code, out, err = run_cli(
+        capsys, "releases", "--from", "0.5.10", "--to", "0.5.10", "--max-examples", "20", "--json"
     )
-    assert old.returncode == 0, old.stdout + old.stderr
-    rows.update({row["version"]: row for row in json.loads(old.stdout)["releases"]})
+    assert code == 0, out + err
+    rows.update({row["version"]: row for row in json.loads(out)["releases"]})
     assert {"0.5.10", "0.5.15", "0.5.16"} <= set(rows)
     for version in ("0.5.15", "0.5.16"):
         row = rows[version]
@@ -177,12 +173,14 @@ def test_the_releases_table_gives_each_release_its_allocation() -> None:
     } <= set(own["functions_run"])
     assert own["coverage"]["lines_run"] > 0 and own["coverage"]["functions_run"]
     # The text table has the allocation table under the modes'.
-    text = _kvcheck(
-        "releases", "--from", "0.5.16", "--to", "0.5.16", "--max-examples", "20", "--no-coverage"
+    code, out, err = run_cli(
+        capsys,
+        *("releases", "--from", "0.5.16", "--to", "0.5.16", "--max-examples", "20"),
+        "--no-coverage",
     )
-    assert text.returncode == 0, text.stdout + text.stderr
-    assert "allocation (from the sglang searches above)" in text.stdout
-    assert any(line.startswith("0.5.16        release  pass") for line in text.stdout.splitlines())
+    assert code == 0, out + err
+    assert "allocation (from the sglang searches above)" in out
+    assert any(line.startswith("0.5.16        release  pass") for line in out.splitlines())
 
 
 def _readme_checkout_commands() -> list[str]:

@@ -11,7 +11,13 @@ import pytest
 
 import kvcheck
 from kvcheck.core.calls import TargetCalls
+from kvcheck.core.run import run_scenario
 from kvcheck.errors import KvcheckInternalError, UnsupportedTargetError
+from kvcheck.families.sglang.builtins import reference
+from kvcheck.families.sglang.scenario import Admit, Step
+from kvcheck.families.sglang.search import Bounds
+from kvcheck.search.exhaust import exhaust
+from tests.helpers import scenario, target
 
 KVCHECK = Path(kvcheck.__file__).resolve().parent
 SGLANG = KVCHECK / "families" / "sglang"
@@ -80,3 +86,31 @@ def test_what_the_target_prints_goes_to_stderr(capsys: pytest.CaptureFixture[str
     assert TargetCalls().run(lambda: print("chatty") or 7) == (7, None)
     out, err = capsys.readouterr()
     assert out == "" and err == "chatty\n"
+
+
+@pytest.mark.parametrize("search", ["run", "exhaust"])
+def test_runs_compute_on_one_torch_thread_and_give_the_setting_back(search: str) -> None:
+    """A run (and an exhaustive search) keeps torch on one thread, whose OpenMP threads would
+    otherwise spin after every large fill, and gives the caller's setting back after."""
+    import torch
+
+    threads: list[int] = []
+
+    def counting(self: Any, result: Any, batch: Any) -> Any:
+        threads.append(torch.get_num_threads())
+        return reference(self, result, batch)
+
+    judged = target(counting)
+    threads.clear()  # the probe's call is not a run
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        if search == "run":
+            events = (Admit("r0", 10, 20), Step(), Step((2, 2)), Step((1, 3)))
+            assert run_scenario(scenario(*events, stride=4), judged).violation is None
+        else:
+            assert exhaust(judged, Bounds(events=3), measure_coverage=False).verdict == "pass"
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    assert threads and set(threads) == {1}
