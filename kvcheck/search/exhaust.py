@@ -139,9 +139,13 @@ class ExhaustResult:
 
 class _Node:
     """A state in the search: engine and model after `events` from the start config numbered
-    `origin` (its place in `start_configs`), and the steps they used."""
+    `origin` (its place in `start_configs`), and the steps they used.
 
-    __slots__ = ("config", "engine", "events", "model", "origin", "steps")
+    A `borrowed` node's engine and model are its parent's own objects, changed in place by its
+    last event (`_expander`): valid only until the search asks for the next child, which puts
+    the parent back; one it keeps becomes its own first (`owned`)."""
+
+    __slots__ = ("borrowed", "config", "engine", "events", "model", "origin", "steps")
 
     def __init__(
         self,
@@ -158,6 +162,15 @@ class _Node:
         self.events = events
         self.steps = steps
         self.origin = origin
+        self.borrowed = False
+
+    def owned(self) -> _Node:
+        """The node with a state of its own: a borrowed one's engine and model copied (before
+        its parent is put back), any other as it is."""
+        if self.borrowed:
+            self.engine, self.model = self.engine.clone(), self.model.clone()
+            self.borrowed = False
+        return self
 
 
 class _Stop(Exception):
@@ -307,7 +320,7 @@ class Shard:
                         continue
                     kept = pending.get(key)
                     if kept is None or better(steps, origin, events, kept):
-                        pending[key] = (steps, origin, events, child)
+                        pending[key] = (steps, origin, events, child.owned())
                         release(kept, drop)
                     else:
                         release(child, drop)
@@ -315,7 +328,7 @@ class Shard:
                     out = self.outgoing[owner]
                     kept = out.get(key)
                     if kept is None or better(steps, origin, events, kept):
-                        out[key] = (steps, origin, events, child)
+                        out[key] = (steps, origin, events, child.owned())
                         release(kept, drop)
                     else:
                         release(child, drop)
@@ -593,9 +606,13 @@ def _expander(
     child, with the invariant its last event broke (None: none broke).
 
     The family lists the events (`Moves.expand`); a child it asks for at once (`child`, to see
-    the model's expectation before listing the rest) comes first. The last child takes over
-    the node's own engine and model instead of copies: a node is expanded once, and nothing
-    reads its state afterwards.
+    the model's expectation before listing the rest) comes first, on copies. The others are
+    applied to the node's own engine and model in place (borrowed children, `_Node.owned`),
+    which a checkpoint taken before the first of them (`checkpoint`) puts back before the
+    next: the search copies only the children it keeps, and most it drops (their state was
+    reached before, or their level already failed). The last child keeps the node's state as
+    its own: a node is expanded once, and nothing reads its state afterwards. Where the family
+    cannot checkpoint the state (None), every child but the last is applied to copies.
     """
     expand, counts_as_step = moves.expand, moves.counts_as_step
 
@@ -620,9 +637,22 @@ def _expander(
         events = expand(node.model, node.config, bounds, node.steps, child)
         yield from early
         last = len(events) - 1
+        in_place = None
+        if last > 0:
+            engine_state, model_state = node.engine.checkpoint(), node.model.checkpoint()
+            if engine_state is not None and model_state is not None:
+                in_place = (engine_state, model_state)
         for index, event in enumerate(events):
-            made, _, violation = child_of(node, event, index == last)
+            if in_place is None or index == last:
+                made, _, violation = child_of(node, event, index == last)
+                yield made, violation
+                continue
+            made, _, violation = child_of(node, event, True)
+            made.borrowed = True
             yield made, violation
+            # The caller has read the child, and copied it if it keeps it: the node again.
+            in_place[0].restore()
+            in_place[1].restore()
 
     return children
 
@@ -639,7 +669,9 @@ def release(state: _Node | Candidate | int | None, drop: Callable[[Any, Any], No
     turn. A cycle a target made itself is left to the collections the search still runs
     (`exhaust`)."""
     node = state[3] if type(state) is tuple else state
-    if isinstance(node, _Node):  # not nothing, nor a state another shard holds or sent
+    # Not nothing, nor a state another shard holds or sent, nor a borrowed child (its state is
+    # its parent's, put back after it).
+    if isinstance(node, _Node) and not node.borrowed:
         drop(node.engine, node.model)
 
 
