@@ -614,7 +614,7 @@ def _expander(
     its own: a node is expanded once, and nothing reads its state afterwards. Where the family
     cannot checkpoint the state (None), every child but the last is applied to copies.
     """
-    expand, counts_as_step = moves.expand, moves.counts_as_step
+    expand, counts_as_step, drop = moves.expand, moves.counts_as_step, moves.release
 
     def child_of(node: _Node, event: Any, reuse: bool) -> tuple[_Node, Any, str | None]:
         engine = node.engine if reuse else node.engine.clone()
@@ -650,7 +650,10 @@ def _expander(
             made, _, violation = child_of(node, event, True)
             made.borrowed = True
             yield made, violation
-            # The caller has read the child, and copied it if it keeps it: the node again.
+            # The caller has read the child, and copied it if it keeps it: the node again. The
+            # cycles of what the event made are broken first (`release`: the restore drops
+            # them); what that undoes of the node's own objects, the restore puts back.
+            drop(node.engine, node.model)  # not `made`'s: a kept child has its own copies
             in_place[0].restore()
             in_place[1].restore()
 

@@ -135,3 +135,83 @@ def test_dropped_states_leave_no_cycles_behind(
             shard.merge()
             found.append(gc.collect())
     assert (sum(found) == 0) is released, found
+
+
+def plain_bookkeeping(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """`bookkeeping` without the tensor: books a checkpoint can put back, so the search tries
+    children on their parent's own fakes (`kvcheck.core.copying.checkpoint`)."""
+    books = vars(self).setdefault("_books", {})
+    for req in batch.reqs:
+        if req.is_retracted or req.finished():
+            continue
+        calls = getattr(req, "_calls", None)
+        if calls is None:
+            req._calls = calls = []
+        if not len(calls) == books.get(req.rid, 0) == req.spec_verify_ct:
+            raise RuntimeError(
+                f"books disagree for {req.rid}: {len(calls)} calls, {books.get(req.rid)} "
+                f"booked, {req.spec_verify_ct} verified"
+            )
+        calls.append(len(req.output_ids))
+        books[req.rid] = books.get(req.rid, 0) + 1
+    return reference(self, result, batch)
+
+
+PLAIN_TARGET = f"{__name__}:plain_bookkeeping"
+
+
+def test_children_tried_in_place_leave_their_parent_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kvcheck.core import copying
+
+    checkpoints = []
+    made = copying.checkpoint
+
+    def counted(value: Any, share: Any = ()) -> Any:
+        checkpoints.append(made(value, share))
+        return checkpoints[-1]
+
+    monkeypatch.setattr(engine_module, "checkpoint", counted)
+    target = load_target(PLAIN_TARGET)
+    result = exhaust(target, BOUNDS, convention="preclaim", measure_coverage=False)
+    assert result.verdict == "pass", result.violation
+    assert checkpoints and all(c is not None for c in checkpoints)  # branched in place
+    copied = exhaust(target, BOUNDS, convention="preclaim", measure_coverage=False)
+    assert (result.states, result.scenarios) == (copied.states, copied.scenarios)
+
+
+@pytest.mark.parametrize("kept", ["list", "dict"])
+def test_a_restore_that_misses_the_books_is_caught(
+    monkeypatch: pytest.MonkeyPatch, kept: str
+) -> None:
+    """The same search with a restore that leaves one kind of book as the child left it."""
+    from kvcheck.core import copying
+
+    good = copying.Checkpoint.restore
+
+    def is_book(held: Any) -> bool:
+        if kept == "list":  # a request's `_calls`: output lengths
+            return type(held) is list and bool(held) and all(type(v) is int for v in held)
+        # The scheduler's `_books`: calls per rid.
+        return (
+            type(held) is dict
+            and bool(held)
+            and all(type(k) is str and type(v) is int for k, v in held.items())
+        )
+
+    def leaky_restore(self: copying.Checkpoint) -> None:
+        books = [
+            (held, held.copy()) for held, _ in (*self._collections, *self._dicts) if is_book(held)
+        ]
+        good(self)
+        for held, contents in books:  # as the child left them
+            if type(held) is list:
+                held[:] = contents
+            else:
+                held.clear()
+                held.update(contents)
+
+    monkeypatch.setattr(copying.Checkpoint, "restore", leaky_restore)
+    with pytest.raises(NondeterministicTargetError, match="target-raised"):
+        exhaust(load_target(PLAIN_TARGET), BOUNDS, convention="preclaim", measure_coverage=False)
