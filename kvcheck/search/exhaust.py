@@ -292,7 +292,9 @@ class Shard:
         found = self.found
         for node in frontier:
             _check_time()
-            for child, violation in children(node):
+            # A level that already failed keeps none of its children: they are tried in place
+            # (`_expander`). Before, most children are new states, which a copy serves best.
+            for child, violation in children(node, bool(found)):
                 self.scenarios += 1
                 if self.collect_young and self.scenarios % _COLLECT_EVERY == 0:
                     self.collect_young = gc.collect(_COLLECT_GENERATION) > 0
@@ -601,18 +603,18 @@ def _look(
 
 def _expander(
     moves: Moves, check_event: Callable[[int, Any, Any], list[Violation]], bounds: Any
-) -> Callable[[_Node], Iterator[tuple[_Node, str | None]]]:
+) -> Callable[[_Node, bool], Iterator[tuple[_Node, str | None]]]:
     """The expansion of a node under `bounds`, with the family's methods bound once: every
     child, with the invariant its last event broke (None: none broke).
 
     The family lists the events (`Moves.expand`); a child it asks for at once (`child`, to see
     the model's expectation before listing the rest) comes first, on copies. The others are
-    applied to the node's own engine and model in place (borrowed children, `_Node.owned`),
-    which a checkpoint taken before the first of them (`checkpoint`) puts back before the
-    next: the search copies only the children it keeps, and most it drops (their state was
-    reached before, or their level already failed). The last child keeps the node's state as
-    its own: a node is expanded once, and nothing reads its state afterwards. Where the family
-    cannot checkpoint the state (None), every child but the last is applied to copies.
+    applied to copies too, or with `in_place` to the node's own engine and model (borrowed
+    children, `_Node.owned`), which a checkpoint taken before the first of them (`checkpoint`)
+    puts back before the next: then only the children the caller keeps are copied, which pays
+    where it keeps few (a level that already failed keeps none). The last child keeps the
+    node's state as its own: a node is expanded once, and nothing reads its state afterwards.
+    Where the family cannot checkpoint the state (None), every child is applied to copies.
     """
     expand, counts_as_step, drop = moves.expand, moves.counts_as_step, moves.release
 
@@ -626,7 +628,7 @@ def _expander(
         child = _Node(node.config, engine, model, (*node.events, event), steps, node.origin)
         return child, expected, violations[0].invariant if violations else None
 
-    def children(node: _Node) -> Iterator[tuple[_Node, str | None]]:
+    def children(node: _Node, in_place: bool) -> Iterator[tuple[_Node, str | None]]:
         early: list[tuple[_Node, str | None]] = []
 
         def child(event: Any) -> Any:
@@ -637,13 +639,13 @@ def _expander(
         events = expand(node.model, node.config, bounds, node.steps, child)
         yield from early
         last = len(events) - 1
-        in_place = None
-        if last > 0:
+        states = None
+        if in_place and last > 0:
             engine_state, model_state = node.engine.checkpoint(), node.model.checkpoint()
             if engine_state is not None and model_state is not None:
-                in_place = (engine_state, model_state)
+                states = (engine_state, model_state)
         for index, event in enumerate(events):
-            if in_place is None or index == last:
+            if states is None or index == last:
                 made, _, violation = child_of(node, event, index == last)
                 yield made, violation
                 continue
@@ -654,8 +656,8 @@ def _expander(
             # cycles of what the event made are broken first (`release`: the restore drops
             # them); what that undoes of the node's own objects, the restore puts back.
             drop(node.engine, node.model)  # not `made`'s: a kept child has its own copies
-            in_place[0].restore()
-            in_place[1].restore()
+            states[0].restore()
+            states[1].restore()
 
     return children
 
