@@ -7,10 +7,11 @@ does. The first level with a violation therefore holds the shortest counterexamp
 bounds, and a search that runs dry proves that no scenario within the bounds breaks an invariant.
 
 It reuses the harness itself, not a copy of it: states are the family's engine and reference
-model (`kvcheck.core.family.Judge`), branched by copying them, and every event is judged with
-the family's `check_event`. Scenarios that reach the same state (equal engine and model
-`state_key()`s) are merged, which is what makes the search scale: distinct states grow far more
-slowly than event lists.
+model (`kvcheck.core.family.Judge`), branched by copying them (or in place from a checkpoint
+where no child needs a state of its own: the bounds' last level, `Shard.final_level`, and a level
+that already failed), and every event is judged with the family's `check_event`. Scenarios
+that reach the same state (equal engine and model `state_key()`s) are merged, which is what
+makes the search scale: distinct states grow far more slowly than event lists.
 
 What is enumerated is the family's (`kvcheck.core.family.Moves`): its bounds, the configs a
 search starts from, the events to branch on from a state (`Moves.expand`), which events count as
@@ -247,6 +248,8 @@ class Shard:
         self.stop_when_found: frozenset[str] | None = None
         self.broken: set[str] = set()
         self.stopped_early = False
+        # Levels merged so far: the next `expand` makes scenarios of `level + 1` events.
+        self.level = 0
         # Whether the periodic young collections run (`collect`): on until one finds nothing.
         self.collect_young = True
         parts = family(plan.family)
@@ -271,6 +274,15 @@ class Shard:
         engine, model, inert = node.engine, node.model, self.inert
         return state_key(engine, model, _NONE_INERT if inert is None else inert(engine, model))
 
+    @property
+    def final_level(self) -> bool:
+        """Whether the level `expand` is to make is the last the bounds allow, in a search in one
+        process: its children are only checked, keyed and counted, never expanded, so they are
+        tried in place and none is copied (their candidates hold no state). Workers send the
+        states they kept, so a sharded search copies as on other levels."""
+        events = self.plan.bounds.events
+        return self.shards == 1 and events is not None and self.level == events - 1
+
     def collect(self) -> None:
         """The collection at the end of a level. The states the search drops are freed as it
         drops them (`release`), so a collection only finds cycles a target made itself; the
@@ -290,11 +302,12 @@ class Shard:
         seen, pending, index, shards = self.seen, self.pending, self.index, self.shards
         frontier, self.frontier = self.frontier, []
         found = self.found
+        final = self.final_level
         for node in frontier:
             _check_time()
             # A level that already failed keeps none of its children: they are tried in place
             # (`_expander`). Before, most children are new states, which a copy serves best.
-            for child, violation in children(node, bool(found)):
+            for child, violation in children(node, final or bool(found)):
                 self.scenarios += 1
                 if self.collect_young and self.scenarios % _COLLECT_EVERY == 0:
                     self.collect_young = gc.collect(_COLLECT_GENERATION) > 0
@@ -322,7 +335,11 @@ class Shard:
                         continue
                     kept = pending.get(key)
                     if kept is None or better(steps, origin, events, kept):
-                        pending[key] = (steps, origin, events, child.owned())
+                        if final:  # its path is all a last level keeps (`final_level`)
+                            release(child, drop)
+                            pending[key] = (steps, origin, events, None)
+                        else:
+                            pending[key] = (steps, origin, events, child.owned())
                         release(kept, drop)
                     else:
                         release(child, drop)
@@ -377,6 +394,8 @@ class Shard:
         for key, candidate in self.pending.items():
             seen[key] = candidate[0]
             node = candidate[3]
+            if node is None:
+                continue  # a state of the last level (`final_level`): nothing to expand
             if not isinstance(node, _Node):
                 assert states is not None and decode is not None
                 node = decode((*candidate[:3], states[key]))
@@ -387,6 +406,7 @@ class Shard:
                 release(kept, self.drop)
         self.outgoing = [{} for _ in range(self.shards)]
         self.frontier = frontier
+        self.level += 1
 
     def restore(
         self, candidate: Candidate, state: tuple[FamilyEngine, ReferenceModel] | None

@@ -230,3 +230,44 @@ def test_a_restore_that_misses_the_books_is_caught(
     assert any(
         violation == "target-raised" for _, in_place in pairs for _, violation, _ in in_place
     )
+
+
+def test_the_last_level_is_tried_in_place_and_counted_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bounds' last level is tried in place from a checkpoint and nothing of it is copied
+    (`Shard.final_level`): the verdict and counts are those of a search that copies it, and a
+    restore that leaves the books as a child left them is caught there (a sibling's books
+    disagree, which replaying the scenario does not show)."""
+    from kvcheck.core import copying
+    from kvcheck.search.exhaust import Shard
+
+    target = load_target(PLAIN_TARGET)
+    bounds = Bounds(events=4, max_new=(4,), eos=(None,))
+
+    def searched() -> tuple[str, int, int, int]:
+        result = exhaust(target, bounds, convention="preclaim", measure_coverage=False)
+        return result.verdict, result.states, result.scenarios, result.depth
+
+    in_place = searched()
+    with monkeypatch.context() as patched:
+        patched.setattr(Shard, "final_level", property(lambda self: False))
+        copied = searched()
+    assert in_place == copied and in_place[0] == "pass" and in_place[1] > 100
+
+    good = copying.Checkpoint.restore
+
+    def leaky_restore(self: copying.Checkpoint) -> None:
+        books = [
+            (held, held.copy())
+            for value, _ in self._objects
+            if type(held := vars(value).get("_books")) is dict
+        ]
+        good(self)
+        for held, contents in books:  # the scheduler's dict, as the child left it
+            held.clear()
+            held.update(contents)
+
+    monkeypatch.setattr(copying.Checkpoint, "restore", leaky_restore)
+    with pytest.raises(NondeterministicTargetError):
+        searched()
