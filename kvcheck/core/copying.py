@@ -16,6 +16,7 @@ target writes on the fakes in one branch of a search never reaches another.
 from __future__ import annotations
 
 import copy
+import operator
 import types
 from collections.abc import Callable, Iterable
 from typing import Any, Final
@@ -300,3 +301,148 @@ def _frozen(cls: type) -> bool:
     except AttributeError:
         return False
     return getattr(instance_setattr, "__name__", "") == "_frozen_setattrs"
+
+
+# --- checkpoints: branching in place ------------------------------------------------------------
+
+
+class Checkpoint:
+    """The contents of every mutable object of a state, to put back after an event changed the
+    state in place (`restore`): what lets the exhaustive search try a child on its parent's own
+    objects and copy it only when it keeps it, instead of copying the parent for every child.
+
+    It reaches what `deep_copy` would copy (lists, dicts, sets, plain objects, attrs instances,
+    the objects under tuples, frozen records and bound methods) and records each one's contents
+    (a shallow copy); `restore` writes them back into the same objects, so that the state is the
+    one checkpointed again, object for object: what an event added is dropped, what it replaced
+    or changed is as it was. A frozen record or a tuple cannot change, but what it holds can, and
+    is recorded. tests/unit/core/test_copying.py checks restored states against copies made
+    before the events, tests/unit/search/test_exhaust_copies.py that a search branching in place
+    lets no write of a target reach another branch.
+    """
+
+    __slots__ = ("_attrs", "_collections", "_dicts", "_objects")
+
+    def __init__(
+        self,
+        objects: list[tuple[Any, dict[str, Any]]],
+        dicts: list[tuple[dict[Any, Any], dict[Any, Any]]],
+        collections: list[tuple[Any, Any]],
+        attrs_records: list[tuple[Any, _Fields, tuple[str, ...], tuple[Any, ...]]],
+    ) -> None:
+        self._objects = objects
+        self._dicts = dicts
+        self._collections = collections
+        self._attrs = attrs_records
+
+    def restore(self) -> None:
+        """Put every recorded object's contents back (the state is again as checkpointed)."""
+        for value, fields in self._objects:
+            # The object's current dict: a target may have replaced it as a whole.
+            current = value.__dict__
+            current.clear()
+            current.update(fields)
+        for held, items in self._dicts:
+            held.clear()
+            held.update(items)
+        for held, items in self._collections:
+            if type(held) is list:
+                held[:] = items
+            else:
+                held.clear()
+                held.update(items)
+        setter, same = object.__setattr__, operator.is_
+        for record, read, names, values in self._attrs:
+            # Written back only when a field was rebound (most records are left alone).
+            if not all(map(same, read(record), values)):
+                for name, field_value in zip(names, values, strict=True):
+                    setter(record, name, field_value)
+
+
+def checkpoint(value: Any, share: Iterable[Any] = ()) -> Checkpoint | None:
+    """A `Checkpoint` of `value` and everything it reaches, but what `share` names (kept as it is,
+    as `deep_copy` keeps it); None when it reaches an object whose contents it cannot record:
+    one that copies itself (a tensor) or one of a class `deep_copy` hands to `copy.deepcopy`
+    (the caller then copies instead). Objects that `deep_copy` shares are skipped, as are the
+    constants whose `__deepcopy__` returns themselves."""
+    shared = _SHARED
+    seen: set[int] = {id(item) for item in share}
+    objects: list[tuple[Any, dict[str, Any]]] = []
+    dicts: list[tuple[dict[Any, Any], dict[Any, Any]]] = []
+    collections: list[tuple[Any, Any]] = []
+    attrs_records: list[tuple[Any, _Fields, tuple[str, ...], tuple[Any, ...]]] = []
+    pending = [value]
+    pop, push, extend = pending.pop, pending.append, pending.extend
+    while pending:
+        item = pop()
+        cls = type(item)
+        if cls in shared:
+            continue
+        key = id(item)
+        if key in seen:
+            continue
+        seen.add(key)
+        if cls is dict:
+            dicts.append((item, item.copy()))
+            extend([v for v in item.values() if type(v) not in shared])
+        elif cls is list:
+            collections.append((item, item.copy()))
+            extend([v for v in item if type(v) not in shared])
+        elif cls is tuple or cls is frozenset:
+            extend([v for v in item if type(v) not in shared])
+        elif cls is set:
+            collections.append((item, item.copy()))
+            extend([v for v in item if type(v) not in shared])
+        elif cls is types.MethodType:
+            push(item.__self__)
+        else:
+            how = _HOW.get(cls)
+            if how is None:
+                _copier_of(cls)  # classifies it (`_HOW`), as the first copy would
+                how = _HOW[cls]
+            if cls in shared or how == "shared":
+                continue
+            if how == "plain":
+                fields = item.__dict__
+                objects.append((item, fields.copy()))
+                extend([v for v in fields.values() if type(v) not in shared])
+            elif how in ("attrs", "frozen-attrs"):
+                read = _reader(cls)
+                values = read(item)
+                if how == "attrs":
+                    attrs_records.append((item, read, _FIELDS[cls], values))
+                extend([v for v in values if type(v) not in shared])
+            elif not _copies_as_itself(item):
+                return None
+    return Checkpoint(objects, dicts, collections, attrs_records)
+
+
+# Reads an attrs record's fields as one tuple, in field order (`operator.attrgetter`).
+_Fields = Callable[[Any], tuple[Any, ...]]
+_READERS: dict[type, _Fields] = {}
+
+
+def _reader(cls: type) -> _Fields:
+    """The reader of a slotted attrs class's fields (made once per class); a record of one
+    field, or none, is read as a tuple too."""
+    read = _READERS.get(cls)
+    if read is None:
+        names = _FIELDS[cls]
+        if len(names) > 1:
+            read = operator.attrgetter(*names)
+        else:
+            getters = [operator.attrgetter(name) for name in names]
+            read = lambda record: tuple(get(record) for get in getters)  # noqa: E731
+        _READERS[cls] = read
+    return read
+
+
+def _copies_as_itself(value: Any) -> bool:
+    """Whether `deep_copy` keeps `value` as it is: a constant whose `__deepcopy__` returns it."""
+    method = getattr(value, "__deepcopy__", None)
+    if not callable(method):
+        return False
+    try:
+        return method({}) is value
+    except Exception:
+        return False

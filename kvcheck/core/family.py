@@ -32,6 +32,7 @@ from kvcheck.errors import KvcheckUsageError, ScenarioFormatError
 if TYPE_CHECKING:
     import argparse
 
+    from kvcheck.core.copying import Checkpoint
     from kvcheck.core.draws import Draws
     from kvcheck.core.invariant import Invariant, Violation
     from kvcheck.core.target import Target
@@ -142,6 +143,13 @@ class ReferenceModel(Protocol):
         """An independent copy (the exhaustive search branches from it)."""
         ...
 
+    def checkpoint(self) -> Checkpoint | None:
+        """Its state as `restore` puts it back after events applied in place
+        (`kvcheck.core.copying.checkpoint`), so that the exhaustive search tries a child on the
+        parent's own objects and copies (`clone`) only the children it keeps; None where the
+        state cannot be checkpointed (the search then clones for every child)."""
+        ...
+
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
         """What the future of a run depends on, for merging equal states; `inert` names parts
         that cannot change any future verdict."""
@@ -162,6 +170,10 @@ class FamilyEngine(Protocol):
 
     def clone(self) -> Self:
         """An independent copy (the exhaustive search branches from it)."""
+        ...
+
+    def checkpoint(self) -> Checkpoint | None:
+        """As `ReferenceModel.checkpoint`: what `clone` would copy, to put back in place."""
         ...
 
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:

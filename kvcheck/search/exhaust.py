@@ -7,10 +7,11 @@ does. The first level with a violation therefore holds the shortest counterexamp
 bounds, and a search that runs dry proves that no scenario within the bounds breaks an invariant.
 
 It reuses the harness itself, not a copy of it: states are the family's engine and reference
-model (`kvcheck.core.family.Judge`), branched by copying them, and every event is judged with
-the family's `check_event`. Scenarios that reach the same state (equal engine and model
-`state_key()`s) are merged, which is what makes the search scale: distinct states grow far more
-slowly than event lists.
+model (`kvcheck.core.family.Judge`), branched by copying them (or in place from a checkpoint
+where no child needs a state of its own: the bounds' last level, `Shard.final_level`, and a level
+that already failed), and every event is judged with the family's `check_event`. Scenarios
+that reach the same state (equal engine and model `state_key()`s) are merged, which is what
+makes the search scale: distinct states grow far more slowly than event lists.
 
 What is enumerated is the family's (`kvcheck.core.family.Moves`): its bounds, the configs a
 search starts from, the events to branch on from a state (`Moves.expand`), which events count as
@@ -140,9 +141,13 @@ class ExhaustResult:
 
 class _Node:
     """A state in the search: engine and model after `events` from the start config numbered
-    `origin` (its place in `start_configs`), and the steps they used."""
+    `origin` (its place in `start_configs`), and the steps they used.
 
-    __slots__ = ("config", "engine", "events", "model", "origin", "steps")
+    A `borrowed` node's engine and model are its parent's own objects, changed in place by its
+    last event (`_expander`): valid only until the search asks for the next child, which puts
+    the parent back; one it keeps becomes its own first (`owned`)."""
+
+    __slots__ = ("borrowed", "config", "engine", "events", "model", "origin", "steps")
 
     def __init__(
         self,
@@ -159,6 +164,15 @@ class _Node:
         self.events = events
         self.steps = steps
         self.origin = origin
+        self.borrowed = False
+
+    def owned(self) -> _Node:
+        """The node with a state of its own: a borrowed one's engine and model copied (before
+        its parent is put back), any other as it is."""
+        if self.borrowed:
+            self.engine, self.model = self.engine.clone(), self.model.clone()
+            self.borrowed = False
+        return self
 
 
 class _Stop(Exception):
@@ -235,6 +249,8 @@ class Shard:
         self.stop_when_found: frozenset[str] | None = None
         self.broken: set[str] = set()
         self.stopped_early = False
+        # Levels merged so far: the next `expand` makes scenarios of `level + 1` events.
+        self.level = 0
         # Whether the periodic young collections run (`collect`): on until one finds nothing.
         self.collect_young = True
         parts = family(plan.family)
@@ -259,6 +275,15 @@ class Shard:
         engine, model, inert = node.engine, node.model, self.inert
         return state_key(engine, model, _NONE_INERT if inert is None else inert(engine, model))
 
+    @property
+    def final_level(self) -> bool:
+        """Whether the level `expand` is to make is the last the bounds allow, in a search in one
+        process: its children are only checked, keyed and counted, never expanded, so they are
+        tried in place and none is copied (their candidates hold no state). Workers send the
+        states they kept, so a sharded search copies as on other levels."""
+        events = self.plan.bounds.events
+        return self.shards == 1 and events is not None and self.level == events - 1
+
     def collect(self) -> None:
         """The collection at the end of a level. The states the search drops are freed as it
         drops them (`release`), so a collection only finds cycles a target made itself; the
@@ -278,9 +303,12 @@ class Shard:
         seen, pending, index, shards = self.seen, self.pending, self.index, self.shards
         frontier, self.frontier = self.frontier, []
         found = self.found
+        final = self.final_level
         for node in frontier:
             _check_time()
-            for child, violation in children(node):
+            # A level that already failed keeps none of its children: they are tried in place
+            # (`_expander`). Before, most children are new states, which a copy serves best.
+            for child, violation in children(node, final or bool(found)):
                 self.scenarios += 1
                 if self.collect_young and self.scenarios % _COLLECT_EVERY == 0:
                     self.collect_young = gc.collect(_COLLECT_GENERATION) > 0
@@ -308,7 +336,11 @@ class Shard:
                         continue
                     kept = pending.get(key)
                     if kept is None or better(steps, origin, events, kept):
-                        pending[key] = (steps, origin, events, child)
+                        if final:  # its path is all a last level keeps (`final_level`)
+                            release(child, drop)
+                            pending[key] = (steps, origin, events, None)
+                        else:
+                            pending[key] = (steps, origin, events, child.owned())
                         release(kept, drop)
                     else:
                         release(child, drop)
@@ -316,7 +348,7 @@ class Shard:
                     out = self.outgoing[owner]
                     kept = out.get(key)
                     if kept is None or better(steps, origin, events, kept):
-                        out[key] = (steps, origin, events, child)
+                        out[key] = (steps, origin, events, child.owned())
                         release(kept, drop)
                     else:
                         release(child, drop)
@@ -363,6 +395,8 @@ class Shard:
         for key, candidate in self.pending.items():
             seen[key] = candidate[0]
             node = candidate[3]
+            if node is None:
+                continue  # a state of the last level (`final_level`): nothing to expand
             if not isinstance(node, _Node):
                 assert states is not None and decode is not None
                 node = decode((*candidate[:3], states[key]))
@@ -373,6 +407,7 @@ class Shard:
                 release(kept, self.drop)
         self.outgoing = [{} for _ in range(self.shards)]
         self.frontier = frontier
+        self.level += 1
 
     def restore(
         self, candidate: Candidate, state: tuple[FamilyEngine, ReferenceModel] | None
@@ -589,16 +624,20 @@ def _look(
 
 def _expander(
     moves: Moves, check_event: Callable[[int, Any, Any], list[Violation]], bounds: Any
-) -> Callable[[_Node], Iterator[tuple[_Node, str | None]]]:
+) -> Callable[[_Node, bool], Iterator[tuple[_Node, str | None]]]:
     """The expansion of a node under `bounds`, with the family's methods bound once: every
     child, with the invariant its last event broke (None: none broke).
 
     The family lists the events (`Moves.expand`); a child it asks for at once (`child`, to see
-    the model's expectation before listing the rest) comes first. The last child takes over
-    the node's own engine and model instead of copies: a node is expanded once, and nothing
-    reads its state afterwards.
+    the model's expectation before listing the rest) comes first, on copies. The others are
+    applied to copies too, or with `in_place` to the node's own engine and model (borrowed
+    children, `_Node.owned`), which a checkpoint taken before the first of them (`checkpoint`)
+    puts back before the next: then only the children the caller keeps are copied, which pays
+    where it keeps few (a level that already failed keeps none). The last child keeps the
+    node's state as its own: a node is expanded once, and nothing reads its state afterwards.
+    Where the family cannot checkpoint the state (None), every child is applied to copies.
     """
-    expand, counts_as_step = moves.expand, moves.counts_as_step
+    expand, counts_as_step, drop = moves.expand, moves.counts_as_step, moves.release
 
     def child_of(node: _Node, event: Any, reuse: bool) -> tuple[_Node, Any, str | None]:
         engine = node.engine if reuse else node.engine.clone()
@@ -610,7 +649,7 @@ def _expander(
         child = _Node(node.config, engine, model, (*node.events, event), steps, node.origin)
         return child, expected, violations[0].invariant if violations else None
 
-    def children(node: _Node) -> Iterator[tuple[_Node, str | None]]:
+    def children(node: _Node, in_place: bool) -> Iterator[tuple[_Node, str | None]]:
         early: list[tuple[_Node, str | None]] = []
 
         def child(event: Any) -> Any:
@@ -621,9 +660,25 @@ def _expander(
         events = expand(node.model, node.config, bounds, node.steps, child)
         yield from early
         last = len(events) - 1
+        states = None
+        if in_place and last > 0:
+            engine_state, model_state = node.engine.checkpoint(), node.model.checkpoint()
+            if engine_state is not None and model_state is not None:
+                states = (engine_state, model_state)
         for index, event in enumerate(events):
-            made, _, violation = child_of(node, event, index == last)
+            if states is None or index == last:
+                made, _, violation = child_of(node, event, index == last)
+                yield made, violation
+                continue
+            made, _, violation = child_of(node, event, True)
+            made.borrowed = True
             yield made, violation
+            # The caller has read the child, and copied it if it keeps it: the node again. The
+            # cycles of what the event made are broken first (`release`: the restore drops
+            # them); what that undoes of the node's own objects, the restore puts back.
+            drop(node.engine, node.model)  # not `made`'s: a kept child has its own copies
+            states[0].restore()
+            states[1].restore()
 
     return children
 
@@ -640,7 +695,9 @@ def release(state: _Node | Candidate | int | None, drop: Callable[[Any, Any], No
     turn. A cycle a target made itself is left to the collections the search still runs
     (`exhaust`)."""
     node = state[3] if type(state) is tuple else state
-    if isinstance(node, _Node):  # not nothing, nor a state another shard holds or sent
+    # Not nothing, nor a state another shard holds or sent, nor a borrowed child (its state is
+    # its parent's, put back after it).
+    if isinstance(node, _Node) and not node.borrowed:
         drop(node.engine, node.model)
 
 

@@ -12,7 +12,7 @@ from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
 from kvcheck.families.sglang.scenario import Admit, Step
 from kvcheck.families.sglang.search import Bounds
-from kvcheck.search.exhaust import exhaust
+from kvcheck.search.exhaust import ExhaustResult, exhaust
 from kvcheck.targets.loading import load_target
 from tests.helpers import quoted
 
@@ -136,16 +136,24 @@ def test_the_reduction_keeps_verdict_and_minimal_length(name: str) -> None:
     assert reduced.states <= full.states
 
 
-def test_the_reduction_merges_states_on_the_reference() -> None:
-    bounds = Bounds(events=6)
-    full = exhaust(REFERENCE, bounds, convention="preclaim", reduce=False)
-    reduced = exhaust(REFERENCE, bounds, convention="preclaim")
+@pytest.fixture(scope="module")
+def reference_at_6_events() -> ExhaustResult:
+    """The reference searched in one process within 6 events, reduced: what the reduction and
+    the workers are each compared against (one search for both)."""
+    return exhaust(REFERENCE, Bounds(events=6), convention="preclaim")
+
+
+def test_the_reduction_merges_states_on_the_reference(
+    reference_at_6_events: ExhaustResult,
+) -> None:
+    full = exhaust(REFERENCE, Bounds(events=6), convention="preclaim", reduce=False)
+    reduced = reference_at_6_events
     assert full.verdict == reduced.verdict == "pass"
     assert reduced.states < full.states * 0.9
 
 
-def test_workers_prove_the_reference_alike() -> None:
-    one = exhaust(REFERENCE, Bounds(events=6), convention="preclaim")
+def test_workers_prove_the_reference_alike(reference_at_6_events: ExhaustResult) -> None:
+    one = reference_at_6_events
     two = exhaust(REFERENCE, Bounds(events=6), convention="preclaim", workers=2)
     assert one.verdict == two.verdict == "pass"
     assert (one.states, one.scenarios, one.depth) == (two.states, two.scenarios, two.depth)

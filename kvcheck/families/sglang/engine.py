@@ -29,7 +29,7 @@ from typing import Any, Final
 import attrs
 
 from kvcheck.core.calls import TargetCalls, tensor_library
-from kvcheck.core.copying import deep_copy
+from kvcheck.core.copying import Checkpoint, checkpoint, deep_copy
 from kvcheck.core.deadline import TargetDeadlineExceeded, call_with_deadline
 from kvcheck.core.jsonable import type_name
 from kvcheck.core.snapshots import refreshed
@@ -255,6 +255,12 @@ class Engine:
         # The resolver and bound methods are shared; fakes and queues are copied.
         copied: Engine = deep_copy(self, share=(self.resolver,))
         return copied
+
+    def checkpoint(self) -> Checkpoint | None:
+        """What `clone` copies (all but the resolver), to put back after events applied in
+        place (`kvcheck.core.copying.checkpoint`); None when the state holds what cannot be
+        put back (a tensor the target stored)."""
+        return checkpoint(self, share=(self.resolver,))
 
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[Any, ...]:
         """A hashable summary of everything later events and checks depend on (exhaustive mode).

@@ -31,7 +31,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from kvcheck.core.copying import deep_copy
+from kvcheck.core.copying import Checkpoint, checkpoint, deep_copy
 from kvcheck.core.snapshots import refreshed
 from kvcheck.families.sglang.scenario import (
     Abort,
@@ -222,6 +222,10 @@ class ReferenceModel:
         """An independent copy (exhaustive search branches the model together with the engine)."""
         copied: ReferenceModel = deep_copy(self)
         return copied
+
+    def checkpoint(self) -> Checkpoint | None:
+        """What `clone` copies, to put back after events applied in place."""
+        return checkpoint(self)
 
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
         """A hashable summary of the ledger for exhaustive mode: everything later expectations

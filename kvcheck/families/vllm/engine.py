@@ -693,6 +693,11 @@ class VllmEngine:
         twin._launches, twin._deliveries = [], []
         return twin
 
+    def checkpoint(self) -> None:
+        """None: `clone` is no plain copy (it starts the per-event lists afresh and shares the
+        target), which a state put back in place would not match; the search clones."""
+        return None
+
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
         """What the future of the run depends on, as plain values: the scheduler's own
         `state_key()` where it has one (kvcheck's built-ins), else what its views show; kvcheck's

@@ -111,6 +111,11 @@ class VllmModel:
         twin.grammars, twin.trims, twin.rejects = self.grammars, self.trims, self.rejects
         return twin
 
+    def checkpoint(self) -> None:
+        """None: `clone` shares the mappings `apply` replaces; the search clones (its engine's
+        state is not checkpointed either)."""
+        return None
+
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:
         """The true outputs, the aborted requests and what the grammars were told."""
         return (

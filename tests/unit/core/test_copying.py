@@ -11,7 +11,7 @@ import attrs
 import pytest
 import torch
 
-from kvcheck.core.copying import deep_copy
+from kvcheck.core.copying import checkpoint, deep_copy
 from kvcheck.families.sglang.engine import Engine
 from kvcheck.families.sglang.model import ReferenceModel
 from kvcheck.families.sglang.scenario import (
@@ -295,3 +295,86 @@ def test_only_a_true_opt_in_shares() -> None:
     setattr(Mutable, SHARED_IN_COPIES, False)
     value = Mutable([1])
     assert deep_copy(value) is not value and deep_copy(value) == value
+
+
+# --- checkpoints --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_restored_state_goes_on_as_a_copy_made_at_the_checkpoint(seed: int) -> None:
+    """Events applied in place, then `restore`: the engine and the model continue exactly as
+    copies made at the checkpoint do, and as the same objects as before."""
+    rng = random.Random(seed)
+    config = Config(convention=rng.choice(["preclaim", "honest"]), stride=4, adaptive=True)
+    engine = Engine(config, REFERENCE.resolver, not_judged=REFERENCE.shape.not_judged)
+    model = ReferenceModel(config)
+    for event in _random_events(rng, 10):
+        engine.apply(event)
+        model.apply(event)
+    copies = (engine.clone(), model.clone())
+    engine_state, model_state = engine.checkpoint(), model.checkpoint()
+    assert engine_state is not None and model_state is not None
+    reqs, running = dict(engine.reqs), engine.running
+    for _ in range(3):  # several branches from the one checkpoint
+        for event in _random_events(rng, 6):
+            engine.apply(event)
+            model.apply(event)
+        engine_state.restore()
+        model_state.restore()
+        assert engine.reqs == reqs and engine.running is running
+        assert all(engine.reqs[rid] is req for rid, req in reqs.items())
+    continuation = _random_events(rng, 10)
+    outcomes = []
+    for branch_engine, branch_model in ((engine, model), copies):
+        seen = []
+        for event in continuation:
+            observed = branch_engine.apply(event)
+            expected = branch_model.apply(event)
+            seen.append(
+                (
+                    observed.requests,
+                    observed.delivery,
+                    expected,
+                    branch_engine.state_key(),
+                    branch_model.state_key(),
+                )
+            )
+        outcomes.append(seen)
+    assert outcomes[0] == outcomes[1]
+
+
+def test_restore_puts_back_contents_bindings_and_fields() -> None:
+    resolver = Resolver()
+    rows = [1, 2]
+    record = Mutable([3])
+    frozen = Frozen(1, ([5],))
+    state = Plain(
+        resolver=resolver, rows=rows, table={"a": 1}, seen={"x"}, record=record, frozen=frozen
+    )
+    state.self_loop = state
+    saved = checkpoint(state, share=(resolver,))
+    assert saved is not None
+    rows.append(3)
+    state.table["b"] = 2
+    state.seen.add("y")
+    record.items = [9]
+    record.label = "changed"
+    frozen.items[0].append(6)
+    state.added = "new"
+    state.rows = ["rebound"]
+    saved.restore()
+    assert state.rows is rows and rows == [1, 2]
+    assert state.table == {"a": 1} and state.seen == {"x"}
+    assert record.items == [3] and record.label == "m"
+    assert frozen.items[0] == [5]
+    assert not hasattr(state, "added") and state.self_loop is state
+    assert state.resolver is resolver
+
+
+def test_what_cannot_be_put_back_gives_no_checkpoint() -> None:
+    # A tensor copies itself: its contents are not recorded, so the caller copies instead.
+    assert checkpoint(Plain(tally=torch.zeros(1))) is None
+    # Constants whose copies are themselves (the fakes' algorithm and modes) need nothing.
+    from kvcheck.families.sglang.fakes import ALGORITHM_FAKES
+
+    assert checkpoint(Plain(algorithm=ALGORITHM_FAKES["eagle"])) is not None

@@ -135,3 +135,139 @@ def test_dropped_states_leave_no_cycles_behind(
             shard.merge()
             found.append(gc.collect())
     assert (sum(found) == 0) is released, found
+
+
+def plain_bookkeeping(self: Any, result: Any, batch: Any) -> list[list[int]]:
+    """`bookkeeping` without the tensor: books a checkpoint can put back, so the search tries
+    children on their parent's own fakes (`kvcheck.core.copying.checkpoint`)."""
+    books = vars(self).setdefault("_books", {})
+    for req in batch.reqs:
+        if req.is_retracted or req.finished():
+            continue
+        calls = getattr(req, "_calls", None)
+        if calls is None:
+            req._calls = calls = []
+        if not len(calls) == books.get(req.rid, 0) == req.spec_verify_ct:
+            raise RuntimeError(
+                f"books disagree for {req.rid}: {len(calls)} calls, {books.get(req.rid)} "
+                f"booked, {req.spec_verify_ct} verified"
+            )
+        calls.append(len(req.output_ids))
+        books[req.rid] = books.get(req.rid, 0) + 1
+    return reference(self, result, batch)
+
+
+PLAIN_TARGET = f"{__name__}:plain_bookkeeping"
+
+
+def _tried_both_ways(target: Any) -> list[tuple[list[Any], list[Any]]]:
+    """Every node of the search's third level expanded both ways: its children on copies, and
+    (from a copy of the node) in place; per node, each child's events, violation and key."""
+    from kvcheck.families.sglang.judging import SglangJudging
+    from kvcheck.search.exhaust import Plan, Shard, _Node
+
+    shard = Shard(target, Plan("sglang", BOUNDS, SglangJudging("preclaim", "ideal", False)))
+    for _ in range(3):
+        shard.expand(lambda: None)
+        shard.merge()
+    pairs = []
+    for node in shard.frontier:
+        twin = _Node(node.config, node.engine.clone(), node.model.clone(), node.events, node.steps)
+        ways = []
+        for branched, in_place in ((node, False), (twin, True)):
+            ways.append(
+                [
+                    (child.events, violation, shard.key(child.owned()))
+                    for child, violation in shard.children(branched, in_place)
+                ]
+            )
+        pairs.append((ways[0], ways[1]))
+    return pairs
+
+
+def test_children_tried_in_place_are_the_children_tried_on_copies() -> None:
+    pairs = _tried_both_ways(load_target(PLAIN_TARGET))
+    assert len(pairs) > 10 and sum(len(copied) for copied, _ in pairs) > 50
+    for copied, in_place in pairs:
+        assert in_place == copied
+
+
+@pytest.mark.parametrize("kept", ["list", "dict"])
+def test_a_restore_that_misses_the_books_is_caught(
+    monkeypatch: pytest.MonkeyPatch, kept: str
+) -> None:
+    """The same with a restore that leaves one kind of book as the child left it: a later
+    sibling tried in place finds the books wrong (the target raises)."""
+    from kvcheck.core import copying
+
+    good = copying.Checkpoint.restore
+
+    def is_book(held: Any) -> bool:
+        if kept == "list":  # a request's `_calls`: output lengths
+            return type(held) is list and bool(held) and all(type(v) is int for v in held)
+        # The scheduler's `_books`: calls per rid.
+        return (
+            type(held) is dict
+            and bool(held)
+            and all(type(k) is str and type(v) is int for k, v in held.items())
+        )
+
+    def leaky_restore(self: copying.Checkpoint) -> None:
+        books = [
+            (held, held.copy()) for held, _ in (*self._collections, *self._dicts) if is_book(held)
+        ]
+        good(self)
+        for held, contents in books:  # as the child left them
+            if type(held) is list:
+                held[:] = contents
+            else:
+                held.clear()
+                held.update(contents)
+
+    monkeypatch.setattr(copying.Checkpoint, "restore", leaky_restore)
+    pairs = _tried_both_ways(load_target(PLAIN_TARGET))
+    assert any(in_place != copied for copied, in_place in pairs)
+    assert any(
+        violation == "target-raised" for _, in_place in pairs for _, violation, _ in in_place
+    )
+
+
+def test_the_last_level_is_tried_in_place_and_counted_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bounds' last level is tried in place from a checkpoint and nothing of it is copied
+    (`Shard.final_level`): the verdict and counts are those of a search that copies it, and a
+    restore that leaves the books as a child left them is caught there (a sibling's books
+    disagree, which replaying the scenario does not show)."""
+    from kvcheck.core import copying
+    from kvcheck.search.exhaust import Shard
+
+    target = load_target(PLAIN_TARGET)
+    bounds = Bounds(events=4, max_new=(4,), eos=(None,))
+
+    def searched() -> tuple[str, int, int, int]:
+        result = exhaust(target, bounds, convention="preclaim", measure_coverage=False)
+        return result.verdict, result.states, result.scenarios, result.depth
+
+    in_place = searched()
+    with monkeypatch.context() as patched:
+        patched.setattr(Shard, "final_level", property(lambda self: False))
+        copied = searched()
+    assert in_place == copied and in_place[0] == "pass" and in_place[1] > 100
+
+    good = copying.Checkpoint.restore
+
+    def leaky_restore(self: copying.Checkpoint) -> None:
+        books = [
+            (held, held.copy())
+            for value, _ in self._objects
+            if type(held := vars(value).get("_books")) is dict
+        ]
+        good(self)
+        for held, contents in books:  # the scheduler's dict, as the child left it
+            held.clear()
+            held.update(contents)
+
+    monkeypatch.setattr(copying.Checkpoint, "restore", leaky_restore)
+    with pytest.raises(NondeterministicTargetError):
+        searched()
