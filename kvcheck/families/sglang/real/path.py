@@ -3,7 +3,7 @@
 
 It drives the 0.5.16-0.5.18 layout (C and the row on `Req`, Al in a `ReqKvInfo` dropped at
 release), the 0.5.19+ layout (`ReqKvInfo` holding C, Al and the row; checked on 0.5.23) and the
-flat layout of 0.5.11 (`ReleaseFunctions._load_flat`):
+flat layout of 0.5.6-0.5.14 (`ReleaseFunctions._load_flat`):
 
 - a decode launch: the release's `eagle_prepare_for_decode(batch)` (speculative/eagle_utils.py)
   for EAGLE, EAGLE3 and n-gram, DFLASH's and UNO's own draft input's `prepare_for_decode` where
@@ -14,7 +14,9 @@ flat layout of 0.5.11 (`ReleaseFunctions._load_flat`):
   `Req.effective_kv_committed_len` (0.5.16-0.5.18);
 - retraction: its `release_req` (release without caching, then the request's own
   `reset_for_retract`, which the engine then leaves the reset to: `resets_retracted`);
-- the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`;
+- the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2` (0.5.11+),
+  `new_tokens_required_next_decode` (0.5.9-0.5.10) or `check_decode_mem` (0.5.6-0.5.8), each
+  judged under its own rule's `decode_estimate`;
 - the retraction chooser (0.5.17+): its `ScheduleBatch._get_decode_retraction_order`, which
   orders the decode batch for memory-pressure retraction (`retraction_order`);
 - admission (0.5.19+): its `alloc_for_extend(batch)` (mem_cache/allocation.py), batch-level,
@@ -282,13 +284,17 @@ class ReleaseFunctions:
         }
 
     def _load_flat(self) -> None:
-        """The functions of the flat layout (0.5.11 checked): the launch is
+        """The functions of the flat layout (0.5.6-0.5.14; 0.5.11 described): the launch is
         `EagleDraftInputV2Mixin.prepare_for_decode` (speculative/eagle_info_v2.py:89), which
         sizes `Al += C + 2A - Al` with no clamp (:125-129) and pre-claims C itself (:132);
         release is `release_kv_cache` (mem_cache/common.py:566) through the chunk cache's
         `cache_finished_req` and `Req.pop_committed_kv_cache` / `pop_overallocated_kv_cache`
         (their freed flags), with Al kept; retraction is `ScheduleBatch.release_req`, a
-        method, ending in `Req.reset_for_retract`."""
+        method, ending in `Req.reset_for_retract`. Before: 0.5.6-0.5.10's launch pre-claims
+        nothing (`launch_preclaims`), 0.5.6-0.5.8's takes its draft length from the draft
+        input's class (`ALLOC_LEN_PER_DECODE`) and their chunk cache frees the row by index
+        before the tail is read from it (`ReqToTokenPool.free`); each has its own estimate
+        (`estimate_by`)."""
         tree = self.tree
         self.kv_record = False
         self.alloc_for_extend = None
