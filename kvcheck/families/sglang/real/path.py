@@ -320,14 +320,12 @@ class ReleaseFunctions:
         self.retraction_scales_estimate = _member_takes(
             tree.file_of(_BATCH), "ScheduleBatch", "retract_decode", "buf_multiplier"
         )
-        # 0.5.11's launch pre-claims C (eagle_info_v2.py:132); 0.5.6-0.5.10's is honest (the
-        # resolver commits the accepted tokens: 0.5.9 scheduler_output_processor_mixin.py:353).
-        self.launch_preclaims = _member_writes(
-            tree.file_of(_EAGLE_V2),
-            "EagleDraftInputV2Mixin",
-            "prepare_for_decode",
-            "kv_committed_len",
-        )
+        # 0.5.11-0.5.14's launch pre-claims C (0.5.11 eagle_info_v2.py:132); 0.5.6-0.5.10's is
+        # honest (the resolver commits the accepted tokens: 0.5.9
+        # scheduler_output_processor_mixin.py:353). Told by the estimate that came with the
+        # pre-claim in 0.5.11 (schedule_batch.py:2108), not by the launch's text, so that a
+        # launch that lost its pre-claim is the release's fault, never kvcheck's convention.
+        self.launch_preclaims = self.estimate_by == "_new_tokens_required_next_decode_spec_v2"
         self.kv_members = type("ReqKvInfo", (), {})
         self.allocator_members = type("BaseTokenToKVPoolAllocator", (), {})
         self.cache_members = (tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),)
@@ -394,20 +392,6 @@ def _member_takes(file: Path, class_name: str, member: str, parameter: str) -> b
     arguments = definition.args
     every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
     return any(argument.arg == parameter for argument in every)
-
-
-def _member_writes(file: Path, class_name: str, member: str, attribute: str) -> bool:
-    """Whether `class_name.member` in `file` assigns to `attribute` of anything (`x.attribute
-    = ...` or `x.attribute += ...`)."""
-    import ast
-
-    definition = _member_definition(file, class_name, member)
-    return definition is not None and any(
-        isinstance(write, ast.Attribute)
-        and write.attr == attribute
-        and isinstance(write.ctx, ast.Store)
-        for write in ast.walk(definition)
-    )
 
 
 def _member_reads(file: Path, class_name: str, member: str, attribute: str) -> bool:
