@@ -6,6 +6,8 @@ release is judged under its own rule's estimate (docs/release-allocation.md)."""
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -164,3 +166,45 @@ def test_0_5_6_retraction_loop_lets_through_a_launch_the_pool_cannot_hold(
     # schedule_batch.py:1751-1778) and 0.5.9's bound covers every launch: both pass.
     assert _run(codes, "0.5.7", "0.5.7", CROWD, stride=4, pool_pages=128) is None
     assert _run(codes, "0.5.9", "0.5.9", CROWD, stride=4, pool_pages=128) is None
+
+
+# Single-line bugs in a copy of a tree, each judged under the release's own rule.
+OLD_TREE_BUGS = {
+    # 0.5.9's bound without the v2 doubling: the release retracts less than its rule says.
+    "0.5.9-estimate-not-doubled": (
+        "runs-aligned",
+        "0.5.9",
+        "sglang/srt/managers/schedule_batch.py",
+        "        return num_tokens * (1 + self.is_spec_v2)\n",
+        "        return num_tokens\n",
+    ),
+    # 0.5.6's tail, read from the freed row, never freed.
+    "0.5.6-tail-never-freed": (
+        "kv-released-once",
+        "0.5.6",
+        "sglang/srt/mem_cache/common.py",
+        "    tree_cache.token_to_kv_pool_allocator.free(indices_to_free)\n",
+        "    pass\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OLD_TREE_BUGS))
+def test_single_line_bugs_in_the_old_trees_are_caught(tmp_path: Path, name: str) -> None:
+    from kvcheck.families.sglang.real.tree import allocation_tree
+
+    expected, version, file, line, mutated = OLD_TREE_BUGS[name]
+    copy = tmp_path / "tree"
+    shutil.copytree(allocation_tree(version), copy)
+    target = copy / file
+    text = target.read_text()
+    assert text.count(line) == 1
+    target.write_text(text.replace(line, mutated))
+    codes = {version: release_allocation_factory(copy)}
+    rule = rule_of_release(version)
+    assert rule is not None
+    verdicts = [
+        _run(codes, version, rule, PRESSURE, stride=3, pool_pages=142),
+        _run(codes, version, rule, CROWD, stride=4, pool_pages=128),
+    ]
+    assert verdicts == [expected, expected], name
