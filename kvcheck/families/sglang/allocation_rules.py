@@ -221,7 +221,7 @@ def bound_estimate_pages(
         else:
             crossing = sum(1 for seq in seq_lens if (seq + threshold) % page <= threshold)
         # The scheduler's `decode_mem_cache_buf_multiplier` is the same threshold (0.5.6
-        # scheduler.py:798-806); the page count is in pages of `page` tokens already.
+        # scheduler.py:798-808); the page count is in pages of `page` tokens already.
         unscaled = asked_by == "retraction" and rule.decode_estimate == "page-count-unscaled-loop"
         return crossing * (1 if unscaled else threshold)
     raise ValueError(f"rule {rule.name}'s estimate is the next sizing, not a bound")

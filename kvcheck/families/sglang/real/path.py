@@ -551,7 +551,7 @@ class ReleaseAllocation:
         if self.functions.estimate_by == "new_tokens_required_next_decode":
             tokens = self._call(batch.new_tokens_required_next_decode)
         elif self.functions.estimate_by == "check_decode_mem":
-            # The scheduler's multiplier (0.5.6 scheduler.py:798-806), topk 1; 0.5.6's
+            # The scheduler's multiplier (0.5.6 scheduler.py:798-808), topk 1; 0.5.6's
             # `retract_decode` takes none and asks without it (schedule_batch.py:1611).
             scaled = asked_by != "retraction" or self.functions.retraction_scales_estimate
             multiplier = stride + self.settings.steps if scaled else 1
