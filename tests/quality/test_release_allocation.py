@@ -248,7 +248,7 @@ FLAT_BUGS = {
 
 def _flat_verdict(
     root: Path,
-    rule: AllocationRule = "0.5.6",
+    rule: AllocationRule = "0.5.11",
     convention: Convention = "preclaim",
     max_examples: int = 150,
 ) -> str | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from kvcheck.families.sglang.allocation_rules import EstimateAsker, bound_estimate_pages
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.scenario import Config
 
@@ -46,8 +47,12 @@ class AllocationPath(Protocol):
     def release(self, req: Any) -> None:
         """Finish: free the committed and the over-allocated range and the row, once."""
 
-    def estimate_decode(self, reqs: list[Any], stride: int) -> int:
-        """The scheduler's memory check: pages a decode launch of `reqs` would allocate."""
+    def estimate_decode(
+        self, reqs: list[Any], stride: int, *, asked_by: EstimateAsker = "admission"
+    ) -> int:
+        """The scheduler's memory check: pages a decode launch of `reqs` would allocate, or
+        the rule's bound where its estimate is one (`AllocationFeatures.decode_estimate`);
+        `asked_by`: admission, the check before the launch, or its retraction loop."""
 
     def admission_pages(self, req: Any, stride: int) -> int:
         """Pages a prefill of `req` needs to be admitted (its fill plus one decode reserve)."""
@@ -110,14 +115,31 @@ class RuleAllocation:
         page = self.pool.page_size
         return (committed + page - 1) // page * page
 
-    def estimate_decode(self, reqs: list[Any], stride: int) -> int:
+    def estimate_decode(
+        self, reqs: list[Any], stride: int, *, asked_by: EstimateAsker = "admission"
+    ) -> int:
         """See `AllocationPath.estimate_decode`: per request the pages between `Al` and what
-        the launch sizes it to (0.5.11+'s `new_tokens_required_next_decode`, in pages)."""
+        the launch sizes it to (0.5.11+'s `new_tokens_required_next_decode`, in pages). Under
+        a rule whose estimate is a bound (0.5.6-0.5.10, `bound_estimate_pages`) admission
+        gets the bound, and the memory check the larger of the bound and the launch's pages:
+        it retracts where the release does and where the launch would not fit, which a
+        correct bound implies (0.5.6-0.5.8's does not always: docs/release-allocation.md)."""
         reserve, slots = self.reserve(stride), self.pool.slots
-        return sum(
+        launch = sum(
             max(0, slots(self.sized(req, reserve)) - slots(int(req.kv_allocated_len)))
             for req in reqs
         )
+        rule = self.config.allocation_rule
+        if rule.decode_estimate == "next-sizing":
+            return launch
+        bound = bound_estimate_pages(
+            rule,
+            page_size=self.pool.page_size,
+            draft_tokens=stride,
+            seq_lens=[len(req.origin_input_ids) + len(req.output_ids) for req in reqs],
+            asked_by=asked_by,
+        )
+        return bound if asked_by == "admission" else max(bound, launch)
 
     def admission_pages(self, req: Any, stride: int) -> int:
         """See `AllocationPath.admission_pages`."""

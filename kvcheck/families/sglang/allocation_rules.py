@@ -11,15 +11,34 @@ releases each row covers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final, Literal, TypeAlias
 
 import attrs
 
-AllocationRule: TypeAlias = Literal["off", "0.5.6", "0.5.12", "0.5.13", "0.5.16", "0.5.17"]
+AllocationRule: TypeAlias = Literal[
+    "off", "0.5.6", "0.5.7", "0.5.9", "0.5.11", "0.5.12", "0.5.13", "0.5.16", "0.5.17"
+]
 # Where a launch takes the draft count A of its reserve R = 2A: the stride it is launched at, or
 # the adaptive candidates' maximum (`Config.max_stride`, else the initial stride).
 ReserveFrom: TypeAlias = Literal["launched-stride", "adaptive-max"]
+# What the scheduler's decode memory check counts before a launch (docs/release-allocation.md):
+# - "next-sizing": per request the pages between `Al` and what the launch sizes it to, the
+#   launch's own allocation (0.5.11+ `_new_tokens_required_next_decode_spec_v2`);
+# - "draft-bound": `max(steps * topk, draft tokens) * 2` tokens per request, each term rounded
+#   up to a page, whatever `Al` holds (0.5.9-0.5.10 `new_tokens_required_next_decode`);
+# - "page-count": a page per request whose `seqlen + D + topk * steps` crosses a page boundary
+#   (every request at page size 1), times the scheduler's multiplier `D + topk * steps`
+#   (0.5.7-0.5.8 `new_page_count_next_decode` through `check_decode_mem`);
+# - "page-count-unscaled-loop": the same, but the retraction loop asks without the multiplier
+#   (0.5.6).
+DecodeEstimate: TypeAlias = Literal[
+    "page-count-unscaled-loop", "page-count", "draft-bound", "next-sizing"
+]
+# Who asks for the estimate: kvcheck's admission (room beside the running batch), the memory
+# check before a decode launch, or the retraction loop it starts (0.5.6-0.5.8 ask the last two
+# differently).
+EstimateAsker: TypeAlias = Literal["admission", "check", "retraction"]
 
 
 @attrs.frozen
@@ -45,6 +64,7 @@ class AllocationFeatures:
     # back of the batch as it stands, since releases before 0.5.17 sort only without
     # speculative decoding (docs/release-allocation.md).
     retraction_sorted: bool = False
+    decode_estimate: DecodeEstimate = "next-sizing"
 
 
 OFF: Final = AllocationFeatures(
@@ -65,6 +85,39 @@ RULES: Final[tuple[AllocationFeatures, ...]] = (
     AllocationFeatures(
         name="0.5.6",
         first_release="0.5.6",
+        last_release="0.5.6",
+        allocates=True,
+        clamp=False,
+        reserve_from="launched-stride",
+        page_round=False,
+        zero_on_release=False,
+        decode_estimate="page-count-unscaled-loop",
+    ),
+    AllocationFeatures(
+        name="0.5.7",
+        first_release="0.5.7",
+        last_release="0.5.8",
+        allocates=True,
+        clamp=False,
+        reserve_from="launched-stride",
+        page_round=False,
+        zero_on_release=False,
+        decode_estimate="page-count",
+    ),
+    AllocationFeatures(
+        name="0.5.9",
+        first_release="0.5.9",
+        last_release="0.5.10",
+        allocates=True,
+        clamp=False,
+        reserve_from="launched-stride",
+        page_round=False,
+        zero_on_release=False,
+        decode_estimate="draft-bound",
+    ),
+    AllocationFeatures(
+        name="0.5.11",
+        first_release="0.5.11",
         last_release="0.5.11",
         allocates=True,
         clamp=False,
@@ -133,6 +186,45 @@ def first_rule_with(**features: object) -> AllocationFeatures:
         for rule in RULES
         if all(getattr(rule, field) == value for field, value in features.items())
     )
+
+
+def draft_steps(draft_tokens: int) -> int:
+    """`speculative_num_steps` of a launch drafting `draft_tokens` by a chain (topk 1, the
+    only topk kvcheck draws): `draft_tokens = steps + 1`, at least one step."""
+    return max(1, draft_tokens - 1)
+
+
+def bound_estimate_pages(
+    rule: AllocationFeatures,
+    *,
+    page_size: int,
+    draft_tokens: int,
+    seq_lens: Sequence[int],
+    asked_by: EstimateAsker,
+) -> int:
+    """The pages the decode memory check of `rule` asks for when its estimate is a bound
+    rather than the next sizing (`decode_estimate` "draft-bound" or "page-count"), for
+    requests of `seq_lens` (prompt plus outputs) launched at `draft_tokens`, topk 1. 0.5.6's
+    retraction loop drops the multiplier the check and admission apply (0.5.6
+    managers/schedule_batch.py:1611, against scheduler.py:1910); 0.5.7-0.5.8 pass it on
+    (0.5.7 schedule_batch.py:1754, :1776-1778, scheduler.py:2097)."""
+    steps, page = draft_steps(draft_tokens), page_size
+    if rule.decode_estimate == "draft-bound":
+        # Both terms rounded up to a page at page size > 1 (topk 1), doubled for the v2
+        # over-allocation (0.5.9 schedule_batch.py:1819-1831); here in pages.
+        per_request = max(-(-steps // page), -(-draft_tokens // page))
+        return 2 * per_request * len(seq_lens)
+    if rule.decode_estimate in ("page-count", "page-count-unscaled-loop"):
+        threshold = draft_tokens + steps  # D + topk * steps (0.5.6 schedule_batch.py:1550)
+        if page == 1:
+            crossing = len(seq_lens)
+        else:
+            crossing = sum(1 for seq in seq_lens if (seq + threshold) % page <= threshold)
+        # The scheduler's `decode_mem_cache_buf_multiplier` is the same threshold (0.5.6
+        # scheduler.py:798-808); the page count is in pages of `page` tokens already.
+        unscaled = asked_by == "retraction" and rule.decode_estimate == "page-count-unscaled-loop"
+        return crossing * (1 if unscaled else threshold)
+    raise ValueError(f"rule {rule.name}'s estimate is the next sizing, not a bound")
 
 
 def _release_key(version: str) -> tuple[int, ...]:

@@ -35,6 +35,7 @@ from kvcheck.core.jsonable import type_name
 from kvcheck.core.snapshots import refreshed
 from kvcheck.errors import UnsupportedTargetError as UnsupportedTargetError
 from kvcheck.families.sglang.allocation import AllocationPath, RuleAllocation
+from kvcheck.families.sglang.allocation_rules import EstimateAsker
 from kvcheck.families.sglang.fakes import (
     ALGORITHM_FAKES,
     COPY_DONE,
@@ -530,11 +531,11 @@ class Engine:
         assert self.allocation is not None
         path, stride = self.allocation, self.scheduler.draft_worker.speculative_num_draft_tokens
 
-        def fits(reqs: list[FakeReq]) -> bool:
+        def fits(reqs: list[FakeReq], asked_by: EstimateAsker = "retraction") -> bool:
             free = path.pool.available_size() // path.pool.page_size
-            return path.estimate_decode(reqs, stride) <= free
+            return path.estimate_decode(reqs, stride, asked_by=asked_by) <= free
 
-        if fits(self.running):
+        if fits(self.running, "check"):
             return
         order = path.retraction_order(self.running)
         if order is None:
@@ -595,7 +596,11 @@ class Engine:
             estimate = self.allocation.estimate_decode(reqs, stride)
             handed_out = pool.handed_out
             self.allocation.prepare_decode(reqs, stride)  # sized before the pre-claim
-            self.launch_pages = (estimate, pool.handed_out - handed_out)
+            # Judged (`alloc-estimate-matches`) where the rule's estimate is the launch's own
+            # sizing; a bound (0.5.6-0.5.10) is only required to decide retraction as the
+            # model does.
+            if config.allocation_rule.decode_estimate == "next-sizing":
+                self.launch_pages = (estimate, pool.handed_out - handed_out)
         if config.preclaims and not (self.allocation and self.allocation.owns_preclaim):
             for req in reqs:
                 req.kv_committed_len += 1

@@ -33,6 +33,7 @@ import attrs
 
 from kvcheck.core.copying import Checkpoint, checkpoint, deep_copy
 from kvcheck.core.snapshots import refreshed
+from kvcheck.families.sglang.allocation_rules import EstimateAsker, bound_estimate_pages
 from kvcheck.families.sglang.scenario import (
     Abort,
     Admit,
@@ -427,14 +428,28 @@ class ReferenceModel:
         held = sum(self._pages(r.allocated) for r in self.requests.values() if r.holds_kv)
         return self.config.pool_pages - held
 
-    def _decode_estimate(self, rids: list[str]) -> int:
-        """Pages the next decode launch of `rids` allocates (the scheduler's estimate)."""
+    def _decode_estimate(self, rids: list[str], asked_by: EstimateAsker = "admission") -> int:
+        """The scheduler's estimate of the next decode launch of `rids`, in pages: the pages
+        the launch allocates. Under a rule whose estimate is a bound (`decode_estimate`),
+        admission reads the bound and the memory check and its retraction loop the larger of
+        the bound and the launch's pages (a correct scheduler never launches what the pool
+        cannot hold)."""
         stride, pages = self.worker_stride, self._pages
-        total = 0
+        launch = 0
         for rid in rids:
             req = self.requests[rid]
-            total += max(0, pages(self._sized(req, stride)[1]) - pages(req.allocated))
-        return total
+            launch += max(0, pages(self._sized(req, stride)[1]) - pages(req.allocated))
+        rule = self.config.allocation_rule
+        if rule.decode_estimate == "next-sizing":
+            return launch
+        bound = bound_estimate_pages(
+            rule,
+            page_size=self.config.page_size,
+            draft_tokens=stride,
+            seq_lens=[self.requests[rid].prompt_len + self.requests[rid].outputs for rid in rids],
+            asked_by=asked_by,
+        )
+        return bound if asked_by == "admission" else max(bound, launch)
 
     def _admissible(self) -> tuple[str, ...]:
         """The waiting requests the next prefill admits: all of them with an unbounded pool;
@@ -461,7 +476,7 @@ class ReferenceModel:
         `retraction_sorted` (0.5.17+) the fewest outputs go first, then the longest prompt,
         then the latest in the batch; without (a speculative batch before 0.5.17), the latest
         in the batch goes first."""
-        if self._decode_estimate(self.running) <= self._free_pages():
+        if self._decode_estimate(self.running, "check") <= self._free_pages():
             return
         order = list(self.running)
         if self.config.allocation_rule.retraction_sorted:
@@ -472,7 +487,7 @@ class ReferenceModel:
         while len(order) > 1:
             self._retract(self.requests[order.pop()])
             self.reached.add("retraction under memory pressure")
-            if self._decode_estimate(order) <= self._free_pages():
+            if self._decode_estimate(order, "retraction") <= self._free_pages():
                 break
 
     def _launch_prefill(self, rids: tuple[str, ...]) -> Launch:

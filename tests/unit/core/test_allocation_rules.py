@@ -33,7 +33,17 @@ REFERENCE = target(reference)
 
 def test_rule_names_stay_what_scenario_files_store() -> None:
     # `Config.allocation` and every counterexample file store these names.
-    assert ALLOCATION_RULES == ("off", "0.5.6", "0.5.12", "0.5.13", "0.5.16", "0.5.17")
+    assert ALLOCATION_RULES == (
+        "off",
+        "0.5.6",
+        "0.5.7",
+        "0.5.9",
+        "0.5.11",
+        "0.5.12",
+        "0.5.13",
+        "0.5.16",
+        "0.5.17",
+    )
     assert [allocation_features(name).name for name in ALLOCATION_RULES] == list(ALLOCATION_RULES)
 
 
@@ -59,6 +69,7 @@ def _features(rule: AllocationFeatures) -> tuple[object, ...]:
         rule.page_round,
         rule.zero_on_release,
         rule.retraction_sorted,
+        rule.decode_estimate,
     )
 
 
@@ -175,11 +186,13 @@ def test_the_docs_table_says_what_the_rows_say() -> None:
     rows = {}
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) == 8 and cells[0].startswith("`") and cells[0] != "`off`":
-            rows[cells[0].strip("`")] = cells[1:7]
+        if len(cells) == 9 and cells[0].startswith("`") and cells[0] != "`off`":
+            rows[cells[0].strip("`")] = cells[1:8]
     yes = {"yes": True, "no": False}
     for rule in RULES[1:]:
-        releases, clamp, reserve_from, page_round, zero_on_release, sorted_ = rows.pop(rule.name)
+        releases, clamp, reserve_from, page_round, zero_on_release, sorted_, estimate = rows.pop(
+            rule.name
+        )
         last = rule.last_release or "on"
         shown = rule.name if last == rule.name else f"{rule.first_release}-{last}"
         assert releases == shown.replace("-on", " on"), rule.name
@@ -189,11 +202,13 @@ def test_the_docs_table_says_what_the_rows_say() -> None:
             yes[page_round],
             yes[zero_on_release],
             yes[sorted_],
+            estimate,
         ) == (
             rule.clamp,
             rule.reserve_from,
             rule.page_round,
             rule.zero_on_release,
             rule.retraction_sorted,
+            rule.decode_estimate,
         ), rule.name
     assert not rows, f"rows of no rule: {sorted(rows)}"

@@ -94,13 +94,13 @@ def test_the_probe_gives_the_rules_of_the_generations_the_spellings_fit() -> Non
     fixture = load_target(ASSERTS_ALLOCATION).shape
     assert fixture.allocation_rules == ("0.5.17",)
     assert "touches req.kv.kv_allocated_len" in fixture.allocation_reason
-    # 0.5.11 spellings reading `req.kv_allocated_len`: the 0.5.6 rule only, never off.
+    # 0.5.11 spellings reading `req.kv_allocated_len`: 0.5.11's rule only, never off.
     old = target(_reads_allocated).shape
-    assert old.allocation_rules == ("0.5.6",)
+    assert old.allocation_rules == ("0.5.11",)
     # A target that never touches it may also run without allocation.
     plain = target(_resolve_0_5_11).shape
-    assert plain.allocation_rules == ("off", "0.5.6")
-    assert plain.to_dict()["allocation_rules"] == ["off", "0.5.6"]
+    assert plain.allocation_rules == ("off", "0.5.11")
+    assert plain.to_dict()["allocation_rules"] == ["off", "0.5.11"]
 
 
 def test_a_correct_0_5_23_resolver_asserting_committed_within_allocated_passes_check() -> None:
@@ -144,14 +144,14 @@ def test_the_shrinker_never_drops_a_rule_the_target_needs() -> None:
 
 
 def test_adaptive_switching_with_no_rule_of_the_target_that_runs_it_is_refused() -> None:
-    # The 0.5.6 rule (0.5.6-0.5.11) never met adaptive switching, and "off" is no option for
-    # a target reading kv_allocated_len: nothing to judge it under.
-    with pytest.raises(KvcheckUsageError, match=r"allocation 0\.5\.6 only .*adaptive switching"):
+    # The 0.5.11 rule (unclamped, as 0.5.6-0.5.10's) never met adaptive switching, and "off"
+    # is no option for a target reading kv_allocated_len: nothing to judge it under.
+    with pytest.raises(KvcheckUsageError, match=r"allocation 0\.5\.11 only .*adaptive switching"):
         scenario_space(target(_reads_allocated), SglangJudging("preclaim", "ideal", True))
     # Without switching, its own rule is drawn.
     assert scenario_space(
         target(_reads_allocated), SglangJudging("preclaim", "ideal", False)
-    ).allocation == ("0.5.6",)
+    ).allocation == ("0.5.11",)
 
 
 def test_a_pinned_overlap_replaces_rule_0_5_12_within_the_target_rules() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from kvcheck.families.sglang.allocation import RuleAllocation
+from kvcheck.families.sglang.allocation_rules import EstimateAsker
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.scenario import AllocationRule, Config
 
@@ -109,7 +110,9 @@ class EstimateIgnoresAllocated(BrokenAllocation):
     """The memory check counts every request's whole target, not what it still lacks
     (sglang#14972, #19881: estimate and allocation disagree)."""
 
-    def estimate_decode(self, reqs: list[Any], stride: int) -> int:
+    def estimate_decode(
+        self, reqs: list[Any], stride: int, *, asked_by: EstimateAsker = "admission"
+    ) -> int:
         """Where the bug is (the class docstring says which)."""
         reserve = self.reserve(stride)
         return sum(self.pool.slots(self.sized(req, reserve)) for req in reqs)

@@ -31,6 +31,7 @@ import copy
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Final
 
+from kvcheck.families.sglang.allocation_rules import draft_steps
 from kvcheck.families.sglang.fakes import UnmodeledAttributeError
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.real.kernels import RowWrite
@@ -218,6 +219,8 @@ class ReqToTokenPool(Strict):
         self.req_to_token = torch.zeros((rows + 1, width), dtype=torch.int32)
         self.free_slots = list(range(1, rows + 1))
         self._holder: dict[int, str] = {}
+        # Rows freed by index whose pages the release is still freeing (`free`).
+        self._freed_unsettled: dict[int, str] = {}
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ReqToTokenPool:
         """A copy (an engine the exhaustive search branches) whose table is a `clone()`: a
@@ -242,6 +245,8 @@ class ReqToTokenPool(Strict):
             )
             self.free_slots = list(range(rows, 2 * rows))
         row = self.free_slots.pop(0)
+        if row in self._freed_unsettled:
+            self._pool.free_row(self._freed_unsettled.pop(row))
         self._holder[row] = rid
         self._pool.take_row(rid)
         return row
@@ -266,17 +271,35 @@ class ReqToTokenPool(Strict):
         """The request holding `row`, if any."""
         return self._holder.get(row)
 
-    def free(self, req: Any) -> None:
-        """SGLang's `req_to_token_pool.free(req)`: the row back, `req_pool_idx = None`. The
-        row's contents stay readable, as on the device."""
-        row = req._row_index()
+    def free(self, req_or_row: Any) -> None:
+        """SGLang's `req_to_token_pool.free(req)` (0.5.9+: the row back, `req_pool_idx =
+        None`) or `free(row)` (0.5.6-0.5.8: the row back, the request keeps its index). The
+        row's contents stay readable until the row is taken again, as on the device, so a
+        read of a freed row sees its request's own indices until then and another request's
+        after, which the allocator then refuses to free on the reader's behalf."""
+        by_index = isinstance(req_or_row, int)
+        row = req_or_row if by_index else req_or_row._row_index()
         rid = self._holder.pop(row, None)
         if rid is None:
             self._pool.fault("double-free", None, f"row {row} is freed while no request holds it")
+        elif by_index:
+            # 0.5.6-0.5.8 free the row before the pages in it (chunk_cache.py:52, then
+            # common.py:485-487): what the row still holds is judged once the release's call
+            # is over (`settle_freed_rows`), or when the row is taken again, whichever is first.
+            self._freed_unsettled[row] = rid
+            self.free_slots.append(row)
         else:
             self._pool.free_row(rid)
             self.free_slots.append(row)
-        req._set_row_index(None)
+        if not by_index:
+            req_or_row._set_row_index(None)
+
+    def settle_freed_rows(self) -> None:
+        """Give the pool the rows freed by index (`free(row)`): pages still in one are its
+        request's leak."""
+        while self._freed_unsettled:
+            _, rid = self._freed_unsettled.popitem()
+            self._pool.free_row(rid)
 
     def write(self, indices: Any, values: Any) -> None:
         """`req_to_token[indices] = values` for `(row, slice)` indices, bound like a kernel's."""
@@ -348,13 +371,24 @@ class DisabledTreeCache(Strict):
     0.5.20) are mixed in by the path."""
 
     _owner = "tree_cache"
-    _fields = frozenset({"token_to_kv_pool_allocator", "req_to_token_pool", "page_size", "disable"})
+    _fields = frozenset(
+        {
+            "token_to_kv_pool_allocator",
+            "req_to_token_pool",
+            "page_size",
+            "disable",
+            "protected_size_",
+        }
+    )
 
     def __init__(self, allocator: TokenAllocator, req_to_token_pool: ReqToTokenPool) -> None:
         self.token_to_kv_pool_allocator = allocator
         self.req_to_token_pool = req_to_token_pool
         self.page_size = allocator.page_size
         self.disable = True
+        # The chunk cache's count of protected prefix tokens (0.5.6 chunk_cache.py:27, :54):
+        # no prefix is ever matched, so it stays 0.
+        self.protected_size_ = 0
 
     def supports_prefix_sharing(self) -> bool:
         """No prefix is shared."""
@@ -396,6 +430,10 @@ class DisabledTreeCache(Strict):
     def evictable_size(self) -> int:
         """Nothing is evictable."""
         return 0
+
+    def evict(self, *request: Any) -> None:
+        """Nothing to evict, as the chunk cache's own `evict` (0.5.6 chunk_cache.py:67), which
+        0.5.6-0.5.7's `evict_from_tree_cache` reaches for a cache it does not recognise."""
 
     def available_and_evictable_str(self) -> str:
         """What an out-of-memory message of the release's code says of the pool."""
@@ -459,8 +497,8 @@ class RuntimeSettings:
 
     @property
     def steps(self) -> int:
-        """Chain drafting with topk 1: `draft_tokens = steps + 1`."""
-        return max(1, self.draft_tokens - 1)
+        """Chain drafting with topk 1 (`draft_steps`)."""
+        return draft_steps(self.draft_tokens)
 
     def spec(self) -> Bag:
         """`get_spec()` (0.5.17+)."""

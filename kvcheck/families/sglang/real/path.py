@@ -3,7 +3,7 @@
 
 It drives the 0.5.16-0.5.18 layout (C and the row on `Req`, Al in a `ReqKvInfo` dropped at
 release), the 0.5.19+ layout (`ReqKvInfo` holding C, Al and the row; checked on 0.5.23) and the
-flat layout of 0.5.11 (`ReleaseFunctions._load_flat`):
+flat layout of 0.5.6-0.5.14 (`ReleaseFunctions._load_flat`):
 
 - a decode launch: the release's `eagle_prepare_for_decode(batch)` (speculative/eagle_utils.py)
   for EAGLE, EAGLE3 and n-gram, DFLASH's and UNO's own draft input's `prepare_for_decode` where
@@ -14,7 +14,9 @@ flat layout of 0.5.11 (`ReleaseFunctions._load_flat`):
   `Req.effective_kv_committed_len` (0.5.16-0.5.18);
 - retraction: its `release_req` (release without caching, then the request's own
   `reset_for_retract`, which the engine then leaves the reset to: `resets_retracted`);
-- the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2`;
+- the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2` (0.5.11+),
+  `new_tokens_required_next_decode` (0.5.9-0.5.10) or `check_decode_mem` (0.5.6-0.5.8), each
+  judged under its own rule's `decode_estimate`;
 - the retraction chooser (0.5.17+): its `ScheduleBatch._get_decode_retraction_order`, which
   orders the decode batch for memory-pressure retraction (`retraction_order`);
 - admission (0.5.19+): its `alloc_for_extend(batch)` (mem_cache/allocation.py), batch-level,
@@ -43,7 +45,7 @@ from kvcheck.core.calls import TargetCalls
 from kvcheck.core.target import CallWrapper, CodeSpan, SideCode
 from kvcheck.errors import TargetLoadError
 from kvcheck.families.sglang.allocation import RuleAllocation, admission_pages, decode_reserve
-from kvcheck.families.sglang.allocation_rules import AllocationRule
+from kvcheck.families.sglang.allocation_rules import AllocationRule, EstimateAsker
 from kvcheck.families.sglang.fakes import FakeReq, UnmodeledAttributeError, is_finished
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.real import kernels
@@ -83,6 +85,28 @@ _run: Final = TargetCalls(
     outside_model=(UnmodeledAttributeError, kernels.KernelUnsupported),
     not_faults=(kernels.KernelOutOfBounds,),
 ).run
+
+
+# The memory check's entry points, newest first, with the `ScheduleBatch` members each needs:
+# 0.5.11+'s estimate of the next sizing, 0.5.9-0.5.10's draft bound, and 0.5.6-0.5.8's page
+# count, which `check_decode_mem` multiplies by what the scheduler passes
+# (docs/release-allocation.md).
+_ESTIMATE_MEMBERS: Final[dict[str, tuple[str, ...]]] = {
+    "_new_tokens_required_next_decode_spec_v2": ("_new_tokens_required_next_decode_spec_v2",),
+    "new_tokens_required_next_decode": ("new_tokens_required_next_decode",),
+    "check_decode_mem": ("check_decode_mem", "new_page_count_next_decode"),
+}
+
+
+def _estimate_entry(tree: TreeSource) -> str:
+    """The newest of `_ESTIMATE_MEMBERS` the tree's `ScheduleBatch` defines."""
+    for entry in _ESTIMATE_MEMBERS:
+        if tree.has(_BATCH, f"ScheduleBatch.{entry}"):
+            return entry
+    raise TargetLoadError(
+        f"{tree.file_of(_BATCH)} defines no decode memory estimate kvcheck drives "
+        f"({', '.join(_ESTIMATE_MEMBERS)})"
+    )
 
 
 class ReleaseFunctions:
@@ -159,6 +183,9 @@ class ReleaseFunctions:
         # batch; 0.5.16's `retract_decode` tells its chooser not to sort with speculative
         # decoding (`allow_policy_sort`, schedule_batch.py:2603-2609), so it returns the batch
         # order, retracting from the back (rule feature `retraction_sorted`).
+        self.estimate_by = "_new_tokens_required_next_decode_spec_v2"
+        self.retraction_scales_estimate = True  # one estimate whoever asks
+        self.launch_preclaims = False
         batch_names = ["_new_tokens_required_next_decode_spec_v2"]
         if self.tree.has(_BATCH, "ScheduleBatch._get_decode_retraction_order"):
             batch_names.append("_get_decode_retraction_order")
@@ -257,13 +284,17 @@ class ReleaseFunctions:
         }
 
     def _load_flat(self) -> None:
-        """The functions of the flat layout (0.5.11 checked): the launch is
+        """The functions of the flat layout (0.5.6-0.5.14; 0.5.11 described): the launch is
         `EagleDraftInputV2Mixin.prepare_for_decode` (speculative/eagle_info_v2.py:89), which
         sizes `Al += C + 2A - Al` with no clamp (:125-129) and pre-claims C itself (:132);
         release is `release_kv_cache` (mem_cache/common.py:566) through the chunk cache's
         `cache_finished_req` and `Req.pop_committed_kv_cache` / `pop_overallocated_kv_cache`
         (their freed flags), with Al kept; retraction is `ScheduleBatch.release_req`, a
-        method, ending in `Req.reset_for_retract`."""
+        method, ending in `Req.reset_for_retract`. Before: 0.5.6-0.5.10's launch pre-claims
+        nothing (`launch_preclaims`), 0.5.6-0.5.8's takes its draft length from the draft
+        input's class (`ALLOC_LEN_PER_DECODE`) and their chunk cache frees the row by index
+        before the tail is read from it (`ReqToTokenPool.free`); each has its own estimate
+        (`estimate_by`)."""
         tree = self.tree
         self.kv_record = False
         self.alloc_for_extend = None
@@ -271,15 +302,30 @@ class ReleaseFunctions:
         self.draft_mixin = tree.members(_EAGLE_V2, "EagleDraftInputV2Mixin", ["prepare_for_decode"])
         self.release_kv_cache = tree.function(_COMMON, "release_kv_cache")
         self.release_flag = "is_insert"
+        # The memory check's estimate, each release's own (rule feature `decode_estimate`).
+        self.estimate_by = _estimate_entry(tree)
         self.batch_members = tree.members(
-            _BATCH, "ScheduleBatch", ["_new_tokens_required_next_decode_spec_v2", "release_req"]
+            _BATCH, "ScheduleBatch", [*_ESTIMATE_MEMBERS[self.estimate_by], "release_req"]
         )
         self.chooses_retractions = False  # no chooser: the back of the batch (to 0.5.15)
         self.release_req = None
         self.reset_members = tree.members(_BATCH, "Req", ["reset_for_retract"])
+        # `Req.seqlen` where the estimate reads it (0.5.6-0.5.8's `new_page_count_next_decode`).
+        seqlen = ["seqlen"] if self.estimate_by == "check_decode_mem" else []
         self.req_members = tree.members(
-            _BATCH, "Req", ["pop_committed_kv_cache", "pop_overallocated_kv_cache"]
+            _BATCH, "Req", ["pop_committed_kv_cache", "pop_overallocated_kv_cache", *seqlen]
         )
+        # Whether `retract_decode` hands the scheduler's multiplier on to the estimate it
+        # retracts by (0.5.7-0.5.8's `buf_multiplier`, schedule_batch.py:1754; 0.5.6's has none).
+        self.retraction_scales_estimate = _member_takes(
+            tree.file_of(_BATCH), "ScheduleBatch", "retract_decode", "buf_multiplier"
+        )
+        # 0.5.11-0.5.14's launch pre-claims C (0.5.11 eagle_info_v2.py:132); 0.5.6-0.5.10's is
+        # honest (the resolver commits the accepted tokens: 0.5.9
+        # scheduler_output_processor_mixin.py:353). Told by the estimate that came with the
+        # pre-claim in 0.5.11 (schedule_batch.py:2108), not by the launch's text, so that a
+        # launch that lost its pre-claim is the release's fault, never kvcheck's convention.
+        self.launch_preclaims = self.estimate_by == "_new_tokens_required_next_decode_spec_v2"
         self.kv_members = type("ReqKvInfo", (), {})
         self.allocator_members = type("BaseTokenToKVPoolAllocator", (), {})
         self.cache_members = (tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),)
@@ -326,19 +372,36 @@ class ReleaseFunctions:
         self._writes[-1](writes)
 
 
-def _member_reads(file: Path, class_name: str, member: str, attribute: str) -> bool:
-    """Whether `class_name.member` in `file` reads `attribute` (`self.attribute`)."""
+def _member_definition(file: Path, class_name: str, member: str) -> Any:
+    """The `ast.FunctionDef` of `class_name.member` in `file` (None: it has none)."""
     import ast
 
     for node in ast.walk(ast.parse(file.read_text())):
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             for definition in node.body:
                 if isinstance(definition, ast.FunctionDef) and definition.name == member:
-                    return any(
-                        isinstance(read, ast.Attribute) and read.attr == attribute
-                        for read in ast.walk(definition)
-                    )
-    return False
+                    return definition
+    return None
+
+
+def _member_takes(file: Path, class_name: str, member: str, parameter: str) -> bool:
+    """Whether `class_name.member` in `file` takes a parameter named `parameter`."""
+    definition = _member_definition(file, class_name, member)
+    if definition is None:
+        return False
+    arguments = definition.args
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    return any(argument.arg == parameter for argument in every)
+
+
+def _member_reads(file: Path, class_name: str, member: str, attribute: str) -> bool:
+    """Whether `class_name.member` in `file` reads `attribute` (`self.attribute`)."""
+    import ast
+
+    definition = _member_definition(file, class_name, member)
+    return definition is not None and any(
+        isinstance(read, ast.Attribute) and read.attr == attribute for read in ast.walk(definition)
+    )
 
 
 class _Launch:
@@ -394,8 +457,8 @@ class ReleaseAllocation:
         )
         # With the release's own `release_req`, its `reset_for_retract` resets the request.
         self.resets_retracted = functions.release_req is not None or functions.flat
-        # The flat layout's launch pre-claims C itself (0.5.11 eagle_info_v2.py:132).
-        self.owns_preclaim = functions.flat
+        # The flat layout's launch pre-claims C itself in 0.5.11 (eagle_info_v2.py:132).
+        self.owns_preclaim = functions.launch_preclaims
         # With the release's own `alloc_for_extend`, it assigns C and Al at admission.
         self.owns_admission_lengths = functions.alloc_for_extend is not None
         self._kv_class = type("ReqKvInfo", (kv_view, functions.kv_members), {})
@@ -460,7 +523,9 @@ class ReleaseAllocation:
         batch = self._batch(reqs, stride)
         draft_input = self.functions.draft_inputs.get(self.config.algorithm)
         if draft_input is None and self.functions.draft_mixin is not None:
-            draft = type("DraftInput", (_EagleV2Input, self.functions.draft_mixin), {})()
+            draft = type("DraftInput", (_EagleV2Input, self.functions.draft_mixin), {})(
+                self.settings
+            )
             self._call(draft.prepare_for_decode, batch)
             return
         if draft_input is None:
@@ -471,13 +536,30 @@ class ReleaseAllocation:
         spec_info = type("DraftInput", (fake, draft_input), {})(len(reqs))
         self._call(spec_info.prepare_for_decode, batch)
 
-    def estimate_decode(self, reqs: list[FakeReq], stride: int) -> int:
-        """The release's estimate of the next launch, in pages."""
+    def estimate_decode(
+        self, reqs: list[FakeReq], stride: int, *, asked_by: EstimateAsker = "admission"
+    ) -> int:
+        """The release's estimate of the next launch, in pages, by its own entry point
+        (`ReleaseFunctions.estimate_by`): 0.5.11+'s `_new_tokens_required_next_decode_spec_v2`,
+        0.5.9-0.5.10's `new_tokens_required_next_decode`, or 0.5.6-0.5.8's `check_decode_mem`,
+        which the scheduler calls with its `decode_mem_cache_buf_multiplier` and
+        `retract_decode` without (0.5.6 scheduler.py:1910, schedule_batch.py:1611). The
+        release's own answer whoever asks: where it lets a launch through that the pool
+        cannot hold, the launch's out-of-memory is the release's fault."""
         batch = self._batch(reqs, stride)
-        tokens = self._call(
-            batch._new_tokens_required_next_decode_spec_v2, batch.reqs, self.pool.page_size
-        )
-        return int(tokens or 0) // self.pool.page_size
+        page = self.pool.page_size
+        if self.functions.estimate_by == "new_tokens_required_next_decode":
+            tokens = self._call(batch.new_tokens_required_next_decode)
+        elif self.functions.estimate_by == "check_decode_mem":
+            # The scheduler's multiplier (0.5.6 scheduler.py:798-808), topk 1; 0.5.6's
+            # `retract_decode` takes none and asks without it (schedule_batch.py:1611).
+            scaled = asked_by != "retraction" or self.functions.retraction_scales_estimate
+            multiplier = stride + self.settings.steps if scaled else 1
+            self._call(batch.check_decode_mem, multiplier, selected_indices=list(range(len(reqs))))
+            tokens = batch._asked_tokens
+        else:
+            tokens = self._call(batch._new_tokens_required_next_decode_spec_v2, batch.reqs, page)
+        return int(tokens or 0) // page
 
     def retraction_order(self, reqs: list[FakeReq]) -> list[FakeReq] | None:
         """The decode batch `reqs` as the release's `_get_decode_retraction_order` orders it
@@ -627,7 +709,9 @@ class ReleaseAllocation:
         return returned
 
     def _settle(self) -> None:
-        """Pages allocated and bound to no row by the end of a call are leaked."""
+        """Pages allocated and bound to no row by the end of a call are leaked; rows the call
+        freed by index are given back to the pool now (`ReqToTokenPool.settle_freed_rows`)."""
+        self.rows.settle_freed_rows()
         unbound = [page for page, holder in self.pool.owner.items() if holder == UNBOUND]
         if unbound:
             self.pool.fault("leak", None, f"pages {unbound} were allocated and never bound")
@@ -871,9 +955,20 @@ class _FlatReqView(_RowOnReq):
 
 class _EagleV2Input(Strict):
     """The EAGLE v2 draft input whose `prepare_for_decode` is the flat layout's launch; the
-    launch reads nothing of its own."""
+    launch reads nothing of its own but, in 0.5.6-0.5.8, the draft length the worker sets on
+    the class at start (`ALLOC_LEN_PER_DECODE`)."""
 
     _owner = "batch.spec_info"
+
+    def __init__(self, settings: RuntimeSettings) -> None:
+        self._settings = settings
+
+    @property
+    def ALLOC_LEN_PER_DECODE(self) -> int:  # the release names it so
+        """`max(steps * topk, draft tokens)`, as 0.5.6's worker sets it
+        (speculative/eagle_worker_v2.py:99-101), topk 1; a rule without adaptive switching
+        launches at one draft count, so the worker's start value is the launch's."""
+        return max(self._settings.steps, self._settings.draft_tokens)
 
 
 class _BatchView(Strict):
@@ -920,6 +1015,19 @@ class _BatchView(Strict):
     def batch_size(self) -> int:
         """The requests in the batch."""
         return len(self.reqs)
+
+    # A speculative batch of the overlap scheduler's v2 worker (what 0.5.6-0.5.10's memory
+    # estimates test), no sliding-window pool.
+    spec_algorithm = Bag("batch.spec_algorithm", is_none=lambda: False)
+    is_spec_v2 = True
+    is_hybrid_swa = False
+    _asked_tokens: int | None = None
+
+    def _is_available_size_sufficient(self, num_tokens: int) -> bool:
+        """Whether the pool holds `num_tokens` (0.5.6-0.5.8's last step of `check_decode_mem`,
+        kept here so the estimate it was asked can be read back: `_asked_tokens`)."""
+        self._asked_tokens = int(num_tokens)
+        return bool(self.token_to_kv_pool_allocator.available_size() >= num_tokens)
 
 
 class _DflashInput(Strict):

@@ -99,6 +99,32 @@ def test_leaving_pages_in_a_freed_row_is_a_leak() -> None:
     assert _kinds(pool) == ["leak"]
 
 
+def test_a_row_freed_by_index_stays_readable_until_it_is_taken_again() -> None:
+    # 0.5.6-0.5.8 free the row by index, then read the tail from it and free that (0.5.6
+    # mem_cache/chunk_cache.py:52, common.py:485-487): no fault while nothing takes the row.
+    pool, allocator, table = _setup(1)
+    row = table.take("a")
+    table.write((row, slice(0, 3)), allocator.alloc(3))
+    table.free(row)
+    allocator._acting = "a"
+    allocator.free(table.req_to_token[row, :3])
+    table.settle_freed_rows()
+    assert not pool.rows and not pool.owner and _kinds(pool) == []
+    # Taken again before its pages are freed: they are the first request's leak, and the
+    # later read sees the new holder's indices, which are not the reader's to free.
+    pool, allocator, table = _setup(1)
+    row = table.take("a")
+    table.write((row, slice(0, 2)), allocator.alloc(2))
+    table.free(row)
+    for other in "bcde":  # every free row, the freed one last
+        taken = table.take(other)
+    assert taken == row and _kinds(pool) == ["leak"]
+    table.write((row, slice(0, 2)), allocator.alloc(2))
+    allocator._acting = "a"
+    allocator.free(table.req_to_token[row, :2])
+    assert _kinds(pool) == ["use-after-free", "use-after-free"]
+
+
 def test_freeing_a_page_twice_is_a_double_free() -> None:
     pool, allocator, table = _setup(1)
     row = table.take("a")
