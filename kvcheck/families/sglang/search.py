@@ -917,8 +917,8 @@ def add_bounds_options(parser: argparse._ActionsContainer) -> None:
         default=None,
         metavar="R,R",
         help="allocation rules to enumerate, at page size 1: off, 0.5.6, 0.5.7, 0.5.9, "
-        "0.5.11, 0.5.12, 0.5.13, 0.5.16, among those of the target's SGLang generations (default: off, or the newest "
-        "of them for a target that touches kv_allocated_len)",
+        "0.5.11, 0.5.12, 0.5.13, 0.5.16, among those of the target's SGLang generations "
+        "(default: off, or the newest of them for a target that touches kv_allocated_len)",
     )
 
 
