@@ -147,7 +147,8 @@ class ReferenceModel(Protocol):
         """Its state as `restore` puts it back after events applied in place
         (`kvcheck.core.copying.checkpoint`), so that the exhaustive search tries a child on the
         parent's own objects and copies (`clone`) only the children it keeps; None where the
-        state cannot be checkpointed (the search then clones for every child)."""
+        state cannot be checkpointed (the search then clones for every child). Optional: a
+        family that does not define it is cloned for every child."""
         ...
 
     def state_key(self, inert: frozenset[str] = frozenset()) -> tuple[object, ...]:

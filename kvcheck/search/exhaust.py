@@ -662,7 +662,7 @@ def _expander(
         last = len(events) - 1
         states = None
         if in_place and last > 0:
-            engine_state, model_state = node.engine.checkpoint(), node.model.checkpoint()
+            engine_state, model_state = _checkpoint(node.engine), _checkpoint(node.model)
             if engine_state is not None and model_state is not None:
                 states = (engine_state, model_state)
         for index, event in enumerate(events):
@@ -681,6 +681,13 @@ def _expander(
             states[1].restore()
 
     return children
+
+
+def _checkpoint(state: FamilyEngine | ReferenceModel) -> Any:
+    """The family's checkpoint of `state`, or None where it has none: `checkpoint` is optional
+    (a family without it is cloned for every child)."""
+    take = getattr(state, "checkpoint", None)
+    return None if take is None else take()
 
 
 def release(state: _Node | Candidate | int | None, drop: Callable[[Any, Any], None]) -> None:
