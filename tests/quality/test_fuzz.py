@@ -9,6 +9,7 @@ on file descriptors 1 and 2 as well as the parent's, so a worker's traceback is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -213,14 +215,33 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+_IN_BACKGROUND: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_campaign_outlives_its_test() -> Iterator[None]:
+    """A test that fails before it stops its `--duration inf` campaign (a wait that ran out on a
+    loaded machine) must not leave the campaign and its workers searching for ever: their
+    process group is killed once the test is over."""
+    yield
+    while _IN_BACKGROUND:
+        process = _IN_BACKGROUND.pop()
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+
 def _background(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
     """`kvcheck fuzz ARGV --duration inf` in its own process group, stderr to stderr.txt."""
     with (tmp_path / "stderr.txt").open("w") as errors:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-m", "kvcheck.cli", "fuzz", *argv, "--duration", "inf"],
             stdout=subprocess.PIPE, stderr=errors, text=True, cwd=tmp_path,
             start_new_session=True,
         )  # fmt: skip
+    _IN_BACKGROUND.append(process)
+    return process
 
 
 def _start_campaign(tmp_path: Path) -> tuple[subprocess.Popen[str], set[int]]:
