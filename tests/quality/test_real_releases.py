@@ -127,9 +127,10 @@ def test_the_releases_table_gives_each_release_its_allocation(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`kvcheck releases` says per release whose allocation code its searches ran: 0.5.10,
-    0.5.15 and 0.5.16 run their own (issue 21), 0.5.15 and 0.5.16 pass there, with the functions that ran and their coverage. The mode columns are the same
-    verdicts as before (0.5.12+: pass with SGLang's counters, global-counters ideally; 0.5.10
-    fails both). The command runs in this process: its table is the point, not the process."""
+    0.5.15 and 0.5.16 run their own (issue 21), 0.5.15 and 0.5.16 pass there, with the
+    functions that ran and their coverage. The mode columns are the same verdicts as before
+    (0.5.12+: pass with SGLang's counters, global-counters ideally; 0.5.10 fails both). The
+    command runs in this process: its table is the point, not the process."""
     _releases()
     code, out, err = run_cli(
         capsys, "releases", "--from", "0.5.15", "--to", "0.5.16", "--max-examples", "150", "--json"
