@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from kvcheck.cli import fuzz as fuzz_command
 from tests.helpers import run_cli
 
 
@@ -67,10 +68,12 @@ def test_a_failure_is_shrunk_saved_replayable_and_ends_the_campaign_early(
 
 
 def test_a_clean_campaign_reports_its_count_as_one_json_object(
-    here: Path, capfd: pytest.CaptureFixture[str]
+    here: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One second: each worker counts it from when it has loaded the target and searches one
-    # round at least, so both count examples however slowly they start.
+    # round at least, so both count examples however slowly they start. A plain progress line
+    # is due every `PLAIN_EVERY` seconds, so one that short is due within the campaign.
+    monkeypatch.setattr(fuzz_command, "PLAIN_EVERY", 0.1)
     code, out, err = kvcheck(
         capfd, "fuzz", "builtin:reference", "--workers", "2", "--duration", "1", "--json"
     )
