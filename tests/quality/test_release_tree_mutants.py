@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.allocation_rules import rule_of_release
 from kvcheck.families.sglang.judging import judging
 from kvcheck.families.sglang.mutants import trees
 from kvcheck.families.sglang.mutants.trees import TreeEntry
@@ -90,8 +91,12 @@ def test_unmodified_trees_and_rewrites_with_the_same_page_fates_pass(entry: Tree
     assert row.passed, (entry.name, row.invariant, row.shrunk_events)
     if entry.patch is None:
         # The corpus's options are what `kvcheck check <tree> --global-counters sglang` detects.
-        detected = judging({"global_counters": "sglang"}, entry.target()).options
+        target = entry.target()
+        detected = judging({"global_counters": "sglang"}, target).options
         assert detected == entry.options
+        # The copy says which release it is, so it is judged under that release's rule only
+        # (judged under 0.5.17's too, 0.5.16 retracted in another order: a false FAIL).
+        assert getattr(target.allocation, "rule", None) == rule_of_release(entry.version)
 
 
 def test_a_row_replays_with_its_command_and_passes_on_the_model_path(

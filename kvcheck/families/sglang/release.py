@@ -172,16 +172,30 @@ def package_dir(path: Path) -> Path:
     )
 
 
+# The files a package's `__version__` is assigned in, and the assignment: `__version__ = "..."`,
+# or setuptools-scm's `__version__ = version = "..."`.
+VERSION_FILES: Final = ("version.py", "_version.py")
+_VERSION_ASSIGNMENT: Final = re.compile(
+    r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.MULTILINE
+)
+
+
 def package_version(package: Path) -> str | None:
-    """The release an SGLang package directory says it is (`__version__` in its `version.py`,
-    normalized), or None when it says none: a wheel's unpacked allocation or resolver files
-    hold no `version.py`."""
-    try:
-        text = (package / "version.py").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    match = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", text, re.MULTILINE)
-    return None if match is None else normalize_version(match[1])
+    """The release an SGLang package directory says it is, normalized; None when it says none.
+
+    0.5.6 writes `__version__` in `version.py`. From 0.5.7 on `version.py` imports it from
+    `_version.py`, which setuptools-scm writes at build time with a chained assignment
+    (`__version__ = version = "..."`, 0.5.16 sglang/_version.py), so both files are read. A git
+    checkout that was never built has no `_version.py`: its version is unknown."""
+    for name in VERSION_FILES:
+        try:
+            text = (package / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        match = _VERSION_ASSIGNMENT.search(text)
+        if match is not None:
+            return normalize_version(match[1])
+    return None
 
 
 def find_resolver(package: Path) -> ResolverLocation:

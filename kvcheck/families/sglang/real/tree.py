@@ -57,7 +57,7 @@ def _wanted(name: str) -> bool:
     return (
         name.startswith("sglang/")
         and relative.endswith(".py")
-        and relative.startswith(ALLOCATION_TREES)
+        and (relative.startswith(ALLOCATION_TREES) or relative in sglang_release.VERSION_FILES)
     )
 
 
@@ -89,7 +89,11 @@ def _unpack(wheel: Path, root: Path) -> None:
 
 def _intact(root: Path) -> bool:
     marker = root / sglang_release.MARKER
-    if not marker.is_file():
+    # The files saying which release the tree is (`package_version`) are kept too, so that a
+    # copy of the tree (the release-tree corpus) is judged under its release's allocation rule
+    # rather than every rule of its generation; a tree unpacked before they were kept lacks
+    # `version.py` (every release has one) and is unpacked again.
+    if not marker.is_file() or not (root / "sglang" / "version.py").is_file():
         return False
     for line in marker.read_text(encoding="utf-8", errors="replace").splitlines():
         digest, _, name = line.partition("  ")
