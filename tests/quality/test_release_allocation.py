@@ -172,14 +172,23 @@ def test_the_coverage_names_the_chooser_until_a_scenario_asks_it() -> None:
     assert isinstance(measured, ReleaseAllocationCode) and not code.chose_retractions
 
 
-def test_each_release_is_judged_by_its_own_retraction_order() -> None:
+def test_each_release_is_judged_by_its_own_retraction_order(tmp_path: Path) -> None:
     # 0.5.16 retracts a speculative batch from its back (r2, then r1: r0 stays) and 0.5.23 in
-    # its sorted order (r0 alone): each passes under its own rule. 0.5.23's sorted order judged
-    # under 0.5.16's rule (the back of the batch) is caught: the release's order is not the
-    # rule's.
+    # its sorted order (r0 alone): each passes under its own rule.
     assert _pressure(_tree("0.5.16") / "sglang", "0.5.16") == (None, {"r1", "r2"})
     assert _pressure(_tree("0.5.23") / "sglang", "0.5.17") == (None, {"r0"})
-    assert _pressure(_tree("0.5.23") / "sglang", "0.5.16")[0] is not None
+    # A tree that says it is 0.5.23 runs its own code under its own rule only: under 0.5.16's
+    # kvcheck's model stands in (`ReleaseAllocationCode.__call__`), and retracts as that rule
+    # does.
+    assert _pressure(_tree("0.5.23") / "sglang", "0.5.16") == (None, {"r1", "r2"})
+    # One that does not say (a checkout never built) runs its own code under every rule of its
+    # generation: 0.5.23's sorted order judged under 0.5.16's rule (the back of the batch) is
+    # caught, the release's order not being the rule's.
+    unversioned = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.23"), unversioned)
+    for name in ("version.py", "_version.py"):
+        (unversioned / "sglang" / name).unlink()
+    assert _pressure(unversioned / "sglang", "0.5.16")[0] is not None
 
 
 def test_0_5_16_sorting_a_speculative_batch_is_caught(tmp_path: Path) -> None:
