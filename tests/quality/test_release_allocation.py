@@ -15,6 +15,7 @@ from kvcheck.errors import KvcheckUsageError
 from kvcheck.families.sglang.fakes import FakeReq, FinishLength
 from kvcheck.families.sglang.real.path import release_allocation_factory
 from kvcheck.families.sglang.scenario import Admit, AllocationRule, Config, Convention, Step
+from kvcheck.families.sglang.target import release_path_rules
 from kvcheck.targets.loading import load_target
 
 
@@ -184,11 +185,25 @@ def test_each_release_is_judged_by_its_own_retraction_order(tmp_path: Path) -> N
     # One that does not say (a checkout never built) runs its own code under every rule of its
     # generation: 0.5.23's sorted order judged under 0.5.16's rule (the back of the batch) is
     # caught, the release's order not being the rule's.
-    unversioned = tmp_path / "tree"
-    shutil.copytree(_tree("0.5.23"), unversioned)
+    assert _pressure(_unversioned("0.5.23", tmp_path / "tree"), "0.5.16")[0] is not None
+
+
+def _unversioned(version: str, folder: Path) -> Path:
+    """A copy of `version`'s tree that does not say its version, as a checkout never built."""
+    shutil.copytree(_tree(version), folder)
     for name in ("version.py", "_version.py"):
-        (unversioned / "sglang" / name).unlink()
-    assert _pressure(unversioned / "sglang", "0.5.16")[0] is not None
+        (folder / "sglang" / name).unlink()
+    return folder / "sglang"
+
+
+@pytest.mark.parametrize(("version", "rule"), [("0.5.16", "0.5.16"), ("0.5.23", "0.5.17")])
+def test_a_tree_that_does_not_say_its_version_is_judged_by_its_own_retraction_order(
+    version: str, rule: AllocationRule, tmp_path: Path
+) -> None:
+    # 0.5.16's spellings fit 0.5.16-0.5.18: of the two rules, only the one retracting in the
+    # order its own chooser gives is drawn (under 0.5.17's, 0.5.16 fails `committed-live`).
+    target = load_target(str(_unversioned(version, tmp_path / "tree")))
+    assert release_path_rules(target) == (rule,)
 
 
 def test_0_5_16_sorting_a_speculative_batch_is_caught(tmp_path: Path) -> None:

@@ -156,12 +156,21 @@ def release_path_rules(target: Target) -> tuple[AllocationRule, ...]:
     """The allocation rules a search of `target` runs the release's own code under: the rule of
     the release the tree is where kvcheck knows its version (`ReleaseAllocationCode.rule`; the
     model judging that code must allocate as that release does, e.g. retract in its order), else
-    `allocation_rules`' rules that allocate (with "off" the release's code would stay idle)."""
+    `allocation_rules`' rules that allocate (with "off" the release's code would stay idle)
+    whose retraction order is the tree's own: a 0.5.16 checkout never built fits the spellings
+    of 0.5.16-0.5.18, and judged by 0.5.17's sorted order it failed `committed-live` falsely."""
     code = release_code(target)
     if code is not None and code.rule is not None:
         return (code.rule,)
     rules = allocation_rules(target)
-    return tuple(rule for rule in rules if allocation_features(rule).allocates) or rules
+    allocating = tuple(rule for rule in rules if allocation_features(rule).allocates) or rules
+    if code is None:
+        return allocating
+    sorted_by_tree = code.retraction_sorted()
+    fitting = tuple(
+        rule for rule in allocating if allocation_features(rule).retraction_sorted == sorted_by_tree
+    )
+    return fitting or allocating
 
 
 def refuse_other_allocation_rules(target: Target, rules: Iterable[AllocationRule]) -> None:

@@ -192,6 +192,12 @@ class ReleaseFunctions:
         self.batch_members = self.tree.members(_BATCH, "ScheduleBatch", batch_names)
         order_of = getattr(self.batch_members, "_get_decode_retraction_order", None)
         self.chooses_retractions = order_of is not None
+        # 0.5.16's chooser takes `allow_policy_sort` and its `retract_decode` passes False with
+        # speculative decoding (schedule_batch.py:2603-2609); 0.5.17+ take no such argument and
+        # sort every batch (0.5.17 :2738, :2785).
+        self.chooser_told_not_to_sort = order_of is not None and (
+            "allow_policy_sort" in inspect.signature(order_of).parameters
+        )
         # Retraction: the module-level `release_req` (release, then the request's own
         # `reset_for_retract`; 0.5.16+ schedule_batch.py), where the release has both.
         self.release_req: Callable[..., Any] | None = None
@@ -308,6 +314,7 @@ class ReleaseFunctions:
             _BATCH, "ScheduleBatch", [*_ESTIMATE_MEMBERS[self.estimate_by], "release_req"]
         )
         self.chooses_retractions = False  # no chooser: the back of the batch (to 0.5.15)
+        self.chooser_told_not_to_sort = False
         self.release_req = None
         self.reset_members = tree.members(_BATCH, "Req", ["reset_for_retract"])
         # `Req.seqlen` where the estimate reads it (0.5.6-0.5.8's `new_page_count_next_decode`).
@@ -576,7 +583,7 @@ class ReleaseAllocation:
         order_of = self.functions.batch_members._get_decode_retraction_order  # type: ignore[attr-defined]
         parameters = inspect.signature(order_of).parameters
         extra = [self.settings.server_args()] if "server_args" in parameters else []
-        told = {"allow_policy_sort": False} if "allow_policy_sort" in parameters else {}
+        told = {"allow_policy_sort": False} if self.functions.chooser_told_not_to_sort else {}
         indices = self._call(order_of, views, *extra, **told)
         if indices is None:  # it raised: a fault already recorded
             return None
@@ -1175,6 +1182,18 @@ class ReleaseAllocationCode:
                 chose_retractions=self.chose_retractions,
             ),
         )
+
+    def retraction_sorted(self) -> bool | None:
+        """Whether this tree's memory-pressure retraction sorts a speculative decode batch (rule
+        feature `retraction_sorted`), read off its own code: sorted where its chooser is not
+        told otherwise (0.5.17+), from the back of the batch where it is (0.5.16) or where the
+        tree has no chooser (to 0.5.15). None where the tree cannot be compiled (the search
+        reports why). What narrows the rules of a tree whose version is unknown."""
+        try:
+            functions = self.functions()
+        except TargetLoadError:
+            return None
+        return functions.chooses_retractions and not functions.chooser_told_not_to_sort
 
     def unavailable(self) -> str | None:
         """Why this tree's own allocation path cannot run (None: it can)."""
