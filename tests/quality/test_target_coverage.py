@@ -246,6 +246,28 @@ def test_the_release_allocation_code_is_measured_beside_the_resolver(
         assert set(part.missed_lines) <= {end for _, end in part.out_of_scope_missed()}
 
 
+@pytest.mark.parametrize("version", ["0.5.12", "0.5.15"])
+def test_older_releases_name_every_allocation_line_left_unrun(version: str) -> None:
+    """0.5.12-0.5.15 count every allocation line and branch they run and name the rest, as
+    0.5.23 does: their own spellings of a feature kvcheck leaves out, and the paged code, which
+    their rules run at page size 1 only (0.5.15: 45 lines were unnamed)."""
+    try:
+        target = load_target(f"sglang=={version}")
+    except KvcheckUsageError as exc:
+        if os.environ.get("CI") or "cannot fetch" not in str(exc):
+            raise
+        pytest.skip(f"cannot fetch SGLang {version}: {exc}")
+    verdict = check(target, global_counters="sglang", **BUDGET)  # type: ignore[arg-type]
+    assert verdict.passed and verdict.coverage is not None, verdict.violation
+    (allocation,) = verdict.coverage.beside
+    assert allocation.lines_total > 100, allocation.summary()
+    for part in allocation.files:
+        assert set(part.out_of_scope_missed()) == set(part.missed_branches), part.file
+        assert set(part.missed_lines) <= {end for _, end in part.out_of_scope_missed()}
+    reasons = {reason for part in allocation.files for reason in part.uncounted.values()}
+    assert any(reason.startswith("page sizes above 1") for reason in reasons), reasons
+
+
 def _spans_of(part: TargetCoverage) -> list[tuple[int, int]]:
     """Each measured function's lines, by the order of `functions`."""
     tree = ast.parse(Path(part.file).read_text())

@@ -9,7 +9,7 @@ report lists what they leave unrun with that reason and does not count it
 (`SideCode.out_of_scope`). A line kvcheck's scenarios do run is counted whatever this says.
 Written from 0.5.23's files (mem_cache/common.py, allocation.py, allocation_sizing.py,
 allocator/base.py, managers/schedule_batch.py, speculative/eagle_utils.py, dflash_info_v2.py,
-uno_info.py) and, where 0.5.16-0.5.22 write a line differently, theirs (`WRITTEN_FROM`); a
+uno_info.py) and, where 0.5.9-0.5.22 write a line differently, theirs (`WRITTEN_FROM`); a
 line of another release with the same text means the same.
 
 `out_of_scope` adds what depends on the run: members kvcheck's fakes implement in the
@@ -253,6 +253,36 @@ _CHUNK_EVICTION: Final = (
     "and kvcheck's runs leave prefix sharing disabled"
 )
 
+# What 0.5.12-0.5.15 write differently (0.5.15's files).
+_FROM_0_5_15: Final[Mapping[str, str]] = {
+    # managers/schedule_batch.py
+    "if get_global_server_args().strip_thinking_cache and self.reasoning_tokens > 0:": _THINKING,
+    'if server_args.disaggregation_mode == "decode":': _DISAGG,
+    # speculative/eagle_utils.py
+    "if page_size > 1 and (get_global_server_args().speculative_eagle_topk or 1) > 1:": (
+        _TREE_DRAFTS
+    ),
+}
+
+# What 0.5.9-0.5.12 write differently, each by the release whose files it was read from.
+_FROM_0_5_12: Final[Mapping[str, str]] = {
+    # managers/schedule_batch.py
+    "if self.hisparse_coordinator is not None and not req.finished():": _HISPARSE,
+    # managers/utils.py
+    "if page_size == 1 or spec_topk == 1:": _TREE_DRAFTS,
+}
+_FROM_0_5_11: Final[Mapping[str, str]] = {
+    # managers/schedule_batch.py
+    "if self.hisparse_coordinator is not None:": _HISPARSE,
+}
+_FROM_0_5_9: Final[Mapping[str, str]] = {
+    # managers/schedule_batch.py
+    "if self.spec_algorithm.is_none():": _NOT_SPECULATIVE,
+    "if page_size > 1 and spec_topk > 1:": _TREE_DRAFTS,
+    # mem_cache/common.py
+    "if spec_algo is None:": _NOT_SPECULATIVE,
+}
+
 # What 0.5.17-0.5.22 write differently, each by the release whose files it was read from (the
 # same text in a neighbouring release means the same).
 _FROM_0_5_18: Final[Mapping[str, str]] = {
@@ -291,6 +321,10 @@ _FROM_0_5_22: Final[Mapping[str, str]] = {
 # function is there).
 WRITTEN_FROM: Final[Mapping[str, Mapping[str, str]]] = {
     "0.5.23": _FROM_0_5_23,
+    "0.5.9": _FROM_0_5_9,
+    "0.5.11": _FROM_0_5_11,
+    "0.5.12": _FROM_0_5_12,
+    "0.5.15": _FROM_0_5_15,
     "0.5.16": _FROM_0_5_16,
     "0.5.18": _FROM_0_5_18,
     "0.5.19": _FROM_0_5_19,
@@ -315,6 +349,19 @@ _UNSORTED_RETRACTION: Final = (
     "to sort a speculative batch (0.5.16 managers/schedule_batch.py:2603-2609) and retracts "
     "from the back, an order kvcheck's model does not have yet"
 )
+# The paged side of the launch and the release: a page's last slot, the paged allocator's entry,
+# and the branches that round to pages or leave the page-size-1 path.
+_PAGED: Final = (
+    "get_last_loc",
+    "alloc_paged_token_slots_extend",
+    "if page_size == 1:",
+    "if page_size > 1:",
+    "elif page_size > 1:",
+)
+_UNPAGED_RUN: Final = (
+    "page sizes above 1, at which no scenario of this search ran the release's own code "
+    "(rules before 0.5.16 are modelled at page size 1 only: docs/allocation-rules.md)"
+)
 _NO_PRESSURE: Final = (
     "memory-pressure retraction (a decode batch the pool cannot hold), which no scenario of "
     "this search reached; tests/quality/test_release_allocation.py drives the chooser on a "
@@ -328,6 +375,7 @@ def out_of_scope(
     *,
     sorts_retractions: bool = True,
     chose_retractions: bool = True,
+    paged: bool = True,
 ) -> dict[str, str]:
     """`OUT_OF_SCOPE`, with the members kvcheck's fakes implement in the release's stead
     (`faked`: qualname and the class), per algorithm none of whose scenarios ran the
@@ -335,8 +383,11 @@ def out_of_scope(
     scenarios of it ran kvcheck's model instead) that code and the lines routing to it, and
     the retraction chooser where kvcheck does not call it (`sorts_retractions` false: 0.5.16,
     whose speculative batches retract unsorted) or did not (`chose_retractions` false: no
-    scenario reached memory-pressure retraction)."""
+    scenario reached memory-pressure retraction), and the paged code where no scenario ran the
+    release's code at a page size above 1 (`paged` false)."""
     reasons = dict(OUT_OF_SCOPE)
+    if not paged:
+        reasons |= dict.fromkeys(_PAGED, _UNPAGED_RUN)
     if not sorts_retractions:
         reasons[_RETRACTION_CHOOSER] = _UNSORTED_RETRACTION
     elif not chose_retractions:

@@ -1127,6 +1127,9 @@ class ReleaseAllocationCode:
         # Whether any scenario reached memory-pressure retraction and asked the release's
         # retraction chooser (what the coverage report says of the chooser otherwise).
         self.chose_retractions = False
+        # Whether any scenario ran the release's code at a page size above 1 (what the coverage
+        # report says of the paged code otherwise).
+        self.paged = False
 
     def functions(self) -> ReleaseFunctions:
         """The compiled functions; `TargetLoadError` (the same one each time) when the tree
@@ -1153,6 +1156,7 @@ class ReleaseAllocationCode:
         copied._measure = wrap
         copied.released, copied.modelled = set(), set()
         copied.chose_retractions = False
+        copied.paged = False
         return copied
 
     def side_code(self) -> SideCode | None:
@@ -1180,6 +1184,7 @@ class ReleaseAllocationCode:
                 not_run,
                 sorts_retractions=functions.chooses_retractions,
                 chose_retractions=self.chose_retractions,
+                paged=self.paged,
             ),
         )
 
@@ -1215,6 +1220,7 @@ class ReleaseAllocationCode:
             self.modelled.add(config.algorithm)
             return RuleAllocation(config)
         self.released.add(config.algorithm)
+        self.paged = self.paged or config.page_size > 1
 
         def chosen() -> None:
             # A plain function: an engine copy (exhaustive search) shares it, and this code.
