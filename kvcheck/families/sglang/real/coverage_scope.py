@@ -344,11 +344,6 @@ _ALGORITHM_LINES: Final[Mapping[str, tuple[str, ...]]] = {"uno": ("if spec_algo.
 
 
 _RETRACTION_CHOOSER: Final = "ScheduleBatch._get_decode_retraction_order"
-_UNSORTED_RETRACTION: Final = (
-    "a retraction chooser kvcheck does not call: this release's retract_decode tells it not "
-    "to sort a speculative batch (0.5.16 managers/schedule_batch.py:2603-2609) and retracts "
-    "from the back, an order kvcheck's model does not have yet"
-)
 # The paged side of the launch and the release: a page's last slot, the paged allocator's entry,
 # and the branches that round to pages or leave the page-size-1 path.
 _PAGED: Final = (
@@ -373,24 +368,21 @@ def out_of_scope(
     faked: Iterable[tuple[str, str]],
     not_run: Mapping[str, tuple[Iterable[str], bool]],
     *,
-    sorts_retractions: bool = True,
     chose_retractions: bool = True,
     paged: bool = True,
 ) -> dict[str, str]:
     """`OUT_OF_SCOPE`, with the members kvcheck's fakes implement in the release's stead
     (`faked`: qualname and the class), per algorithm none of whose scenarios ran the
     release's code (`not_run`: algorithm -> the qualnames of its own launch code, and whether
-    scenarios of it ran kvcheck's model instead) that code and the lines routing to it, and
-    the retraction chooser where kvcheck does not call it (`sorts_retractions` false: 0.5.16,
-    whose speculative batches retract unsorted) or did not (`chose_retractions` false: no
-    scenario reached memory-pressure retraction), and the paged code where no scenario ran the
-    release's code at a page size above 1 (`paged` false)."""
+    scenarios of it ran kvcheck's model instead) that code and the lines routing to it, the
+    retraction chooser where kvcheck did not call it (`chose_retractions` false: no scenario
+    reached memory-pressure retraction; 0.5.16's is called too, told not to sort), and the
+    paged code where no scenario ran the release's code at a page size above 1 (`paged`
+    false)."""
     reasons = dict(OUT_OF_SCOPE)
     if not paged:
         reasons |= dict.fromkeys(_PAGED, _UNPAGED_RUN)
-    if not sorts_retractions:
-        reasons[_RETRACTION_CHOOSER] = _UNSORTED_RETRACTION
-    elif not chose_retractions:
+    if not chose_retractions:
         reasons[_RETRACTION_CHOOSER] = _NO_PRESSURE
     for qualname, owner in faked:
         name = qualname.rpartition(".")[2]

@@ -1182,7 +1182,6 @@ class ReleaseAllocationCode:
             out_of_scope=out_of_scope(
                 _faked(code),
                 not_run,
-                sorts_retractions=functions.chooses_retractions,
                 chose_retractions=self.chose_retractions,
                 paged=self.paged,
             ),
