@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from kvcheck.families.sglang.allocation_rules import EstimateAsker, bound_estimate_pages
+from kvcheck.families.sglang.allocation_rules import EstimateAsker, decode_estimate_pages
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.scenario import Config
 
@@ -119,27 +119,23 @@ class RuleAllocation:
         self, reqs: list[Any], stride: int, *, asked_by: EstimateAsker = "admission"
     ) -> int:
         """See `AllocationPath.estimate_decode`: per request the pages between `Al` and what
-        the launch sizes it to (0.5.11+'s `new_tokens_required_next_decode`, in pages). Under
-        a rule whose estimate is a bound (0.5.6-0.5.10, `bound_estimate_pages`) admission
-        gets the bound, and the memory check the larger of the bound and the launch's pages:
-        it retracts where the release does and where the launch would not fit, which a
+        the launch sizes it to (0.5.11+'s `new_tokens_required_next_decode`, in pages), or
+        the rule's bound where its estimate is one (`decode_estimate_pages`): the memory check
+        then retracts where the release does and where the launch would not fit, which a
         correct bound implies (0.5.6-0.5.8's does not always: docs/release-allocation.md)."""
         reserve, slots = self.reserve(stride), self.pool.slots
         launch = sum(
             max(0, slots(self.sized(req, reserve)) - slots(int(req.kv_allocated_len)))
             for req in reqs
         )
-        rule = self.config.allocation_rule
-        if rule.decode_estimate == "next-sizing":
-            return launch
-        bound = bound_estimate_pages(
-            rule,
+        return decode_estimate_pages(
+            self.config.allocation_rule,
+            launch,
             page_size=self.pool.page_size,
             draft_tokens=stride,
-            seq_lens=[len(req.origin_input_ids) + len(req.output_ids) for req in reqs],
+            seq_lens=(len(req.origin_input_ids) + len(req.output_ids) for req in reqs),
             asked_by=asked_by,
         )
-        return bound if asked_by == "admission" else max(bound, launch)
 
     def admission_pages(self, req: Any, stride: int) -> int:
         """See `AllocationPath.admission_pages`."""

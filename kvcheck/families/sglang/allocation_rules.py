@@ -11,7 +11,7 @@ releases each row covers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, Literal, TypeAlias
 
 import attrs
@@ -194,7 +194,34 @@ def draft_steps(draft_tokens: int) -> int:
     return max(1, draft_tokens - 1)
 
 
-def bound_estimate_pages(
+def decode_estimate_pages(
+    rule: AllocationFeatures,
+    launch_pages: int,
+    *,
+    page_size: int,
+    draft_tokens: int,
+    seq_lens: Iterable[int],
+    asked_by: EstimateAsker,
+) -> int:
+    """The pages `rule`'s scheduler estimates the next decode launch needs, given the pages
+    that launch allocates (`launch_pages`) for requests of `seq_lens` (prompt plus outputs,
+    read only under a bound) at `draft_tokens`. Under "next-sizing" (0.5.11+) that is the
+    launch's pages. Under a bound (0.5.6-0.5.10, `_bound_pages`) admission reads the bound,
+    and the memory check and its retraction loop the larger of the bound and the launch's
+    pages: a correct scheduler never launches what the pool cannot hold."""
+    if rule.decode_estimate == "next-sizing":
+        return launch_pages
+    bound = _bound_pages(
+        rule,
+        page_size=page_size,
+        draft_tokens=draft_tokens,
+        seq_lens=list(seq_lens),
+        asked_by=asked_by,
+    )
+    return bound if asked_by == "admission" else max(bound, launch_pages)
+
+
+def _bound_pages(
     rule: AllocationFeatures,
     *,
     page_size: int,

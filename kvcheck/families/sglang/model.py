@@ -33,7 +33,7 @@ import attrs
 
 from kvcheck.core.copying import Checkpoint, checkpoint, deep_copy
 from kvcheck.core.snapshots import refreshed
-from kvcheck.families.sglang.allocation_rules import EstimateAsker, bound_estimate_pages
+from kvcheck.families.sglang.allocation_rules import EstimateAsker, decode_estimate_pages
 from kvcheck.families.sglang.scenario import (
     Abort,
     Admit,
@@ -439,17 +439,14 @@ class ReferenceModel:
         for rid in rids:
             req = self.requests[rid]
             launch += max(0, pages(self._sized(req, stride)[1]) - pages(req.allocated))
-        rule = self.config.allocation_rule
-        if rule.decode_estimate == "next-sizing":
-            return launch
-        bound = bound_estimate_pages(
-            rule,
+        return decode_estimate_pages(
+            self.config.allocation_rule,
+            launch,
             page_size=self.config.page_size,
             draft_tokens=stride,
-            seq_lens=[self.requests[rid].prompt_len + self.requests[rid].outputs for rid in rids],
+            seq_lens=(self.requests[rid].prompt_len + self.requests[rid].outputs for rid in rids),
             asked_by=asked_by,
         )
-        return bound if asked_by == "admission" else max(bound, launch)
 
     def _admissible(self) -> tuple[str, ...]:
         """The waiting requests the next prefill admits: all of them with an unbounded pool;
