@@ -3,11 +3,11 @@ decoding resolvers under overlap scheduling (SGLang's spec-v2 path first)."""
 
 from typing import TYPE_CHECKING, Any, Final
 
-from kvcheck.core.scenario import Scenario
 from kvcheck.version import VERSION
 
 if TYPE_CHECKING:
     from kvcheck.core.run import RunResult, run_scenario
+    from kvcheck.core.scenario import Scenario
     from kvcheck.core.target import Target
     from kvcheck.search.check import Verdict, check, detect_convention
     from kvcheck.targets.loading import load_target
@@ -16,8 +16,11 @@ __version__ = VERSION
 
 # Imported on first use: `kvcheck.search.check` pulls in Hypothesis and the engine pulls in
 # torch, and neither may load for `kvcheck replay` (no Hypothesis) or when pytest merely loads
-# the plugin.
+# the plugin. Even the scenario (attrs, the family registry) waits: `python -m kvcheck.cli`
+# imports this package before the command line can handle Ctrl-C, so what it imports is a
+# window in which Ctrl-C ends the interpreter with a traceback instead of exit 130.
 _LAZY = {
+    "Scenario": "kvcheck.core.scenario",
     "Verdict": "kvcheck.search.check",
     "check": "kvcheck.search.check",
     "detect_convention": "kvcheck.search.check",

@@ -31,11 +31,12 @@ import zipfile
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import attrs
 
 from kvcheck.errors import TargetLoadError
+from kvcheck.targets import wheel_members
 
 __all__ = [
     "MARKER",
@@ -80,6 +81,10 @@ class WheelSource:
     # pip's platform options tried after a plain download fails (a wheel built for another
     # interpreter or platform than the one kvcheck runs on); each a complete set.
     tag_options: tuple[tuple[str, ...], ...] = ()
+    # "members": a wheel too large to fetch whole for a few files (vLLM's, 250-470 MB) is read
+    # with range requests first, keeping only the listed files (`wheel_members`); "wheel": pip
+    # downloads it whole.
+    fetch: Literal["wheel", "members"] = "wheel"
 
 
 def cache_dir() -> Path:
@@ -254,6 +259,12 @@ def _download(source: WheelSource, version: str, wheels: Path, pip: PipRunner) -
     if existing is not None:
         return existing
     wheels.mkdir(parents=True, exist_ok=True)
+    if source.fetch == "members":
+        prefix = f"{source.package}/"
+        members = frozenset(prefix + relative for relative in source.files)
+        subset = wheel_members.fetch_members(source.distribution, version, members, wheels, pip)
+        if subset is not None:
+            return subset
     # The wheel only, no dependencies, nothing built or installed.
     base = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q"]
     errors = ""

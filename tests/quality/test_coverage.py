@@ -140,16 +140,27 @@ def compare_the_drivers() -> None:
     samples = 1500
     checked = probe_target("test:reference", reference, "test resolver reference", deadline=None)
     by_hypothesis: list[Scenario] = []
+    # Hypothesis builds many of a run's examples from earlier ones, so one run's labels come in
+    # clumps, and it mixes in literal constants from kvcheck's modules, so any edit moves them.
+    # Measured (1500 examples a sample): one seed's run against another's differs by up to 2.1
+    # times on one label (stride 6); fifteen runs of 100 against another fifteen, by up to 1.5;
+    # either against the random driver, by up to 1.8 (stride 8, `accept 1 on a stale row`).
+    # Fifteen short runs, then, and a factor of 2: what the test catches is a driver that stops
+    # reaching a situation, or reaches it several times as often.
+    for run in range(15):
 
-    @seed(3)
-    @settings(
-        max_examples=samples, database=None, deadline=None, suppress_health_check=list(HealthCheck)
-    )
-    @given(scenarios(allocation=True))
-    def collect(scenario: Scenario) -> None:
-        by_hypothesis.append(scenario)
+        @seed(3 + run)
+        @settings(
+            max_examples=samples // 15,
+            database=None,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(scenarios(allocation=True))
+        def collect(scenario: Scenario) -> None:
+            by_hypothesis.append(scenario)
 
-    collect()
+        collect()
     rng = random.Random(3)
     space = space_of(allocation=True)
     by_random = [random_scenario(space, rng) for _ in range(samples)]
@@ -162,11 +173,11 @@ def compare_the_drivers() -> None:
 
     slow, fast = frequencies(by_hypothesis), frequencies(by_random)
     # Every situation reached in one scenario in twenty by one driver is reached about as often
-    # by the other (within a factor of 1.5), and scenarios are about as long.
+    # by the other (within a factor of 2, as measured above), and scenarios are about as long.
     for label in set(slow) | set(fast):
         h, f = slow.get(label, 0.0), fast.get(label, 0.0)
         if max(h, f) >= 0.05:
-            assert 2 / 3 < f / h < 1.5, (label, h, f)
+            assert 1 / 2 < f / h < 2, (label, h, f)
     lengths = [statistics.mean(len(s.events) for s in d) for d in (by_hypothesis, by_random)]
     assert 0.85 < lengths[1] / lengths[0] < 1.15, lengths
 

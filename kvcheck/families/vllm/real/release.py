@@ -29,6 +29,7 @@ WHEELS: Final = wheels.WheelSource(
         }
     ),
     oldest=OLDEST,
+    fetch="members",
 )
 
 
