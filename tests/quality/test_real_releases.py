@@ -10,6 +10,7 @@ never a silent pass there.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -32,8 +33,15 @@ FIXED_IN: tuple[int, ...] = sglang_release.version_key("0.5.12")
 BUDGET = {"max_examples": 150, "seed": 0, "measure_coverage": False}
 
 
+@functools.cache
+def _listed() -> tuple[str, ...]:
+    """The index's SGLang releases, asked once per module (`pip index versions`, a second of
+    CPU per call; five tests here ask)."""
+    return tuple(sglang_release.available_versions())
+
+
 def _releases() -> list[str]:
-    versions = sglang_release.available_versions()
+    versions = list(_listed())
     if not versions:
         if os.environ.get("CI"):
             pytest.fail("the package index did not list SGLang's releases (pip index versions)")
