@@ -122,6 +122,22 @@ def run_process(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProc
     return completed
 
 
+def call_in_a_fresh_interpreter(module: str, call: str, *, timeout: float) -> None:
+    """Run `call` (Python, on the test module `module` imported as `t`) in a new interpreter
+    and fail with its output unless it exits 0. For seeded Hypothesis runs whose result must not
+    depend on test order: Hypothesis mixes literal constants from every local module loaded so
+    far into what it draws, so in a test worker the same seed draws differently after other
+    tests ran there."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module} as t; t.{call}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 # A short, seeded plugin run for pytester: no cache provider, no assertion-rewrite warnings.
 PLUGIN_FAST: list[str] = [
     "-p",

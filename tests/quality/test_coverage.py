@@ -9,8 +9,6 @@ from __future__ import annotations
 import collections
 import random
 import statistics
-import subprocess
-import sys
 
 from hypothesis import HealthCheck, given, seed, settings
 
@@ -35,7 +33,7 @@ from kvcheck.strategies import (
     space_of,
 )
 from kvcheck.targets.loading import load_target
-from tests.helpers import ROOT
+from tests.helpers import call_in_a_fresh_interpreter
 
 CI_BUDGET = PROFILE_EXAMPLES["ci"]
 
@@ -183,15 +181,6 @@ def compare_the_drivers() -> None:
 
 
 def test_the_two_drivers_reach_the_same_situations_about_as_often() -> None:
-    """Run in a fresh interpreter: Hypothesis mixes literal constants from every module loaded so
-    far into what it draws (`hypothesis.internal.conjecture.providers`' local constants), so in
-    this process the seeded sample would depend on which tests ran before (an in-process `kvcheck
-    check` changes it), and a comparison at one seed would pass or fail by test order."""
-    done = subprocess.run(
-        [sys.executable, "-c", f"import {__name__} as t; t.compare_the_drivers()"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    """Run in a fresh interpreter (`call_in_a_fresh_interpreter` says why): here the seeded
+    sample would depend on which tests ran before, and the comparison pass or fail by order."""
+    call_in_a_fresh_interpreter(__name__, "compare_the_drivers()", timeout=600)

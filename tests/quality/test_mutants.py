@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ from kvcheck.core.family import family
 from kvcheck.mutants import BY_NAME, ENTRIES, MUTANTS, REWRITES, report
 from kvcheck.mutants.matrix import Matrix, judged_by, run_matrix
 from kvcheck.search.exhaust import exhaust
-from tests.helpers import ROOT
+from tests.helpers import call_in_a_fresh_interpreter
 
 # The CI budget: every mutant dies within a few dozen scenarios, so 150 examples mostly cost the
 # rewrites, which must survive all of them.
@@ -41,20 +39,12 @@ def compute_the_matrix(out: str) -> None:
 
 @pytest.fixture(scope="module")
 def kill_matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
-    """Computed in a fresh interpreter: Hypothesis mixes literal constants from every module
-    loaded so far into what it draws, so in this worker the seeded searches would depend on
-    which test files ran here before (under xdist, on timing). `uno-width-from-draft-tokens`
-    dies after 102 scenarios at seed 0 in a fresh interpreter (24-123 at seeds 0-5), and once
-    survived the 150 here after other files had run."""
+    """Computed in a fresh interpreter (`call_in_a_fresh_interpreter` says why): in this worker
+    the seeded searches would depend on which test files ran here before (under xdist, on
+    timing). `uno-width-from-draft-tokens` dies after 102 scenarios at seed 0 in a fresh
+    interpreter (24-123 at seeds 0-5), and once survived the 150 here after other files ran."""
     out = tmp_path_factory.mktemp("kill-matrix") / "matrix.pickle"
-    done = subprocess.run(
-        [sys.executable, "-c", f"import {__name__} as t; t.compute_the_matrix({str(out)!r})"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    call_in_a_fresh_interpreter(__name__, f"compute_the_matrix({str(out)!r})", timeout=900)
     matrix: Matrix = pickle.loads(out.read_bytes())
     return matrix
 
