@@ -47,7 +47,11 @@ MEMBERS_SUFFIX: Final = ".members"
 # Read-ahead of one range request: the central directory of a vLLM wheel is about 0.5 MB, a
 # member a few hundred kB.
 _BLOCK: Final = 1 << 20
-_TIMEOUT_S: Final = 60.0
+# Seconds a request may wait before this path gives up for pip's download: short, since an
+# index that cannot be reached directly (a proxy only pip is told of) costs this much; once a
+# process, as a project page that could not be read is not asked for again (`_unreadable`).
+_TIMEOUT_S: Final = 20.0
+_unreadable: set[str] = set()
 _PYPI: Final = "https://pypi.org/simple"
 _PAGE_TYPES: Final = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 # `download.index-url='https://...'` in `pip config list`.
@@ -90,6 +94,8 @@ def wheel_location(
     PEP 503's HTML), one built for this machine preferred (the Python files kvcheck reads are
     the same in every platform's wheel). None: the index lists none, or cannot be read."""
     page = f"{index.rstrip('/')}/{distribution}/"
+    if page in _unreadable:
+        return None
     try:
         request = urllib.request.Request(page, headers={"Accept": _PAGE_TYPES})
         with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
@@ -97,6 +103,7 @@ def wheel_location(
             body = response.read().decode("utf-8", errors="replace")
             page = response.geturl()
     except (urllib.error.URLError, TimeoutError, OSError, ValueError):
+        _unreadable.add(page)
         return None
     if kind == "application/vnd.pypi.simple.v1+json":
         try:

@@ -249,6 +249,17 @@ def test_no_index_falls_back_to_the_download(
     assert _unpacked(cache) == CONTENT and pip.calls == ["download"]
 
 
+def test_an_index_that_cannot_be_read_is_asked_once_a_process() -> None:
+    with _page_server("") as index:
+        dead = index.replace("/simple", "/gone")  # the same server: a page it refuses
+        assert wheel_members.wheel_location("engine", "1.0", dead) is None
+        page = f"{dead}/engine/"
+        assert page not in wheel_members._unreadable  # 200 with nothing listed: asked again
+    assert wheel_members.wheel_location("engine", "1.0", "http://127.0.0.1:9/simple") is None
+    assert "http://127.0.0.1:9/simple/engine/" in wheel_members._unreadable
+    wheel_members._unreadable.discard("http://127.0.0.1:9/simple/engine/")
+
+
 @contextlib.contextmanager
 def _page_server(anchors: str) -> Iterator[str]:
     """An index whose only page, `engine`'s, holds `anchors`; yields the index URL."""
