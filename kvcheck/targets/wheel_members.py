@@ -39,7 +39,11 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     import subprocess
 
-__all__ = ["MEMBERS_SUFFIX", "fetch_members", "index_url", "wheel_location"]
+__all__ = ["MEMBERS_SUFFIX", "PipRunner", "fetch_members", "index_url", "wheel_location"]
+
+# pip, as the cache calls it: the whole command line in, the finished process out (defined
+# here, where the cache's two fetch paths both find it; `wheels` re-exports it).
+PipRunner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 # The cached subset's name: the wheel's own name with this before `.whl`, so the cache's glob for
 # the release finds it and nobody mistakes it for the whole wheel.
@@ -64,7 +68,7 @@ class _Unavailable(Exception):
     """The members cannot be had this way (the caller falls back to the whole wheel)."""
 
 
-def index_url(pip: Callable[[Sequence[str]], subprocess.CompletedProcess[str]]) -> str:
+def index_url(pip: PipRunner) -> str:
     """The package index pip reads first: `PIP_INDEX_URL`, else the `index-url` of pip's
     configuration (`pip config list`), else PyPI's."""
     explicit = os.environ.get("PIP_INDEX_URL", "").split()
@@ -74,7 +78,7 @@ def index_url(pip: Callable[[Sequence[str]], subprocess.CompletedProcess[str]]) 
 
 
 @functools.cache
-def _configured_index(pip: Callable[[Sequence[str]], subprocess.CompletedProcess[str]]) -> str:
+def _configured_index(pip: PipRunner) -> str:
     """pip's configured index, asked once a process (`pip config list` takes 0.4 s)."""
     done = pip([sys.executable, "-m", "pip", "config", "list"])
     settings: dict[str, str] = (
@@ -128,7 +132,7 @@ def fetch_members(
     version: str,
     members: frozenset[str],
     wheels: Path,
-    pip: Callable[[Sequence[str]], subprocess.CompletedProcess[str]],
+    pip: PipRunner,
 ) -> Path | None:
     """The wheel's `members` (paths inside it) as a small zip in `wheels` (None: not this
     way)."""
@@ -186,9 +190,10 @@ def _record_hash(content: bytes) -> str:
 
 
 def _open_remote(url: str) -> io.RawIOBase | io.BufferedReader:
-    scheme = urllib.parse.urlsplit(url).scheme
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme
     if scheme == "file":
-        return open(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), "rb")
+        return open(urllib.request.url2pathname(parts.path), "rb")
     if scheme not in ("http", "https"):
         raise _Unavailable(f"a {scheme}: URL")
     return _RangeReader(url)
@@ -203,7 +208,6 @@ class _RangeReader(io.RawIOBase):
         self._url = url
         self._blocks: dict[int, bytes] = {}
         self._position = 0
-        self._size = -1
         self._size = self._fetch_size()
 
     def readable(self) -> bool:
@@ -239,10 +243,10 @@ class _RangeReader(io.RawIOBase):
         """The file's size, from the Content-Range of a first request for its last block (kept:
         zipfile reads the end first)."""
         body, total = self._get(f"bytes=-{_BLOCK}")
-        first = max(0, total - len(body)) // _BLOCK
+        offset = total - len(body)  # where the tail starts in the file
         # The tail is not block aligned: keep it only where it covers whole blocks to the end.
-        offset = total - len(body)
-        for block in range(first + (offset % _BLOCK != 0), (total - 1) // _BLOCK + 1):
+        first = -(-offset // _BLOCK)  # the first block starting at or after `offset`
+        for block in range(first, (total - 1) // _BLOCK + 1):
             start = block * _BLOCK - offset
             self._blocks[block] = body[start : start + _BLOCK]
         return total

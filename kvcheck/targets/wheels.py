@@ -29,7 +29,7 @@ import sys
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, Literal
 
@@ -52,7 +52,7 @@ __all__ = [
     "write_marker",
 ]
 
-PipRunner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+PipRunner = wheel_members.PipRunner
 
 MARKER: Final = ".complete"
 # A final or post release, as `normalize_version` writes it.
