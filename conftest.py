@@ -8,6 +8,7 @@ named by KVCHECK_PROFILE. `pytest --hypothesis-profile NAME` still overrides all
 from __future__ import annotations
 
 import os
+import signal
 
 from hypothesis import settings
 
@@ -17,3 +18,10 @@ register_profiles()
 settings.load_profile(
     os.environ.get("KVCHECK_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
+
+# Many tests press Ctrl-C on kvcheck processes they start. A shell without job control starts a
+# background job with SIGINT ignored, and an ignored signal stays ignored across exec, so those
+# children would never see the press and every such test would time out. A handler, unlike
+# SIG_IGN, is reset to the default on exec, so installing Python's own undoes it for them.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
