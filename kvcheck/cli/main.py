@@ -101,6 +101,7 @@ def console() -> None:
     """The `kvcheck` console script: `main()`, and on Ctrl-C an exit that skips the interpreter's
     teardown (unloading torch alone takes about half a second), once the report is flushed."""
     isolation.guard_stdout()
+    isolation.guard_stderr()
     try:
         code = main(supervised=True)
     except KeyboardInterrupt:  # a second Ctrl-C while the first one's report was printed

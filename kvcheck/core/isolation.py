@@ -107,6 +107,54 @@ def guard_stdout() -> None:
     )
 
 
+class _StderrThatOutlivesItsReader:
+    """`sys.stderr` for kvcheck's processes. Once its reader has gone (`kvcheck check 2>&1 |
+    head -1`) what is written there is dropped: the file descriptors that led to it (fd 1 too,
+    after `guard_stdout`) are sent to /dev/null, and the run goes on to its verdict, report and
+    exit code. Otherwise the first progress line after that raises `BrokenPipeError` wherever it
+    is printed, and a passing run ends as if its stdout had been closed."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        broken = os.fstat(self._stream.fileno())
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            for fd in (1, 2, self._stream.fileno()):
+                with contextlib.suppress(OSError):
+                    same = os.fstat(fd)
+                    if (same.st_dev, same.st_ino) == (broken.st_dev, broken.st_ino):
+                        os.dup2(devnull, fd)
+        finally:
+            os.close(devnull)
+        with contextlib.suppress(OSError, ValueError):  # what was buffered goes there too
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def guard_stderr() -> None:
+    """Keep a closed stderr from changing a command's outcome (`_StderrThatOutlivesItsReader`):
+    for the command line's process and its workers, before anything is printed."""
+    if sys.stderr is not None and not isinstance(sys.stderr, _StderrThatOutlivesItsReader):
+        sys.stderr = _StderrThatOutlivesItsReader(sys.stderr)
+
+
 def supervise(*, restartable: bool, report: Report) -> None:
     """Watch every call of the target of this command-line process (module docstring, step 1).
     `restartable`: the command can start again isolated (step 2); `report` prints an error that
@@ -212,7 +260,27 @@ def running(scenario: Any) -> None:
 
 
 def _on_stuck(why: str, number: int, seconds: float) -> None:
-    """The monitor's handler (in its thread): end this process, one way or another."""
+    """The monitor's handler (in its thread): end this process, one way or another. Nothing
+    else can: the main thread is inside the stuck call, which swallows whatever is raised in
+    it. So an error here (a full disk for the resume record, a failed `exec`) still ends the
+    process, as kvcheck's own fault (exit 2), rather than ending this thread and leaving the
+    process spinning for good."""
+    try:
+        _end_stuck(why, number, seconds)
+    except BaseException as exc:  # the last word of this process
+        _say(f"kvcheck: internal error: ending a stuck call failed: {type(exc).__name__}: {exc}")
+        _flush_report()
+        os._exit(EXIT_USAGE)
+
+
+def _say(line: str) -> None:
+    """`line` on stderr, if it can still be written: a closed or broken stderr (`2>&1 | head`)
+    must not stop the monitor from ending the process."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _end_stuck(why: str, number: int, seconds: float) -> None:
     if _child_pipe is not None:  # a forked child: its parent reports the call
         _write_all(_child_pipe, pickle.dumps(("stuck", why, number)))
         os._exit(0)
@@ -236,7 +304,7 @@ def _on_stuck(why: str, number: int, seconds: float) -> None:
 
 
 def _exit_interrupted() -> None:
-    print("kvcheck: interrupted (the target's call swallowed Ctrl-C)", file=sys.stderr)
+    _say("kvcheck: interrupted (the target's call swallowed Ctrl-C)")
     _flush_report()
     os._exit(EXIT_INTERRUPTED)
 
@@ -247,9 +315,10 @@ def _end(message: str, code: int) -> None:
         # the JSON object of `--json` belongs on the report.
         sys.stdout = _report_stream
     if _report is not None:
-        _report(message, code)
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stdout or stderr
+            _report(message, code)
     else:
-        print(f"kvcheck: error: {message}", file=sys.stderr)
+        _say(f"kvcheck: error: {message}")
     _flush_report()
     os._exit(code)
 
@@ -289,10 +358,9 @@ def _restart() -> None:
     handle, path = tempfile.mkstemp(prefix="kvcheck-stuck-", suffix=".json")
     with os.fdopen(handle, "w", encoding="utf-8") as record:
         json.dump({"scenario": scenario}, record)
-    print(
+    _say(
         "kvcheck: a call of the target ran past its deadline and swallowed every "
-        "interruption; starting again with each run of the target in a child process",
-        file=sys.stderr,
+        "interruption; starting again with each run of the target in a child process"
     )
     _flush_report()
     if _report_fd is not None:

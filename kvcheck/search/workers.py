@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
+from kvcheck.core import isolation
 from kvcheck.errors import KvcheckUsageError
 
 __all__ = [
@@ -70,6 +71,7 @@ def become_worker(parent: int, *, kernel: bool = True) -> None:
     handles it and tells its workers to stop), and the process exits with `ORPHAN_EXIT_CODE`
     once `parent` is gone. Its stdout goes to its stderr (module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    isolation.guard_stderr()  # a target's print must not fail there once stderr's reader is gone
     with contextlib.suppress(OSError, ValueError, AttributeError):  # no stdout, or a closed one
         sys.stdout.flush()
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

@@ -66,6 +66,24 @@ def test_a_closed_pipe_is_not_a_traceback() -> None:
     assert process.returncode == 1
 
 
+def test_a_closed_stderr_changes_neither_the_verdict_nor_the_report() -> None:
+    # `kvcheck check --json 2>&1 >report.json | head -1`: stderr's reader is gone before kvcheck
+    # prints its first progress line. That line's BrokenPipeError used to end the run as if
+    # stdout had been closed: exit 1 (a violation) for a target that passes, and no report.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kvcheck.cli", "check", "builtin:reference", "--json", *QUIET],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KVCHECK_PROGRESS_SECONDS": "0.3"},  # the header and progress lines
+    )
+    assert process.stderr is not None
+    process.stderr.close()
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 0
+    assert json.loads(out)["verdict"] == "pass"
+
+
 # --- fresh processes: check, replay, regress ----------------------------------------------------
 
 FAST = ["--max-examples", "100", "--seed", "0", "--no-database"]

@@ -60,6 +60,27 @@ def test_check_and_replay_end_with_a_saved_deadline_counterexample(
     assert took < 30, took
 
 
+def test_a_closed_stderr_does_not_leave_a_stuck_call_running_for_good(tmp_path: Path) -> None:
+    # The monitor that ends a stuck call says so on stderr first. With stderr's reader gone
+    # (`2>&1 | head -1`) that print raised in the monitor's thread, which died with it, and
+    # kvcheck spun in the target's loop for good.
+    process = subprocess.Popen(
+        [*KVCHECK, "check", f"{UNSTOPPABLE}::swallows_everything", "--no-save", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert process.stderr is not None
+    process.stderr.close()
+    try:
+        out, _ = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 1
+    assert json.loads(out)["violation"]["invariant"] == "target-deadline"
+
+
 def test_the_time_limit_stops_a_target_that_swallows_everything(tmp_path: Path) -> None:
     # Without a deadline the probe's calls get the time limit as theirs; stuck there, check
     # starts again isolated, and its search stops at the time limit: no verdict, exit 0.

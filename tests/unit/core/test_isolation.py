@@ -178,3 +178,22 @@ def test_a_ctrl_c_taken_as_the_process_started_again_stops_the_new_image(tmp_pat
 def test_other_signals_in_the_handed_over_pipe_are_no_ctrl_c(tmp_path: Path) -> None:
     done = _resume_with_signal_numbers(tmp_path, bytes([signal.SIGALRM, signal.SIGALRM]))
     assert done.returncode == 0, done.stderr
+
+
+def test_a_fault_while_ending_a_stuck_call_still_ends_the_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The monitor's thread is the only one left to end the process (the main thread is inside
+    # the stuck call); a fault there must end it as kvcheck's own (exit 2), not end the thread.
+    def failing_restart(why: str, number: int, seconds: float) -> None:
+        raise OSError(28, "No space left on device")
+
+    def exits(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(isolation, "_end_stuck", failing_restart)
+    monkeypatch.setattr(isolation.os, "_exit", exits)
+    with pytest.raises(SystemExit) as ended:
+        isolation._on_stuck("deadline", 1, 0.25)
+    assert ended.value.code == isolation.EXIT_USAGE
+    assert "internal error" in capsys.readouterr().err
