@@ -126,8 +126,7 @@ def _flush_report() -> None:
 def _discard_report() -> None:
     """Point stdout's file descriptor at /dev/null: its reader is gone, and what is still
     buffered must not fail again when it is flushed."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    isolation.to_devnull(sys.stdout.fileno())
 
 
 def main(argv: Sequence[str] | None = None, *, supervised: bool = False) -> int:

@@ -132,20 +132,29 @@ class _StderrThatOutlivesItsReader:
 
     def _reader_gone(self) -> None:
         broken = os.fstat(self._stream.fileno())
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            for fd in (1, 2, self._stream.fileno()):
-                with contextlib.suppress(OSError):
-                    same = os.fstat(fd)
-                    if (same.st_dev, same.st_ino) == (broken.st_dev, broken.st_ino):
-                        os.dup2(devnull, fd)
-        finally:
-            os.close(devnull)
+        same: list[int] = []
+        for fd in (1, 2, self._stream.fileno()):
+            with contextlib.suppress(OSError):
+                found = os.fstat(fd)
+                if (found.st_dev, found.st_ino) == (broken.st_dev, broken.st_ino):
+                    same.append(fd)
+        to_devnull(*same)
         with contextlib.suppress(OSError, ValueError):  # what was buffered goes there too
             self._stream.flush()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def to_devnull(*fds: int) -> None:
+    """Point each of `fds` at /dev/null: their reader has gone, and what is still written or
+    buffered there must not fail again (a closed stdout: `kvcheck.cli.main`; stderr: above)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in fds:
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def guard_stderr() -> None:

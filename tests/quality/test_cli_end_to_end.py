@@ -50,37 +50,37 @@ def test_reference_survives_a_thousand_adaptive_scenarios(
     assert report["examples"] == 1000
 
 
-def test_a_closed_pipe_is_not_a_traceback() -> None:
-    # `kvcheck check --json | head -0`: the reader is gone before kvcheck writes.
+def _check_json_with_closed(stream: str, spec: str) -> tuple[int, str, str]:
+    """`kvcheck check SPEC --json` with the reader of `stream` ("stdout" or "stderr") gone
+    before kvcheck writes, header and progress lines on: its exit code, what the other stream
+    got (stderr then stdout)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "kvcheck.cli", "check", "builtin:seed-prefix", "--json", *QUIET],
+        [sys.executable, "-m", "kvcheck.cli", "check", spec, "--json", *QUIET],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "KVCHECK_PROGRESS_SECONDS": "0.3"},
     )
-    assert process.stdout is not None and process.stderr is not None
-    process.stdout.close()
-    stderr = process.stderr.read()
-    process.wait(timeout=120)
+    closed = process.stdout if stream == "stdout" else process.stderr
+    assert closed is not None
+    closed.close()
+    out, err = process.communicate(timeout=120)
+    return process.returncode, err or "", out or ""
+
+
+def test_a_closed_pipe_is_not_a_traceback() -> None:
+    # `kvcheck check --json | head -0`: the reader is gone before kvcheck writes.
+    code, stderr, _ = _check_json_with_closed("stdout", "builtin:seed-prefix")
     assert "Traceback" not in stderr
-    assert process.returncode == 1
+    assert code == 1
 
 
 def test_a_closed_stderr_changes_neither_the_verdict_nor_the_report() -> None:
     # `kvcheck check --json 2>&1 >report.json | head -1`: stderr's reader is gone before kvcheck
     # prints its first progress line. That line's BrokenPipeError used to end the run as if
     # stdout had been closed: exit 1 (a violation) for a target that passes, and no report.
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kvcheck.cli", "check", "builtin:reference", "--json", *QUIET],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "KVCHECK_PROGRESS_SECONDS": "0.3"},  # the header and progress lines
-    )
-    assert process.stderr is not None
-    process.stderr.close()
-    out, _ = process.communicate(timeout=120)
-    assert process.returncode == 0
+    code, _, out = _check_json_with_closed("stderr", "builtin:reference")
+    assert code == 0
     assert json.loads(out)["verdict"] == "pass"
 
 
