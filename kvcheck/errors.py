@@ -17,6 +17,13 @@ class TargetLoadError(KvcheckUsageError):
     """A target spec that cannot be resolved, imported, parsed or prepared."""
 
 
+class BrokenTreeCode(TargetLoadError):
+    """A file of a target's tree that kvcheck was to compile but cannot read or parse (not valid
+    Python). Unlike code whose shape kvcheck does not drive yet, or a release whose files it
+    cannot fetch, where an automatic choice falls back to kvcheck's own model and says why,
+    this ends the run: a verdict judged on kvcheck's code would be no verdict on the user's."""
+
+
 class ScenarioFormatError(KvcheckUsageError):
     """A scenario or counterexample JSON document that cannot be read."""
 

@@ -52,7 +52,7 @@ import attrs
 
 from kvcheck.core.family import DEFAULT_FAMILY, family
 from kvcheck.core.target import CodeSpan
-from kvcheck.errors import TargetLoadError
+from kvcheck.errors import BrokenTreeCode, TargetLoadError
 
 __all__ = [
     "LoadedClass",
@@ -1370,13 +1370,17 @@ class TreeSource:
         loader = self._loaders.get(module)
         if loader is None:
             file = self.file_of(module)
-            source = _read(file, str(file))
             try:
+                source = _read(file, str(file))
                 tree = ast.parse(source, filename=str(file))
+            except TargetLoadError as exc:
+                raise BrokenTreeCode(str(exc)) from None
             except SyntaxError as exc:
-                raise TargetLoadError(
+                raise BrokenTreeCode(
                     f"{file} is not valid Python: {exc.msg} (line {exc.lineno})"
                 ) from None
+            except ValueError as exc:  # null bytes, which 3.11 refuses this way
+                raise BrokenTreeCode(f"{file} is not valid Python: {exc}") from None
             loader = self._loaders[module] = _Loader(
                 file,
                 str(file),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
 from kvcheck.errors import KvcheckUsageError
@@ -528,3 +529,22 @@ def test_0_5_12_reserves_for_the_launched_stride_as_its_rule_says() -> None:
     assert _launch(_tree("0.5.12"), "0.5.12") is None
     assert _launch(_tree("0.5.12"), "0.5.13") == "alloc-covers-reserve"
     assert _launch(_tree("0.5.13"), "0.5.13") is None
+
+
+def test_a_tree_whose_allocation_file_does_not_parse_gets_no_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Judged on kvcheck's model, such a checkout passed (exit 0) on code that was not its own.
+    root = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.23"), root)
+    batch = root / "sglang" / "srt" / "managers" / "schedule_batch.py"
+    batch.write_text(batch.read_text() + "\ndef broken(:\n")
+    spec = str(root / "sglang")
+    argv = ["check", spec, "--max-examples", "3", "--no-save", "--global-counters", "sglang"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "cannot be compiled" in error
+    assert f"{batch} is not valid Python" in error
+    assert "Traceback" not in error
+    # Asked for by name, kvcheck's model still judges the resolver of that tree.
+    assert main([*argv, "--allocation-path", "model"]) == 0

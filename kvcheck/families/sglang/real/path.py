@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from kvcheck.core.calls import TargetCalls
 from kvcheck.core.target import CallWrapper, CodeSpan, SideCode
-from kvcheck.errors import TargetLoadError
+from kvcheck.errors import BrokenTreeCode, TargetLoadError
 from kvcheck.families.sglang.allocation import RuleAllocation, admission_pages, decode_reserve
 from kvcheck.families.sglang.allocation_rules import AllocationRule, EstimateAsker
 from kvcheck.families.sglang.fakes import FakeReq, UnmodeledAttributeError, is_finished
@@ -1200,9 +1200,17 @@ class ReleaseAllocationCode:
         return functions.chooses_retractions and not functions.chooser_told_not_to_sort
 
     def unavailable(self) -> str | None:
-        """Why this tree's own allocation path cannot run (None: it can)."""
+        """Why this tree's own allocation path cannot run (None: it can): a layout kvcheck does
+        not drive, a release whose files cannot be fetched. A file the path compiles that does
+        not parse raises `BrokenTreeCode` instead: judged on kvcheck's model, a checkout whose
+        allocation file was not valid Python passed (exit 0) on code that was not the user's."""
         try:
             self.functions()
+        except BrokenTreeCode as exc:
+            raise BrokenTreeCode(
+                f"the allocation code of {self.where} cannot be compiled: {exc} "
+                "(--allocation-path model judges kvcheck's model of it instead)"
+            ) from None
         except TargetLoadError as exc:
             return str(exc)
         return None
