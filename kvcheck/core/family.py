@@ -344,6 +344,11 @@ class Distribution(Protocol):
         """Scenarios a search of `space` tries before it draws (counted as scenarios run)."""
         ...
 
+    def late_witnesses(self, space: Any) -> tuple[Any, ...]:
+        """Scenarios a search of `space` tries after its draws, only when they found no
+        violation (counted as scenarios run: the last of the budget)."""
+        ...
+
     def fits(self, space: Any, scenario: Any) -> bool:
         """Whether a scenario saved by an earlier search belongs to `space`."""
         ...

@@ -284,25 +284,14 @@ def search(
     counter = {"examples": 0, "to_failure": 0}
     started = time.perf_counter()
 
-    # The family's witnesses (SGLang's stride-switch scenario) count among the `max_examples`.
+    # The family's witnesses count among the `max_examples`: those tried first (SGLang's
+    # stride-switch scenario) and those tried last when the draws found nothing (its memory
+    # pressure), which take the last places of the budget.
     witnesses = distribution.witnesses(space)
+    late = distribution.late_witnesses(space)
+    drawn = max(1, max_examples - len(witnesses) - len(late))
 
-    @settings(
-        max_examples=max(1, max_examples - len(witnesses)) if witnesses else max_examples,
-        deadline=None,
-        database=database,
-        derandomize=False,
-        report_multiple_bugs=False,
-        suppress_health_check=list(HealthCheck),
-        print_blob=False,
-        # kvcheck shrinks the scenario itself (kvcheck.search.shrink): much faster than replaying
-        # draws.
-        phases=(Phase.explicit, Phase.reuse, Phase.generate)
-        if reuse
-        else (Phase.explicit, Phase.generate),
-    )
-    @given(scenarios_of(space, target.family))
-    def property_holds(scenario: Scenario) -> None:
+    def one_scenario(scenario: Scenario) -> None:
         if unsupported:
             return
         if stopped:
@@ -333,6 +322,23 @@ def search(
                 counter["to_failure"] = counter["examples"]
             failures.append(result)
             raise _ViolationFound(result.violation.invariant)
+
+    # The property Hypothesis drives; a late witness runs `one_scenario` directly.
+    settled = settings(
+        max_examples=drawn,
+        deadline=None,
+        database=database,
+        derandomize=False,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+        # kvcheck shrinks the scenario itself (kvcheck.search.shrink): much faster than replaying
+        # draws.
+        phases=(Phase.explicit, Phase.reuse, Phase.generate)
+        if reuse
+        else (Phase.explicit, Phase.generate),
+    )
+    property_holds = settled(given(scenarios_of(space, target.family))(one_scenario))
 
     # The example database is in use unless a seed turned it off (as Hypothesis's `@seed` does).
     saving = database is not None and (seed is None or seeded_database)
@@ -375,6 +381,15 @@ def search(
             raise _nondeterministic(failures[0].scenario, failures[0].violation, None) from None
         except SEARCH_STOPS as exc:  # between scenarios, inside Hypothesis
             stopped.append(stop_name(exc))
+        for scenario in late:
+            if failures or stopped or unsupported or counter["examples"] >= max_examples:
+                break
+            try:
+                one_scenario(scenario)
+            except (_ViolationFound, _Stopped):
+                pass
+            except SEARCH_STOPS as exc:
+                stopped.append(stop_name(exc))
     to_failure = time.perf_counter() - started
     if unsupported:
         raise unsupported[0]

@@ -88,7 +88,7 @@ def sample_search(
     # Only scenarios of this space (one saved before the target's allocation rules were kept is
     # not).
     saved = [(entry, s) for entry, s in saved if distribution.fits(space, s)]
-    candidates = _candidates(saved, distribution, space, rng)
+    candidates = _candidates(saved, distribution, space, rng, max_examples)
     try:  # Ctrl-C or the time limit may come anywhere: in a run, a draw, a progress report
         for entry, scenario in candidates:
             if examples >= max_examples:
@@ -138,13 +138,17 @@ def _candidates(
     distribution: Distribution,
     space: Any,
     rng: random.Random,
+    max_examples: int,
 ) -> Iterator[tuple[bytes | None, Scenario]]:
-    """The scenarios to run, in order: the saved ones, the family's witnesses (SGLang's
-    stride-switch scenario of an adaptive search, as `search` tries it first), then draws from
-    `rng` without end."""
-    yield from saved
-    for witness in distribution.witnesses(space):
-        yield None, witness
+    """The `max_examples` scenarios to run, in order, as `search` tries them: the saved ones,
+    the family's first witnesses (SGLang's stride-switch scenario of an adaptive search), draws
+    from `rng`, and in the last places of the budget the late witnesses (SGLang's memory
+    pressure), which the search reaches only when nothing before them failed."""
+    first = [*saved, *((None, witness) for witness in distribution.witnesses(space))]
+    late = distribution.late_witnesses(space)
+    yield from first
     draw, draws = distribution.draw_scenario, RandomDraws(rng)
-    while True:
+    for _ in range(max(1, max_examples - len(late)) - len(first)):
         yield None, draw(draws, space)
+    for witness in late:
+        yield None, witness

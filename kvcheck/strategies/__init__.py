@@ -20,6 +20,7 @@ import random
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Final, TypeVar
 
+from hypothesis import currently_in_test_context
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 
@@ -133,10 +134,12 @@ def scenario_labels(
 
 
 def label_run(scenario: Scenario, reached: Iterable[str]) -> set[str]:
-    """Emit the labels of one run with Hypothesis `event()` and return them."""
+    """Emit the labels of one run with Hypothesis `event()`, when Hypothesis runs it (a late
+    witness runs outside), and return them."""
     labels = scenario_labels(scenario, reached)
-    for label in sorted(labels):
-        hypothesis_event(label)
+    if currently_in_test_context():
+        for label in sorted(labels):
+            hypothesis_event(label)
     return labels
 
 

@@ -106,6 +106,21 @@ STRIDE_SWITCH_WITNESS: Final = (
     Step(),
 )
 
+# Memory pressure: three requests whose prompts (90 tokens) and full-acceptance decodes outgrow a
+# pool of 128 tokens within eight steps at stride 3, so the decode memory check retracts one of
+# them under every rule that allocates (0.5.17+ sort the batch and take r0, the longest prompt;
+# older rules take r2, the back of the batch). Draws reach it rarely: `check sglang==0.5.23` at
+# seeds 1 and 2 met 638 decode memory checks and no retraction in 600 scenarios, since most
+# batches hold one or two short prompts. So a search whose draws found nothing tries it last.
+MEMORY_PRESSURE_WITNESS: Final = (
+    Admit("r0", prompt_len=40, max_new_tokens=24),
+    Admit("r1", prompt_len=20, max_new_tokens=24),
+    Admit("r2", prompt_len=30, max_new_tokens=24),
+    Step(),
+    *(Step((3, 3, 3)),) * 8,
+)
+_PRESSURE_STRIDE: Final = 3
+
 
 @attrs.frozen
 class ScenarioSpace:
@@ -598,6 +613,35 @@ def witnesses(space: ScenarioSpace) -> tuple[Scenario, ...]:
     return (attrs.evolve(witness, config=config),)
 
 
+def late_witnesses(space: ScenarioSpace) -> tuple[Scenario, ...]:
+    """What a search of `space` tries after its draws found nothing: the memory-pressure witness
+    under the newest of the space's rules that allocate (where the target's allocation code
+    runs at all). Tried last, it never takes the place of a drawn failure, which shrinks to a
+    smaller counterexample than the witness does."""
+    allocating = [rule for rule in space.allocation if allocation_features(rule).allocates]
+    if not allocating:
+        return ()
+    base = _config(
+        space.convention,
+        True,
+        _PRESSURE_STRIDE,
+        space.adaptive,
+        space.global_counters,
+        "eagle",
+        False,
+        space.allocation_path,
+    )
+    config = _with_allocation(base, (allocating[-1], 1, MIN_POOL_TOKENS), space.allocation)
+    if config.max_stride is not None:
+        # Reserving for the adaptive maximum (8) would reach pressure at another step under
+        # each rule; at the launched stride every rule reaches it.
+        config = attrs.evolve(config, max_stride=_PRESSURE_STRIDE)
+    scenario = Scenario(config, MEMORY_PRESSURE_WITNESS)
+    if space.overlap is None:
+        return (scenario,)
+    return (with_overlap(scenario, space.overlap, space.allocation),)
+
+
 def with_overlap(
     scenario: Scenario,
     overlap: bool | None,
@@ -669,6 +713,7 @@ class SglangDistribution:
     space_of = staticmethod(space_of)
     draw_scenario = staticmethod(draw_scenario)
     witnesses = staticmethod(witnesses)
+    late_witnesses = staticmethod(late_witnesses)
     fits = staticmethod(fits)
     pinned = staticmethod(pinned)
     labels = staticmethod(scenario_labels)

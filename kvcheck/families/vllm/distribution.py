@@ -243,6 +243,12 @@ def _steps(count: int, accept: int = 0) -> tuple[Step, ...]:
     return (Step(accept),) * count
 
 
+def late_witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
+    """None: each of the survey's sequences is short and shows one bug, so all are tried first
+    (`witnesses`)."""
+    return ()
+
+
 def witnesses(drawn: VllmSpace) -> tuple[Scenario, ...]:
     """The survey's minimal sequences, tried before any draw: resume before the stale frame
     returns at depth 3 (vllm#48245), a reset with drafts in flight (vllm#46066, #49620), a
@@ -567,6 +573,7 @@ class VllmDistribution:
     space_of = staticmethod(space_of)
     draw_scenario = staticmethod(draw_scenario)
     witnesses = staticmethod(witnesses)
+    late_witnesses = staticmethod(late_witnesses)
     fits = staticmethod(fits)
     pinned = staticmethod(pinned)
     labels = staticmethod(labels)

@@ -466,6 +466,10 @@ class ToyDistribution:
         return ()
 
     @staticmethod
+    def late_witnesses(space: ToySpace) -> tuple[Scenario, ...]:
+        return ()
+
+    @staticmethod
     def fits(space: ToySpace, scenario: Scenario) -> bool:
         return bool(scenario.config.limit <= space.max_limit)
 
