@@ -170,6 +170,9 @@ class Observation:
     # target: its launch's (admission, retraction, the decode launch). Those are reported
     # before the delivery's findings (`kvcheck.families.sglang.invariants.check_event`).
     faults_before_delivery: int = 0
+    # The requests the step's decode memory check retracted, in the order it took them (the
+    # release's chooser where the allocation path brings one).
+    pressure_retracted: tuple[str, ...] = ()
 
 
 @attrs.define
@@ -240,6 +243,7 @@ class Engine:
         self._target_ran = False
         self._delivered_rids: tuple[str, ...] = ()
         self._faults_before_delivery = 0  # `Observation.faults_before_delivery`
+        self._pressure_retracted: list[str] = []  # `Observation.pressure_retracted`
 
     @property
     def own_scheduler(self) -> bool:
@@ -348,6 +352,7 @@ class Engine:
         target_error: str | None = None
         self.launch_pages = None
         self._faults_before_delivery = 0
+        self._pressure_retracted = []
         exceeded: float | None = None
         # The requests the event may change (None: any).
         changed: Collection[str] | None = None
@@ -412,6 +417,8 @@ class Engine:
             and last.launch_pages is None
             and exceeded is None
             and last.deadline_exceeded is None
+            and not self._pressure_retracted
+            and not last.pressure_retracted
         ):
             return last
         self._last = Observation(
@@ -423,6 +430,7 @@ class Engine:
             self.launch_pages,
             exceeded,
             self._faults_before_delivery,
+            tuple(self._pressure_retracted),
         )
         return self._last
 
@@ -546,6 +554,7 @@ class Engine:
                     reverse=True,
                 )
         while len(order) > 1:
+            self._pressure_retracted.append(order[-1].rid)
             self._reset_for_retract(order.pop())
             if fits(order):
                 return

@@ -681,6 +681,37 @@ def _requests(checker: RequestChecker) -> EventChecker:
     return on_request("", "", checker, judges="resolver", explain=None).check
 
 
+def _first_other_retraction(expected: Expectation, observed: Observation) -> int | None:
+    """Where the requests the engine's memory check retracted first differ from those the
+    model's did (None: one list starts the other)."""
+    pairs = zip(expected.pressure_retracted, observed.pressure_retracted, strict=False)
+    return next((i for i, (exp, obs) in enumerate(pairs) if exp != obs), None)
+
+
+def retraction_order_holds(expected: Expectation, observed: Observation, _: frozenset[str]) -> bool:
+    """`alloc-retraction-order`'s quick test."""
+    if not observed.pressure_retracted or not expected.pressure_retracted:
+        return True
+    return _first_other_retraction(expected, observed) is None
+
+
+def check_retraction_order(expected: Expectation, observed: Observation) -> Iterator[Finding]:
+    """`alloc-retraction-order`: the decode memory check retracts in its rule's order. How many
+    it retracts follows the estimate (`alloc-estimate-matches` and the pool's invariants judge
+    that), so only the requests both took are compared, in the order taken."""
+    at = _first_other_retraction(expected, observed)
+    if at is not None:
+        wanted, taken = expected.pressure_retracted[at], observed.pressure_retracted[at]
+        yield Finding(
+            taken,
+            wanted,
+            taken,
+            f"memory pressure retracted {taken} where the allocation rule's order takes {wanted} "
+            f"(retracted in order: expected {', '.join(expected.pressure_retracted)}; observed "
+            f"{', '.join(observed.pressure_retracted)})",
+        )
+
+
 def estimate_matches_holds(expected: Expectation, observed: Observation, _: frozenset[str]) -> bool:
     """`alloc-estimate-matches`'s quick test."""
     pages, pool = observed.launch_pages, observed.pool
@@ -936,6 +967,17 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         target_raised_holds,
         judges="resolver",
         explain="kvcheck.families.sglang.explain:explain_target_raised",
+    ),
+    on_event(
+        "alloc-retraction-order",
+        "under memory pressure the decode memory check retracts in its rule's order: 0.5.17+ "
+        "the fewest outputs first, then the longest prompt; before, a speculative batch from "
+        "its back",
+        check_retraction_order,
+        retraction_order_holds,
+        judges="scheduler",
+        needs_allocation=True,
+        explain=None,
     ),
     on_event(
         "alloc-estimate-matches",
@@ -1275,13 +1317,17 @@ def check_event(index: int, expected: Expectation, observed: Observation) -> lis
 
 def _launch_faults_first(violations: list[Violation], observed: Observation) -> list[Violation]:
     """`violations` with the pool faults a step caused before its delivery called the target
-    (`Observation.faults_before_delivery`: its launch's) first, in the order they happened:
-    a fault is reported at the call that caused it, and within a step the launch precedes the
-    delivery, whose findings may only be what the fault left behind."""
+    (`Observation.faults_before_delivery`: its launch's) first, in the order they happened,
+    after a retraction out of order (the memory check precedes the launch): a fault is reported
+    at the call that caused it, and within a step the launch precedes the delivery, whose
+    findings may only be what the fault left behind."""
     pool = observed.pool
     if pool is None or not observed.faults_before_delivery:
         return violations
-    early = [_REPORTED_BY[f.kind] for f in pool.faults[: observed.faults_before_delivery]]
+    early = [
+        "alloc-retraction-order",
+        *(_REPORTED_BY[f.kind] for f in pool.faults[: observed.faults_before_delivery]),
+    ]
     rank = {invariant: position for position, invariant in enumerate(dict.fromkeys(early))}
     return sorted(violations, key=lambda v: rank.get(v.invariant, len(rank)))
 

@@ -196,6 +196,8 @@ class Expectation:
     requests: tuple[RequestExpectation, ...]
     delivery: ExpectedDelivery | None
     in_flight: tuple[Launch, ...]
+    # The requests the event's decode memory check retracted, in the order it took them.
+    pressure_retracted: tuple[str, ...] = ()
 
 
 class ReferenceModel:
@@ -204,6 +206,7 @@ class ReferenceModel:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.requests: dict[str, RequestLedger] = {}
+        self.pressure_retracted: list[str] = []  # `Expectation.pressure_retracted`, per event
         self.waiting: list[str] = []
         self.running: list[str] = []
         self.merge_next: list[str] = []  # last prefill batch, merged into running at next build
@@ -282,6 +285,7 @@ class ReferenceModel:
         error.
         """
         delivery: ExpectedDelivery | None = None
+        self.pressure_retracted = []
         # The requests the event may change (None: any).
         changed: Collection[str] | None = None
         match event:
@@ -315,15 +319,18 @@ class ReferenceModel:
         in_flight = tuple(self.in_flight)
         # An event that changed nothing (most retractions and stride switches, a repeated
         # admission) hands the last expectation on: `check_event` knows the pair passed.
+        pressure_retracted = tuple(self.pressure_retracted)
         if (
             last is not None
             and delivery is None
             and last.delivery is None
             and last.requests is requests
             and last.in_flight == in_flight
+            and not pressure_retracted
+            and not last.pressure_retracted
         ):
             return last
-        self._last = Expectation(requests, delivery, in_flight)
+        self._last = Expectation(requests, delivery, in_flight, pressure_retracted)
         return self._last
 
     def expectation(self, delivery: ExpectedDelivery | None = None) -> Expectation:
@@ -482,6 +489,7 @@ class ReferenceModel:
                 reverse=True,
             )
         while len(order) > 1:
+            self.pressure_retracted.append(order[-1])
             self._retract(self.requests[order.pop()])
             self.reached.add("retraction under memory pressure")
             if self._decode_estimate(order, "retraction") <= self._free_pages():

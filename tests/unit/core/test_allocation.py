@@ -16,6 +16,7 @@ from kvcheck.core.scenario import Scenario, from_json, legacy_scenario_dict, to_
 from kvcheck.errors import KvcheckInternalError
 from kvcheck.families.sglang.allocation import RuleAllocation
 from kvcheck.families.sglang.builtins import reference
+from kvcheck.families.sglang.distribution import MEMORY_PRESSURE_WITNESS
 from kvcheck.families.sglang.engine import Engine
 from kvcheck.families.sglang.invariants import check_event
 from kvcheck.families.sglang.model import ReferenceModel
@@ -31,6 +32,7 @@ from kvcheck.families.sglang.mutants.allocation import (
     OverReserve,
     ReleasesAbortAtBuild,
     RetractKeepsRow,
+    RetractsFromTheBack,
     SharingPool,
 )
 from kvcheck.families.sglang.pool import KvPool, PoolState
@@ -61,6 +63,9 @@ DOWN = (Admit("r0", 5, 50), Step(), Step((1,)), SwitchStride(2), Step((1,)))
 ABORT = (Admit("r0", 5, 50), Step(), Step((2,)), Abort("r0"), Step())
 
 BASE = Config(convention="preclaim", stride=4)
+# Memory pressure: three requests outgrow a pool of 128 tokens at the decode build of event 7.
+PRESSURE = MEMORY_PRESSURE_WITNESS[:8]
+SORTED_PRESSURE = Config(convention="preclaim", stride=3, allocation="0.5.17", pool_pages=128)
 PAGED = attrs.evolve(BASE, allocation="0.5.16", page_size=4)
 RULE_0_5_13 = attrs.evolve(BASE, allocation="0.5.13")
 
@@ -79,6 +84,7 @@ BROKEN_PATHS: list[
     ("alloc-page-aligned", NoPageRounding, None, TWO, PAGED),
     ("alloc-expected", OverReserve, None, TWO, PAGED),
     ("alloc-estimate-matches", EstimateIgnoresAllocated, None, TWO, PAGED),
+    ("alloc-retraction-order", RetractsFromTheBack, None, PRESSURE, SORTED_PRESSURE),
     ("kv-no-double-owner", RuleAllocation, SharingPool, TWO[:3], PAGED),
     ("kv-no-use-after-free", ReleasesAbortAtBuild, None, ABORT, RULE_0_5_13),
     ("kv-released-once", FreeFromCommitted, None, FINISH, PAGED),

@@ -94,6 +94,17 @@ class RetractKeepsRow(BrokenAllocation):
         pass
 
 
+class RetractsFromTheBack(BrokenAllocation):
+    """Under memory pressure retracts from the back of a speculative batch, as releases before
+    0.5.17 do, under a rule that sorts it (fewest outputs, then longest prompt first)."""
+
+    rules = ("0.5.17",)
+
+    def retraction_order(self, reqs: list[Any]) -> list[Any] | None:
+        """Where the bug is (the class docstring says which)."""
+        return list(reqs)
+
+
 class ReleasesAbortAtBuild(BrokenAllocation):
     """Releases an aborted request at the next build, before its next row finishes it, while
     the launch in flight still reads its row (semantics §4.25, sglang#18744)."""

@@ -249,6 +249,7 @@ def _corpus() -> tuple[TreeEntry, ...]:
         Patch, BATCH, "ScheduleBatch._new_tokens_required_next_decode_spec_v2"
     )
     launch16 = functools.partial(Patch, EAGLE, "eagle_prepare_for_decode")
+    order = functools.partial(Patch, BATCH, "ScheduleBatch._get_decode_retraction_order")
     return (
         # 0.5.23: sizing in mem_cache/allocation_sizing.py, the record on `ReqKvInfo`.
         rewrite(v23, "unmodified", None, "nothing injected"),
@@ -336,6 +337,43 @@ def _corpus() -> tuple[TreeEntry, ...]:
             "committed-retracted-zero",
             Patch(BATCH, "Req.reset_for_retract", "kv_committed_len = 0", None),
             "the retraction reset keeps the committed length",
+        ),
+        mutant(
+            v23,
+            "retraction-unsorted",
+            "retraction order",
+            "committed-live",
+            order("key=lambda i: length_key(reqs[i])", None),
+            "memory-pressure retraction takes the batch's order, not the sorted one",
+        ),
+        mutant(
+            v23,
+            "retraction-sort-reversed",
+            "retraction order",
+            "committed-live",
+            order(
+                "length_key(reqs[i]),\n            reverse=True",
+                "length_key(reqs[i]),\n            reverse=False",
+            ),
+            "memory-pressure retraction sorts the batch the wrong way round",
+        ),
+        mutant(
+            v23,
+            "retraction-shortest-prompt-first",
+            "retraction order",
+            "committed-live",
+            order("-len(req.origin_input_ids)", "len(req.origin_input_ids)"),
+            "memory-pressure retraction, among equal outputs, takes the shortest prompt first",
+        ),
+        rewrite(
+            v23,
+            "retraction-sort-by-negated-key",
+            order(
+                "key=lambda i: length_key(reqs[i]),\n            reverse=True",
+                "key=lambda i: tuple(-part for part in length_key(reqs[i])),\n"
+                "            reverse=False",
+            ),
+            "the retraction order sorted ascending by the negated key (a stable sort either way)",
         ),
         mutant(
             v23,
@@ -490,6 +528,14 @@ def _corpus() -> tuple[TreeEntry, ...]:
             "committed-retracted-zero",
             Patch(BATCH, "Req.reset_for_retract", "kv_committed_len = 0", None),
             "the retraction reset keeps the committed length",
+        ),
+        mutant(
+            v16,
+            "retraction-sorted-under-speculation",
+            "retraction order",
+            "committed-live",
+            order("if not allow_policy_sort:", "if False:"),
+            "memory-pressure retraction sorts a speculative batch (0.5.16 takes its back)",
         ),
         mutant(
             v16,
