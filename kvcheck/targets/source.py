@@ -1292,6 +1292,15 @@ class TreeSource:
         self._entries.add(name)
         return self._loader(module).provide(name)
 
+    def binding(self, module: str, name: str) -> Any:
+        """The top-level `name` of `module` as its code sees it (a class a fake registers with
+        for the release's `isinstance` checks), compiled without counting as code driven."""
+        if not self.has(module, name):
+            raise TargetLoadError(
+                f"{self.file_of(module)} defines no {name}, which kvcheck drives in this release"
+            )
+        return self._loader(module).provide(name)
+
     def members(self, module: str, class_name: str, names: Sequence[str]) -> type:
         """A bare class with the members `names` of `module`'s `class_name` and the siblings
         they reach through `self` (properties included), for a fake to inherit."""

@@ -548,3 +548,21 @@ def test_a_tree_whose_allocation_file_does_not_parse_gets_no_verdict(
     assert "Traceback" not in error
     # Asked for by name, kvcheck's model still judges the resolver of that tree.
     assert main([*argv, "--allocation-path", "model"]) == 0
+
+
+@pytest.mark.parametrize("version", ["0.5.6", "0.5.7", "0.5.16"])
+def test_the_fake_tree_cache_is_a_chunk_cache_to_the_release(version: str) -> None:
+    # SGLang's cache with prefix sharing off is its ChunkCache: 0.5.6-0.5.7's
+    # `evict_from_tree_cache` returns first for one (mem_cache/common.py:231), and went on to
+    # evict from kvcheck's fake when it did not recognise it.
+    path = release_allocation_factory(_tree(version))(Config(allocation="0.5.16", page_size=4))
+    tree = path.functions.tree
+    chunk_cache = tree.binding("sglang.srt.mem_cache.chunk_cache", "ChunkCache")
+    assert isinstance(path.tree_cache, chunk_cache)
+    if version in ("0.5.6", "0.5.7"):
+        evicted: list[object] = []
+        path.tree_cache.evict = lambda *request: evicted.append(request)
+        tree.function("sglang.srt.mem_cache.common", "evict_from_tree_cache")(
+            path.tree_cache, 10**9
+        )
+        assert evicted == []

@@ -45,6 +45,7 @@ _NOT_SPECULATIVE: Final = "decoding without speculation; kvcheck's runs always s
 _TREE_DRAFTS: Final = (
     "tree drafting (topk > 1) with pages above 1; kvcheck's drafts are chains (topk 1)"
 )
+_TOPK: Final = "tree drafting (topk > 1); kvcheck's drafts are chains (topk 1)"
 _PENALTIES: Final = "sampling penalties, which kvcheck's greedy requests do not ask for"
 _NO_HOST_LENS: Final = (
     "a batch without host sequence lengths (the NPU backend's mirrorless opt-out); "
@@ -275,6 +276,15 @@ _FROM_0_5_11: Final[Mapping[str, str]] = {
     # managers/schedule_batch.py
     "if self.hisparse_coordinator is not None:": _HISPARSE,
 }
+_FROM_0_5_7: Final[Mapping[str, str]] = {
+    # managers/schedule_batch.py: `pop_committed_kv_cache` keeps C only for chains (0.5.6
+    # :719-728).
+    "if enable_kv_committed_len:": _TOPK,
+    # mem_cache/common.py: a chunk cache returns first (0.5.6 :229).
+    "if isinstance(tree_cache, (SWAChunkCache, ChunkCache)):": _PREFIX_SHARING,
+    # speculative/eagle_info_v2.py (0.5.7 :83)
+    "if isinstance(batch.tree_cache, SWAChunkCache):": _SWA,
+}
 _FROM_0_5_9: Final[Mapping[str, str]] = {
     # managers/schedule_batch.py
     "if self.spec_algorithm.is_none():": _NOT_SPECULATIVE,
@@ -321,6 +331,7 @@ _FROM_0_5_22: Final[Mapping[str, str]] = {
 # function is there).
 WRITTEN_FROM: Final[Mapping[str, Mapping[str, str]]] = {
     "0.5.23": _FROM_0_5_23,
+    "0.5.7": _FROM_0_5_7,
     "0.5.9": _FROM_0_5_9,
     "0.5.11": _FROM_0_5_11,
     "0.5.12": _FROM_0_5_12,
@@ -347,6 +358,9 @@ _RETRACTION_CHOOSER: Final = "ScheduleBatch._get_decode_retraction_order"
 # The paged side of the launch and the release: a page's last slot, the paged allocator's entry,
 # and the branches that round to pages or leave the page-size-1 path.
 _PAGED: Final = (
+    # 0.5.6-0.5.8's estimate reads it at page sizes above 1 only (0.5.6
+    # managers/schedule_batch.py:1556).
+    "Req.seqlen",
     "get_last_loc",
     "alloc_paged_token_slots_extend",
     "if page_size == 1:",

@@ -432,8 +432,7 @@ class DisabledTreeCache(Strict):
         return 0
 
     def evict(self, *request: Any) -> None:
-        """Nothing to evict, as the chunk cache's own `evict` (0.5.6 chunk_cache.py:67), which
-        0.5.6-0.5.7's `evict_from_tree_cache` reaches for a cache it does not recognise."""
+        """Nothing to evict, as the chunk cache's own `evict` (0.5.6 chunk_cache.py:67)."""
 
     def available_and_evictable_str(self) -> str:
         """What an out-of-memory message of the release's code says of the pool."""

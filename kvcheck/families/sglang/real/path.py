@@ -35,6 +35,7 @@ docs/release-allocation.md says what each release needed and what the path found
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import os
 from collections.abc import Callable
@@ -289,6 +290,22 @@ class ReleaseFunctions:
             if algorithm in self.draft_inputs
         }
 
+    @functools.cached_property
+    def tree_cache_class(self) -> type:
+        """kvcheck's tree cache with the release's own members, one class per tree, and a chunk
+        cache to the release's `isinstance` checks, as SGLang's is with prefix sharing off:
+        0.5.6-0.5.7's `evict_from_tree_cache` returns first for `isinstance(tree_cache,
+        (SWAChunkCache, ChunkCache))` (0.5.6 mem_cache/common.py:231); not recognised, it went
+        on to evict from the fake."""
+        cache_class = type("TreeCache", (DisabledTreeCache, *self.cache_members), {})
+        if self.tree.has(_CHUNK_CACHE, "ChunkCache"):
+            chunk_cache = self.tree.binding(_CHUNK_CACHE, "ChunkCache")
+            # The release's caches derive from an ABC (`BasePrefixCache`).
+            register = getattr(chunk_cache, "register", None)
+            if register is not None:
+                register(cache_class)
+        return cache_class
+
     def _load_flat(self) -> None:
         """The functions of the flat layout (0.5.6-0.5.14; 0.5.11 described): the launch is
         `EagleDraftInputV2Mixin.prepare_for_decode` (speculative/eagle_info_v2.py:89), which
@@ -447,10 +464,9 @@ class ReleaseAllocation:
             max_draft_tokens=max(config.stride, config.max_stride or config.stride),
         )
         allocator_class = type("Allocator", (TokenAllocator, functions.allocator_members), {})
-        cache_class = type("TreeCache", (DisabledTreeCache, *functions.cache_members), {})
         self.allocator = allocator_class(self.pool)
         self.rows = ReqToTokenPool(self.pool, self.allocator, _ROWS, _WIDTH)
-        self.tree_cache = cache_class(self.allocator, self.rows)
+        self.tree_cache = functions.tree_cache_class(self.allocator, self.rows)
         self._views: dict[str, Any] = {}
         req_view: type
         kv_view: type
