@@ -1004,6 +1004,14 @@ def search_judging(
             else "no stride switches within the bounds"
         )
     allocation_path, allocation_reason = chosen_allocation_path(args.allocation_path, target)
+    if not any(allocation_features(rule).allocates for rule in bounds.allocations):
+        # The path is chosen, but with allocation off no allocation code runs (the default
+        # bounds of a resolver that never touches `kv_allocated_len`, 0.5.23's): said so, the
+        # line cannot be read as the release's allocation code having been judged.
+        allocation_reason = (
+            f"{allocation_reason}; idle here: the bounds draw no allocation rule "
+            "(--allocation RULE draws one)"
+        )
     options = SglangJudging(
         convention,
         global_counters,

@@ -50,3 +50,19 @@ def test_release_code_for_a_builtin_is_a_usage_error(
 def test_replay_offers_the_choice(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "replay", "missing.kvcheck.json", "--allocation-path", "x")
     assert code == 2 and "invalid choice" in err
+
+
+def test_exhaust_says_when_its_bounds_leave_the_allocation_code_idle(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # With allocation off no allocation code runs, whichever path was chosen: the line said
+    # "the release's own allocation code" for `exhaust sglang==0.5.23` by default.
+    bounds = ["--events", "2", "--no-save", "--no-coverage", "--allocation-path", "model"]
+    code, out, _ = run_cli(capsys, "exhaust", "builtin:reference", *bounds)
+    assert code == 0
+    assert "\nallocation  model  (given; idle here: the bounds draw no allocation rule" in out
+    code, out, _ = run_cli(
+        capsys, "exhaust", "builtin:reference", *bounds, "--allocation", "0.5.17"
+    )
+    assert code == 0
+    assert "\nallocation  model  (given)\n" in out
