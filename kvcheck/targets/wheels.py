@@ -155,6 +155,18 @@ def release_package(
     return root / source.package
 
 
+def release_wheel(
+    source: WheelSource, version: str, *, pip: PipRunner, cache: Path | None = None
+) -> Path:
+    """The cached wheel of `source`'s release `version`, downloaded when the cache lacks it
+    (one whose unpacked package is intact may have lost it: a cleaned `wheels` folder)."""
+    cache = cache or cache_dir()
+    try:
+        return _download(source, version, cache / "wheels", pip)
+    except OSError as exc:
+        raise _unusable_cache(cache, exc) from None
+
+
 class _DamagedWheel(Exception):
     """A cached wheel that is not a readable zip, or one of whose files fails its CRC check."""
 

@@ -117,6 +117,7 @@ __all__ = [
     "package_dir",
     "parse_spec",
     "release_package",
+    "release_wheel",
     "unpacked_damage",
     "version_key",
     "write_marker",
@@ -232,6 +233,11 @@ def release_package(version: str, *, cache: Path | None = None) -> Path:
     """The unpacked `sglang` package of a release, fetched into the cache on first use and
     verified on every load (`kvcheck.targets.wheels.release_package`)."""
     return wheels.release_package(WHEELS, version, pip=_run_pip, cache=cache)
+
+
+def release_wheel(version: str, *, cache: Path | None = None) -> Path:
+    """The release's cached wheel, fetched when missing (`kvcheck.targets.wheels.release_wheel`)."""
+    return wheels.release_wheel(WHEELS, version, pip=_run_pip, cache=cache)
 
 
 def unpacked_damage(root: Path) -> str | None:

@@ -356,3 +356,20 @@ def test_why_a_release_could_not_be_fetched_is_told_apart(
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
     assert "not on the package index" not in err and "KVCHECK_CACHE" in err
+
+
+def test_the_allocation_tree_fetches_a_wheel_the_cache_lost(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The resolver's entry intact, its wheel deleted: the allocation tree fetched nothing and
+    # `auto` judged the release by kvcheck's model ("the wheel ... is not in ...").
+    from kvcheck.families.sglang.real.tree import allocation_tree
+
+    pip = FakePip()
+    monkeypatch.setattr(sglang_release, "_pip", pip)
+    load_target("sglang==0.5.23")
+    for wheel in (cache / "wheels").glob("*.whl"):
+        wheel.unlink()
+    root = allocation_tree("0.5.23")
+    assert len(pip.calls) == 2 and "download" in pip.calls[1]
+    assert (root / sglang_release.MARKER).is_file()

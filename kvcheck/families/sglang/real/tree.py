@@ -39,12 +39,11 @@ def allocation_tree(version: str, *, cache: Path | None = None) -> Path:
     root = cache / "sglang-tree" / version
     if _intact(root):
         return root
-    sglang_release.release_package(version, cache=cache)  # fetches the wheel when missing
-    wheels = sorted((cache / "wheels").glob(f"sglang-{version}-*.whl"))
-    if not wheels:
-        raise TargetLoadError(f"the wheel of SGLang {version} is not in {cache / 'wheels'}")
+    # Fetched when missing, also where the resolver's entry is intact but the wheel is gone:
+    # without it, `auto` judged the release by kvcheck's model instead of its own code.
+    wheel = sglang_release.release_wheel(version, cache=cache)
     try:
-        _unpack(wheels[0], root)
+        _unpack(wheel, root)
     except (OSError, zipfile.BadZipFile) as exc:
         raise TargetLoadError(
             f"cannot unpack SGLang {version}'s allocation code into {root}: {exc}"
