@@ -124,3 +124,16 @@ def test_a_row_replays_with_its_command_and_passes_on_the_model_path(
     assert code == 0, (out, err)
     replayed = json.loads(out)
     assert (replayed["allocation_path"], replayed["file_allocation_path"]) == ("model", "release")
+
+
+def test_exhaust_judges_an_entry_as_the_corpus_annotates_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `exhaust mutant:NAME` reads a resolver entry's annotations; a tree entry had none and
+    # the command ended in kvcheck's own AttributeError (exit 2).
+    code, out, err = run_cli(
+        capsys, "exhaust", "mutant:0.5.23-unmodified", "--events", "3", "--no-save", "--json"
+    )
+    assert code == 0, err
+    options = json.loads(out)["options"]
+    assert (options["convention"], options["global_counters"]) == ("honest", "sglang")

@@ -204,10 +204,23 @@ class TreeEntry:
         return self.short_spec
 
     @property
+    def convention(self) -> Convention:
+        """The convention it is judged under (`CONVENTION`), as a resolver entry's annotation
+        (what `kvcheck exhaust mutant:NAME` reads without `--convention`)."""
+        return CONVENTION
+
+    @property
+    def global_counters(self) -> GlobalCounterMode:
+        """The counter mode it is judged under (`GLOBAL_COUNTERS`), as `convention`."""
+        return GLOBAL_COUNTERS
+
+    @property
     def options(self) -> SglangJudging:
         """The options it is judged under: as `kvcheck check <tree> --global-counters sglang`
         judges the tree (`CONVENTION`), on the release's own allocation path."""
-        return SglangJudging(CONVENTION, GLOBAL_COUNTERS, self.adaptive, allocation_path="release")
+        return SglangJudging(
+            self.convention, self.global_counters, self.adaptive, allocation_path="release"
+        )
 
     def target(self) -> Target:
         """The patched tree as a target, loaded as `kvcheck check <tree>` loads a checkout."""
