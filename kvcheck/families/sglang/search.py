@@ -82,9 +82,12 @@ from kvcheck.families.sglang.scenario import (
     EVENT_KINDS,
     GLOBAL_COUNTER_MODES,
     GRAMMAR_KINDS,
+    MAX_PAGE_SIZE,
+    MAX_POOL_PAGES,
     MAX_REQUEST_TOKENS,
     MAX_ROW_VALUE,
     MAX_STRIDE,
+    MIN_POOL_TOKENS,
     MIN_STRIDE,
     Abort,
     Admit,
@@ -291,8 +294,12 @@ class Bounds:
     block_cap_lengths: tuple[int, ...] = attrs.field(default=(), converter=_tuple)
     # The grammars an admitted request may carry (None: no grammar), for targets that consult one.
     grammars: tuple[Grammar | None, ...] = attrs.field(default=(None,), converter=_tuple)
-    # The allocation rules the configs take ("off": no allocation), at page size 1.
+    # The allocation rules the configs take ("off": no allocation), the page sizes of the rules
+    # that round to a page (the others run at 1), and the pool sizes in tokens of the rules
+    # that allocate (0: unbounded; a bounded pool is where memory pressure retracts).
     allocations: tuple[AllocationRule, ...] = attrs.field(default=("off",), converter=_tuple)
+    page_sizes: tuple[int, ...] = attrs.field(default=(1,), converter=_tuple)
+    pool_tokens: tuple[int, ...] = attrs.field(default=(0,), converter=_tuple)
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -334,6 +341,15 @@ class Bounds:
             problems.append(
                 f"allocation rules must be among {', '.join(ALLOCATION_RULES)}, "
                 f"got {self.allocations}"
+            )
+        if not self.page_sizes or any(not 1 <= p <= MAX_PAGE_SIZE for p in self.page_sizes):
+            problems.append(f"page sizes must be in 1..{MAX_PAGE_SIZE}, got {self.page_sizes}")
+        if not self.pool_tokens or any(
+            t != 0 and not MIN_POOL_TOKENS <= t <= MAX_POOL_PAGES for t in self.pool_tokens
+        ):
+            problems.append(
+                f"pool sizes must be 0 (unbounded) or {MIN_POOL_TOKENS}..{MAX_POOL_PAGES} "
+                f"tokens (one request alone must fit), got {self.pool_tokens}"
             )
         problems.extend(self._past_file_bounds())
         if problems:
@@ -390,6 +406,10 @@ class Bounds:
             described += "; grammars {" + ",".join(_grammar_name(g) for g in self.grammars) + "}"
         if self.allocations != ("off",):  # chosen from the target's shape unless given
             described += "; allocation {" + ",".join(self.allocations) + "}"
+        if self.page_sizes != (1,):
+            described += f"; page sizes {ints(self.page_sizes)}"
+        if self.pool_tokens != (0,):
+            described += f"; pool tokens {ints(self.pool_tokens)}"
         return described
 
     def to_dict(self) -> dict[str, Any]:
@@ -503,22 +523,28 @@ def start_configs(bounds: Bounds, options: SglangJudging) -> list[Config]:
     ):
         if (allocation, overlap) in skipped:
             continue
+        features = allocation_features(allocation)
         # A rule reserving for the adaptive maximum reserves for the bounds' largest stride.
-        reserves_for_maximum = allocation_features(allocation).reserve_from == "adaptive-max"
-        configs.append(
-            Config(
-                convention=options.convention,
-                overlap=overlap,
-                stride=stride,
-                adaptive=options.adaptive,
-                global_counters=options.global_counters,
-                algorithm=algorithm,
-                block_cap=block_cap,
-                allocation=allocation,
-                max_stride=maximum if reserves_for_maximum else None,
-                allocation_path=options.allocation_path,
+        reserves_for_maximum = features.reserve_from == "adaptive-max"
+        pages = dict.fromkeys(bounds.page_sizes) if features.page_round else (1,)
+        pools = dict.fromkeys(bounds.pool_tokens) if features.allocates else (0,)
+        for page, pool in itertools.product(pages, pools):
+            configs.append(
+                Config(
+                    convention=options.convention,
+                    overlap=overlap,
+                    stride=stride,
+                    adaptive=options.adaptive,
+                    global_counters=options.global_counters,
+                    algorithm=algorithm,
+                    block_cap=block_cap,
+                    allocation=allocation,
+                    max_stride=maximum if reserves_for_maximum else None,
+                    allocation_path=options.allocation_path,
+                    page_size=page,
+                    pool_pages=pool // page,
+                )
             )
-        )
     return configs
 
 
@@ -916,9 +942,26 @@ def add_bounds_options(parser: argparse._ActionsContainer) -> None:
         type=lambda text: tuple(text.split(",")),
         default=None,
         metavar="R,R",
-        help="allocation rules to enumerate, at page size 1: off, 0.5.6, 0.5.7, 0.5.9, "
-        "0.5.11, 0.5.12, 0.5.13, 0.5.16, among those of the target's SGLang generations "
-        "(default: off, or the newest of them for a target that touches kv_allocated_len)",
+        help=f"allocation rules to enumerate: {', '.join(ALLOCATION_RULES)}, among those of "
+        "the target's SGLang generations (default: off, or the newest of them for a target "
+        "that touches kv_allocated_len)",
+    )
+    parser.add_argument(
+        "--page-sizes",
+        type=_int_list,
+        default=default.page_sizes,
+        metavar="P,P",
+        help="page sizes of the allocation rules that round to a page, 0.5.16+ (the others run "
+        f"at 1; default: {_commas(default.page_sizes)})",
+    )
+    parser.add_argument(
+        "--pool-tokens",
+        type=_int_list,
+        default=default.pool_tokens,
+        metavar="T,T",
+        help=f"pool sizes in tokens for the rules that allocate, 0 unbounded, else at least "
+        f"{MIN_POOL_TOKENS}: a bounded pool is where memory pressure retracts (default: "
+        f"{_commas(default.pool_tokens)})",
     )
 
 
@@ -938,6 +981,8 @@ def bounds_from_args(args: argparse.Namespace, target: Target | None) -> Bounds:
         max_new=args.max_new,
         eos=args.eos,
         overlap=args.overlap,
+        page_sizes=args.page_sizes,
+        pool_tokens=args.pool_tokens,
         # Without --allocation, `_within_shape` chooses from the target's shape.
         **({} if args.allocation is None else {"allocations": args.allocation}),
     )

@@ -159,3 +159,61 @@ def test_every_allocation_rule_starts_its_own_search() -> None:
     bounds = Bounds(allocations=("off", "0.5.13", "0.5.16"))
     shard = Shard(REFERENCE, Plan("sglang", bounds, SglangJudging("preclaim", "ideal", True)))
     assert len(shard.configs) == len(shard.frontier) == 12
+
+
+def test_page_sizes_and_pools_are_enumerated_for_the_rules_that_use_them() -> None:
+    from kvcheck.errors import KvcheckUsageError
+    from kvcheck.families.sglang.judging import SglangJudging
+    from kvcheck.search.exhaust import Plan, start_configs
+
+    bounds = Bounds(
+        events=3,
+        requests=1,
+        strides=(3,),
+        allocations=("off", "0.5.13", "0.5.17"),
+        page_sizes=(1, 4),
+        pool_tokens=(0, 128),
+    )
+    configs = start_configs(Plan("sglang", bounds, SglangJudging("honest", "ideal", False)))
+    assert {(c.allocation, c.page_size, c.pool_pages) for c in configs if c.overlap} == {
+        ("off", 1, 0),  # neither a page nor a pool without allocation
+        ("0.5.13", 1, 0),  # no page rounding before 0.5.16
+        ("0.5.13", 1, 128),
+        ("0.5.17", 1, 0),
+        ("0.5.17", 1, 128),
+        ("0.5.17", 4, 0),
+        ("0.5.17", 4, 32),
+    }
+    assert "; page sizes {1,4}; pool tokens {0,128}" in bounds.describe()
+    assert Bounds().describe() == attrs.evolve(Bounds(), page_sizes=(1,)).describe()
+    for bad in ({"page_sizes": (0,)}, {"pool_tokens": (64,)}, {"page_sizes": ()}):
+        with pytest.raises(KvcheckUsageError, match=r"page sizes|pool sizes"):
+            Bounds(**bad)  # type: ignore[arg-type]
+
+
+def test_a_bounded_pool_enumerates_memory_pressure_and_the_retraction_order() -> None:
+    # Prompts of 50 and 60 tokens in a pool of 128: a decode soon does not fit and the memory
+    # check retracts one. Retracting from the back of the batch under 0.5.17's sorted order is
+    # caught at its shortest; kvcheck's own path passes.
+    from kvcheck.families.sglang.mutants.allocation import RetractsFromTheBack
+
+    bounds = Bounds(
+        events=6,
+        requests=2,
+        strides=(3,),
+        kinds=("admit", "step"),
+        prompt_lens=(50, 60),
+        max_new=(16,),
+        eos=(None,),
+        overlap=(False,),
+        allocations=("0.5.17",),
+        pool_tokens=(128,),
+    )
+    assert exhaust(REFERENCE, bounds, convention="preclaim", adaptive=False).verdict == "pass"
+    broken = attrs.evolve(REFERENCE, allocation=RetractsFromTheBack)
+    result = exhaust(broken, bounds, convention="preclaim", adaptive=False)
+    assert result.failure is not None and result.depth == 6
+    assert result.minimal_invariants == {"alloc-retraction-order"}
+    # Without the bounded pool nothing retracts, and the same path passes.
+    unbounded = attrs.evolve(bounds, pool_tokens=(0,))
+    assert exhaust(broken, unbounded, convention="preclaim", adaptive=False).verdict == "pass"
