@@ -56,9 +56,11 @@ NOT_MUTATED: Final[dict[str, dict[str, tuple[str, str]]]] = {
             "tests/unit/core/test_allocation.py::test_fires_on_broken_allocation",
         ),
         "alloc-retraction-order": (
-            "memory pressure needs a bounded pool and three requests, which the exhaustive "
-            "bounds do not hold",
-            "tests/unit/core/test_allocation.py::test_fires_on_broken_allocation",
+            "memory pressure needs two long prompts in a bounded pool, which the conformance "
+            "bounds (one request, an unbounded pool) do not hold; the exhaustive search finds "
+            "it within bounds that do",
+            "tests/unit/search/test_exhaust.py::"
+            "test_a_bounded_pool_enumerates_memory_pressure_and_the_retraction_order",
         ),
     },
 }
