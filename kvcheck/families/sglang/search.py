@@ -351,6 +351,14 @@ class Bounds:
                 f"pool sizes must be 0 (unbounded) or {MIN_POOL_TOKENS}..{MAX_POOL_PAGES} "
                 f"tokens (one request alone must fit), got {self.pool_tokens}"
             )
+        # A page-rounding rule holds `tokens // page` pages: a remainder would shrink the pool
+        # unsaid, and a pool under one page (0 pages) would be unbounded.
+        uneven = [(t, p) for t in self.pool_tokens for p in self.page_sizes if p > 0 and t % p]
+        if uneven:
+            problems.append(
+                "pool sizes must each be a whole number of pages of every page size, got "
+                + ", ".join(f"{t} tokens at page size {p}" for t, p in uneven)
+            )
         problems.extend(self._past_file_bounds())
         if problems:
             raise KvcheckUsageError("bounds: " + "; ".join(problems))

@@ -186,7 +186,13 @@ def test_page_sizes_and_pools_are_enumerated_for_the_rules_that_use_them() -> No
     }
     assert "; page sizes {1,4}; pool tokens {0,128}" in bounds.describe()
     assert Bounds().describe() == attrs.evolve(Bounds(), page_sizes=(1,)).describe()
-    for bad in ({"page_sizes": (0,)}, {"pool_tokens": (64,)}, {"page_sizes": ()}):
+    for bad in (
+        {"page_sizes": (0,)},
+        {"pool_tokens": (64,)},
+        {"page_sizes": ()},
+        {"page_sizes": (256,), "pool_tokens": (128,)},  # under one page: would be unbounded
+        {"page_sizes": (4,), "pool_tokens": (130,)},  # would shrink to 128 tokens unsaid
+    ):
         with pytest.raises(KvcheckUsageError, match=r"page sizes|pool sizes"):
             Bounds(**bad)  # type: ignore[arg-type]
 
