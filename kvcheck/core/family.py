@@ -612,7 +612,7 @@ class Moves(Protocol):
     def conformance_bounds(self) -> SearchBounds:
         """Small bounds, cleared in a second or so by the correct built-in, within which the
         conformance suite compares the exhaustive search with the search and finds each
-        `Mutants.conformance_mutant`'s invariant."""
+        invariant on the mutant its record names (`Invariant.mutant`)."""
         ...
 
 
@@ -817,12 +817,6 @@ class Mutants(Protocol):
 
     def bounds_for(self, target: Target, bounds: Any) -> Any:
         """`bounds` widened to what `target`'s scenarios may draw."""
-        ...
-
-    def conformance_mutant(self, invariant: str) -> MutantEntry | None:
-        """A mutant of the corpus whose shortest counterexamples within the moves'
-        `conformance_bounds` (widened by `bounds_for`) break `invariant`, the cheapest known;
-        None when no mutant of the corpus breaks it (the conformance suite lists why)."""
         ...
 
     @property

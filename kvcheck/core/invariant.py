@@ -77,7 +77,13 @@ class Invariant:
     to one, those findings are dropped. `explain` names the function that tells how a
     violation of it came about, as "module:function", taking the run's facts and the violation
     (`kvcheck.reporting.explain`); it is a name, not the function, because the reporting layer
-    sits above the core. None: the report gives the checker's own sentence."""
+    sits above the core. None: the report gives the checker's own sentence.
+
+    `mutant` names the mutant of the family's built-in corpus that the conformance suite
+    (tests/unit/families/test_conformance.py) shows breaking it, found by the exhaustive search
+    within the family's small conformance bounds. Where no plausible edit of a target breaks
+    it, `no_mutant` says why instead, and the family's own firing tests show it. Exactly one of
+    the two is set, so a new invariant is shown firing from its record."""
 
     id: str
     meaning: str
@@ -89,6 +95,8 @@ class Invariant:
     needs_allocation: bool = False
     aspects: tuple[str, ...] = ()
     explain: str | None = None
+    mutant: str | None = None
+    no_mutant: str | None = None
 
 
 def invariants_table(invariants: Mapping[str, Invariant], aspects: Mapping[str, str]) -> str:

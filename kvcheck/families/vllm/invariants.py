@@ -479,7 +479,12 @@ def check_quiescence(expected: Expectation, observed: Observation) -> Iterator[F
         )
 
 
-def _invariant(id: str, meaning: str, check: object, aspects: tuple[str, ...] = ()) -> Invariant:
+def _invariant(
+    id: str, meaning: str, check: object, *, mutant: str, aspects: tuple[str, ...] = ()
+) -> Invariant:
+    """An event-scope record; `mutant`: the corpus entry the conformance suite finds it on (of
+    the entries that break it, the one the exhaustive search reaches soonest within
+    `VllmMoves.conformance_bounds` widened by the entry's `needs`)."""
     return Invariant(
         id=id,
         meaning=meaning,
@@ -487,70 +492,86 @@ def _invariant(id: str, meaning: str, check: object, aspects: tuple[str, ...] = 
         check=check,  # type: ignore[arg-type]
         aspects=aspects,
         explain=_EXPLAIN + "explain",
+        mutant=mutant,
     )
 
 
 INVARIANTS: Final = {
     invariant.id: invariant
     for invariant in (
-        _invariant("vllm-no-exception", "the scheduler never raises", check_raised),
+        _invariant(
+            "vllm-no-exception",
+            "the scheduler never raises",
+            check_raised,
+            mutant="preempt-assumes-idle",
+        ),
         _invariant(
             "vllm-launch",
             "a launch respects the budget, k and `max_model_len - C - s`, and sends the runner "
             "a request's true tokens before it schedules it",
             check_launch,
+            mutant="no-length-clamp",
         ),
         _invariant(
             "vllm-counters",
             "no counter is negative: C, PH, IF, ST and the discard count",
             check_counters,
+            mutant="stale-rejection",
         ),
         _invariant(
             "vllm-in-flight",
             "IF equals the scheduled tokens of the request's frames in flight, and ST <= IF",
             check_in_flight,
+            mutant="in-flight-after-drop",
         ),
         _invariant(
             "vllm-reservation",
             "a launch reserves `s + k` placeholders exactly for a frame the runner samples, and "
             "none for one it discards",
             check_reservation,
+            mutant="no-stale-marking",
         ),
         _invariant(
             "vllm-dynamic-sd",
             "with dynamic SD, a step drafts the table's entry for its batch size, and no "
             "request is scheduled more drafts than the runner proposed for it",
             check_dynamic_sd,
+            mutant="dynamic-sd-fixed-placeholders",
         ),
         _invariant(
             "vllm-identity",
             "C == T + PH - s for a running non-chunk request with only fresh sampling frames in "
             "flight and no stale share",
             check_identity,
+            mutant="no-stale-gate",
         ),
         _invariant(
             "vllm-exactly-once",
             "every sampled position is delivered exactly once, in order: the output is a prefix "
             "of the true sequence, and all of it with the right reason at a finish",
             check_exactly_once,
+            mutant="token-counted-discard",
         ),
         _invariant(
             "vllm-pool",
             "every block is free, held or the null block; a block's ref count equals the tables "
             "and deferred frees holding it (a block freed twice shows as a count too low)",
             check_pool,
+            mutant="freed-twice",
         ),
         _invariant(
             "vllm-deferred-free",
             "with deferred frees, a freed request's blocks that a frame in flight may write go "
             "back to the pool only after that frame returns (and, as vllm-pool says, once)",
             check_deferred_free,
+            mutant="eager-free",
         ),
         _invariant(
             "vllm-placeholder-drafts",
             "no `-1` draft placeholder is scheduled for a request missing from the previous "
             "batch (V1 runner; judged when the config asks)",
             check_placeholder_drafts,
+            mutant="placeholder-survivors",
             aspects=("placeholder-drafts",),
         ),
         _invariant(
@@ -559,6 +580,7 @@ INVARIANTS: Final = {
             "-1 to the number scheduled, and tokens the grammar rejects finish the request with "
             "an error, nothing delivered after",
             check_grammar,
+            mutant="grammar-trim-unpadded",
         ),
         _invariant(
             "vllm-spec-stats",
@@ -567,12 +589,14 @@ INVARIANTS: Final = {
             "positions; a stale frame whose output is dropped counts only when judged with "
             "stale frames included",
             check_spec_stats,
+            mutant="stats-position-shifted",
         ),
         _invariant(
             "vllm-quiescence",
             "after a drain: the engine idle, no request held, every request finished, every "
             "block free",
             check_quiescence,
+            mutant="finished-kept",
         ),
     )
 }

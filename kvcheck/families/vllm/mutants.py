@@ -532,27 +532,6 @@ MUTANTS: Final[Mapping[str, Entry]] = {entry.name: entry for entry in CORPUS}
 
 MUTANT_PREFIX: Final = "vllm-mutant:"
 
-# Per invariant, the mutant the conformance suite finds it on (tests/unit/families/
-# test_conformance.py): of the entries that break it, the one the exhaustive search reaches
-# soonest within `VllmMoves.conformance_bounds` widened by the entry's `needs`. Every vLLM
-# invariant has one.
-CONFORMANCE_MUTANTS: Final[Mapping[str, str]] = {
-    "vllm-no-exception": "preempt-assumes-idle",
-    "vllm-launch": "no-length-clamp",
-    "vllm-counters": "stale-rejection",
-    "vllm-in-flight": "in-flight-after-drop",
-    "vllm-reservation": "no-stale-marking",
-    "vllm-dynamic-sd": "dynamic-sd-fixed-placeholders",
-    "vllm-identity": "no-stale-gate",
-    "vllm-exactly-once": "token-counted-discard",
-    "vllm-pool": "freed-twice",
-    "vllm-deferred-free": "eager-free",
-    "vllm-placeholder-drafts": "placeholder-survivors",
-    "vllm-grammar": "grammar-trim-unpadded",
-    "vllm-spec-stats": "stats-position-shifted",
-    "vllm-quiescence": "finished-kept",
-}
-
 
 def widened(bounds: Any, needs: Mapping[str, Any]) -> Any:
     """`bounds` (a `VllmBounds`) widened by what an entry `needs`: at least its events and
@@ -679,11 +658,6 @@ class VllmMutants:
             else None
         )
         return bounds if entry is None else widened(bounds, entry.needs)
-
-    def conformance_mutant(self, invariant: str) -> VllmMutantEntry | None:
-        """The mutant the conformance suite finds `invariant` on (`CONFORMANCE_MUTANTS`)."""
-        name = CONFORMANCE_MUTANTS.get(invariant)
-        return None if name is None else self.get(name)
 
     # vLLM has one corpus (`kvcheck.core.family.Mutants.named_corpora`).
     named_corpora: Final[Mapping[str, NamedCorpus]] = {}

@@ -214,6 +214,7 @@ INVARIANTS: Final = {
         scope="event",
         check=check_count,
         explain="tests.unit.families.toy:explain_count",
+        mutant="unclamped",
     )
 }
 
@@ -783,10 +784,6 @@ class ToyMutants:
         shortest_events: Sequence[Mapping[str, Any]],
     ) -> str | None:
         return None
-
-    @staticmethod
-    def conformance_mutant(invariant: str) -> ToyEntry | None:
-        return UNCLAMPED if invariant == "toy-count" else None
 
     named_corpora: Final[Mapping[str, NamedCorpus]] = {}
 

@@ -180,44 +180,6 @@ def shrink_gap(
     return None
 
 
-# Per invariant, the mutant the conformance suite finds it on (tests/unit/families/
-# test_conformance.py): of the mutants annotated with it, the one whose shortest counterexample
-# the exhaustive search reaches fastest within `SglangMoves.conformance_bounds`. No mutant
-# breaks `target-deadline` (a hanging resolver is no plausible edit, and each run would wait out
-# a deadline) or `alloc-page-aligned` (kvcheck's allocation paths round to a page).
-CONFORMANCE_MUTANTS: Final[Mapping[str, str]] = {
-    "target-raised": "output-stride-unchecked",
-    "alloc-estimate-matches": "estimate-ignores-allocated",
-    "grammar-stale-untouched": "grammar-stale-rows",
-    "grammar-advanced-once": "grammar-advanced-twice",
-    "runs-aligned": "whole-padded-row",
-    "no-negative": "retracted-giveback",
-    "committed-live": "preclaim-only-with-overlap",
-    "committed-finished-frozen": "finished-no-giveback",
-    "committed-retracted-zero": "retracted-applied",
-    "alloc-untouched-by-resolver": "alloc-zeroed-stale",
-    "alloc-covers-reserve": "alloc-half-reserve",
-    "alloc-never-shrinks": "alloc-no-clamp",
-    "alloc-expected": "alloc-over-reserve",
-    "kv-no-double-owner": "pool-shares-pages",
-    "kv-no-use-after-free": "release-abort-at-build",
-    "kv-released-once": "release-forgets-overallocated",
-    "kv-retracted-empty": "retract-keeps-kv",
-    "kv-pool-conserved": "pool-loses-freed-pages",
-    "stats-verify-count": "verify-counts-tokens",
-    "stats-accepted-drafts": "drafts-include-bonus",
-    "stats-histogram": "histogram-off-by-one",
-    "stats-block-cap": "block-cap-on-stale-rows",
-    "global-counters": "total-includes-bonus",
-}
-
-
-def conformance_mutant(invariant: str) -> Entry | None:
-    """The mutant the conformance suite finds `invariant` on (`CONFORMANCE_MUTANTS`)."""
-    name = CONFORMANCE_MUTANTS.get(invariant)
-    return None if name is None else _by_name().get(name)
-
-
 class SglangMutants:
     """SGLang's corpus as the kill matrix reads it (`kvcheck.core.family.Mutants`)."""
 
@@ -230,7 +192,6 @@ class SglangMutants:
     minimum_bounds = staticmethod(minimum_bounds)
     bounds_for = staticmethod(bounds_for)
     shrink_gap = staticmethod(shrink_gap)
-    conformance_mutant = staticmethod(conformance_mutant)
     check_flags = staticmethod(check_flags)
 
     @property
