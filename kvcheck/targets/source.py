@@ -924,16 +924,18 @@ class _Loader:
             return module.__dict__[name]
         raise TargetLoadError(f"{self._shown} binds no {name!r} kvcheck can compile")
 
-    def provide_members(self, class_name: str, names: Sequence[str]) -> type:
+    def provide_members(
+        self, class_name: str, names: Sequence[str], faked: Sequence[str] = ()
+    ) -> type:
         """A bare class holding the members `names` of the top-level class `class_name` and
         every sibling they reach through `self`, properties included, compiled from this file
         into its shared namespace (for a fake to inherit: the release's own methods on
-        kvcheck's fields)."""
+        kvcheck's fields). The siblings `faked` are left out: the fake defines them."""
         self._target_qualname = f"{class_name}.{names[0]}"
         _, _, classes = self._lookup([class_name, names[0]])
         earlier, self._methods = self._methods, {}
         for name in names:
-            self._add_methods(classes, name)
+            self._add_methods(classes, name, frozenset(faked))
         self.provide_namespace()
         assert self._module is not None
         built = self._build_class(classes, self._module, self._target_qualname)
@@ -959,9 +961,11 @@ class _Loader:
         self._executed.update(id(d.node) for d in pending)
         self._run([d.node for d in pending], module, module.__dict__, self._shown)
 
-    def _add_methods(self, classes: list[ast.ClassDef], name: str) -> None:
+    def _add_methods(
+        self, classes: list[ast.ClassDef], name: str, faked: frozenset[str] = frozenset()
+    ) -> None:
         """Include method `name` of the innermost class, its `self.X` siblings (transitively)
-        and the module-level names all of them use."""
+        but the `faked` ones, and the module-level names all of them use."""
         cls = classes[-1]
         prefix = ".".join(c.name for c in classes)
         pending = [name]
@@ -981,7 +985,7 @@ class _Loader:
                     "kvcheck cannot support for a method read from source"
                 )
             self._resolve_names(free, user)
-            for attr in sorted(_self_attributes(member)):
+            for attr in sorted(_self_attributes(member) - faked):
                 sibling = _class_member(cls, attr)
                 if isinstance(sibling, ast.FunctionDef | ast.AsyncFunctionDef):
                     pending.append(attr)
@@ -1299,16 +1303,19 @@ class TreeSource:
             )
         return self._loader(module).provide(name)
 
-    def members(self, module: str, class_name: str, names: Sequence[str]) -> type:
+    def members(
+        self, module: str, class_name: str, names: Sequence[str], faked: Sequence[str] = ()
+    ) -> type:
         """A bare class with the members `names` of `module`'s `class_name` and the siblings
-        they reach through `self` (properties included), for a fake to inherit."""
+        they reach through `self` (properties included), for a fake to inherit; the siblings
+        `faked` are not compiled (the fake defines them, and they never run as written)."""
         for name in names:
             if not self.has(module, f"{class_name}.{name}"):
                 raise TargetLoadError(
                     f"{self.file_of(module)} defines no {class_name}.{name}, which kvcheck "
                     "drives in this release"
                 )
-        return self._loader(module).provide_members(class_name, names)
+        return self._loader(module).provide_members(class_name, names, faked)
 
     def code(self) -> tuple[CodeSpan, ...]:
         """Where the compiled functions of every file that can run per call live, by file and

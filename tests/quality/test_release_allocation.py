@@ -154,9 +154,9 @@ def test_0_5_23_retracts_in_its_own_order() -> None:
     assert _pressure(_tree("0.5.23") / "sglang") == (None, {"r0"})
 
 
-def test_the_coverage_names_the_chooser_until_a_scenario_asks_it() -> None:
-    """The chooser's lines are named (memory pressure never reached) until a scenario of the
-    run asks the release's chooser; from then on they are counted."""
+def test_the_coverage_names_the_retraction_loop_until_a_scenario_runs_it() -> None:
+    """The retraction loop's and the chooser's lines are named (memory pressure never reached)
+    until a scenario of the run runs the release's loop; from then on they are counted."""
     from kvcheck.families.sglang.real.path import ReleaseAllocationCode
 
     code = release_allocation_factory(_tree("0.5.23"))
@@ -166,11 +166,20 @@ def test_the_coverage_names_the_chooser_until_a_scenario_asks_it() -> None:
     path = measured(config)
     reqs = [FakeReq("a", 5, 10), FakeReq("b", 3, 10)]
     path.admit(reqs)
+    loop = "ScheduleBatch.retract_decode"
     side = measured.side_code()
-    assert side is not None and "memory-pressure" in side.out_of_scope[chooser]
-    assert path.retraction_order(reqs) is not None
+    assert side is not None
+    assert all("memory-pressure" in side.out_of_scope[name] for name in (chooser, loop))
+    retracted: list[str] = []
+
+    def retract(req: FakeReq) -> None:
+        retracted.append(req.rid)
+        path.retract(req)
+
+    assert path.retract_for_memory(reqs, lambda rows: len(rows) < 2, retract) == []
+    assert retracted == ["a"]  # the longer prompt goes first (0.5.17+)
     side = measured.side_code()
-    assert side is not None and chooser not in side.out_of_scope
+    assert side is not None and not {chooser, loop} & set(side.out_of_scope)
     assert isinstance(measured, ReleaseAllocationCode) and not code.chose_retractions
 
 
@@ -205,6 +214,21 @@ def test_a_tree_that_does_not_say_its_version_is_judged_by_its_own_retraction_or
     # order its own chooser gives is drawn (under 0.5.17's, 0.5.16 fails `committed-live`).
     target = load_target(str(_unversioned(version, tmp_path / "tree")))
     assert release_path_rules(target) == (rule,)
+
+
+def test_0_5_15_sorting_a_speculative_batch_in_its_loop_is_caught(tmp_path: Path) -> None:
+    # Before the chooser (to 0.5.15), `retract_decode` itself keeps a speculative batch's order
+    # (it sorts only without speculation: 0.5.15 managers/schedule_batch.py); kvcheck runs that
+    # loop, so a loop that sorts anyway is caught. Before it ran the loop, kvcheck passed it.
+    copy = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.15"), copy)
+    target = copy / "sglang/srt/managers/schedule_batch.py"
+    line = "if not server_args.speculative_algorithm:"
+    text = target.read_text()
+    assert text.count(line) == 1
+    assert _pressure(copy / "sglang", "0.5.13") == (None, {"r1", "r2"})
+    target.write_text(text.replace(line, "if server_args.speculative_algorithm:"))
+    assert _pressure(copy / "sglang", "0.5.13")[0] == "alloc-retraction-order"
 
 
 def test_0_5_16_sorting_a_speculative_batch_is_caught(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ judged only on leaving `kv_allocated_len` alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from kvcheck.families.sglang.allocation_rules import EstimateAsker, decode_estimate_pages
@@ -64,6 +65,17 @@ class AllocationPath(Protocol):
     def retraction_order(self, reqs: list[Any]) -> list[Any] | None:
         """The decode batch `reqs` in the order SGLang keeps them under memory pressure (most
         preferred first; retraction pops from the back), or None to leave it to the engine."""
+
+    def retract_for_memory(
+        self,
+        reqs: list[Any],
+        fits: Callable[[list[Any]], bool],
+        retract: Callable[[Any], None],
+    ) -> list[Any] | None:
+        """SGLang's memory-pressure retraction loop (`retract_decode`) over the decode batch
+        `reqs`, where the path brings its own: it asks `fits` whether rows fit and has the
+        engine `retract` each request it gives up; what it aborted for want of memory. None:
+        the engine runs its loop (`retraction_order`)."""
 
 
 def decode_reserve(config: Config, stride: int) -> int:
@@ -177,6 +189,15 @@ class RuleAllocation:
 
     def retraction_order(self, reqs: list[Any]) -> list[Any] | None:
         """See `AllocationPath.retraction_order`: the engine's own."""
+        return None
+
+    def retract_for_memory(
+        self,
+        reqs: list[Any],
+        fits: Callable[[list[Any]], bool],
+        retract: Callable[[Any], None],
+    ) -> list[Any] | None:
+        """See `AllocationPath.retract_for_memory`: the engine's loop."""
         return None
 
     def retract(self, req: Any) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import attrs
 
@@ -545,6 +545,14 @@ class Engine:
 
         if fits(self.running, "check"):
             return
+        faults = len(path.pool.faults)
+        aborted = path.retract_for_memory(self.running, fits, self._retract_under_pressure)
+        if aborted is not None:  # the release's own loop ran
+            # What cannot fit even alone is aborted (0.5.10+) or left to fail (before); an
+            # abort with a fault is the fault's doing, which is judged.
+            if not fits(self.running) or (aborted and len(path.pool.faults) == faults):
+                self._out_of_memory((aborted or self.running)[0])
+            return
         order = path.retraction_order(self.running)
         if order is None:
             order = list(self.running)
@@ -554,15 +562,22 @@ class Engine:
                     reverse=True,
                 )
         while len(order) > 1:
-            self._pressure_retracted.append(order[-1].rid)
-            self._reset_for_retract(order.pop())
+            self._retract_under_pressure(order.pop())
             if fits(order):
                 return
         if not fits(order):
-            raise UnsupportedTargetError(
-                f"the pool ({self.config.pool_pages} pages) cannot hold {order[0].rid}'s next "
-                "decode even alone; SGLang then aborts it, which kvcheck does not model"
-            )
+            self._out_of_memory(order[0])
+
+    def _retract_under_pressure(self, req: FakeReq) -> None:
+        """The memory check's retraction of `req`, in the order it retracts."""
+        self._pressure_retracted.append(req.rid)
+        self._reset_for_retract(req)
+
+    def _out_of_memory(self, req: FakeReq) -> NoReturn:
+        raise UnsupportedTargetError(
+            f"the pool ({self.config.pool_pages} pages) cannot hold {req.rid}'s next decode "
+            "even alone; SGLang then aborts it, which kvcheck does not model"
+        )
 
     def _prefill(self, batch: list[FakeReq]) -> _EngineLaunch:
         self.waiting = [req for req in self.waiting if req not in batch]

@@ -263,6 +263,7 @@ def _corpus() -> tuple[TreeEntry, ...]:
     )
     launch16 = functools.partial(Patch, EAGLE, "eagle_prepare_for_decode")
     order = functools.partial(Patch, BATCH, "ScheduleBatch._get_decode_retraction_order")
+    loop = functools.partial(Patch, BATCH, "ScheduleBatch.retract_decode")
     return (
         # 0.5.23: sizing in mem_cache/allocation_sizing.py, the record on `ReqKvInfo`.
         rewrite(v23, "unmodified", None, "nothing injected"),
@@ -377,6 +378,16 @@ def _corpus() -> tuple[TreeEntry, ...]:
             "alloc-retraction-order",
             order("-len(req.origin_input_ids)", "len(req.origin_input_ids)"),
             "memory-pressure retraction, among equal outputs, takes the shortest prompt first",
+        ),
+        mutant(
+            v23,
+            "retraction-from-the-front",
+            "retraction order",
+            "alloc-retraction-order",
+            loop(
+                "            idx = sorted_indices.pop()", "            idx = sorted_indices.pop(0)"
+            ),
+            "the retraction loop gives up the request its order most prefers to keep",
         ),
         rewrite(
             v23,
@@ -549,6 +560,16 @@ def _corpus() -> tuple[TreeEntry, ...]:
             "alloc-retraction-order",
             order("if not allow_policy_sort:", "if False:"),
             "memory-pressure retraction sorts a speculative batch (0.5.16 takes its back)",
+        ),
+        mutant(
+            v16,
+            "retraction-from-the-front",
+            "retraction order",
+            "alloc-retraction-order",
+            loop(
+                "            idx = sorted_indices.pop()", "            idx = sorted_indices.pop(0)"
+            ),
+            "the retraction loop gives up the front of a speculative batch, not its back",
         ),
         mutant(
             v16,

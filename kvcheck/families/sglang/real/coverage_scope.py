@@ -123,6 +123,15 @@ _AUX_CACHE: Final = (
     "an auxiliary row cache failing to grow (alloc_aux_to_lengths raising): no 0.5.23 code "
     "attaches one (mem_cache/memory_pool.py:475), and kvcheck's row pool has none"
 )
+_BEAM: Final = "beam search groups (aborted, not retracted), which kvcheck's runs leave off"
+_NO_BACKUP: Final = (
+    "a retraction whose KV backup failed (decode disaggregation's host pool), which kvcheck "
+    "does not model: its release_req always resumes"
+)
+_LAST_OOM: Final = (
+    "a decode batch that does not fit even down to one request, which SGLang aborts (0.5.10+) "
+    "or fails on: kvcheck does not model it, and such a scenario gets no verdict"
+)
 _PRIORITY_RETRACTION: Final = (
     "the priority retraction policy (request priorities); kvcheck's runs keep SGLang's default "
     "length policy, whose order they do run"
@@ -215,6 +224,16 @@ _FROM_0_5_23: Final[Mapping[str, str]] = {
     "if hisparse_coordinator is not None and not req.finished():": _HISPARSE,
     'if get_disagg().disaggregation_mode == "decode" and offload_kv:': _DISAGG,
     'if get_schedule().retraction_policy == "priority":': _PRIORITY_RETRACTION,
+    # `retract_decode` (0.5.23 :3451-3538) and the beam-search helpers it calls
+    # (beam_search/batch_tail.py, fork.py).
+    "if len(sorted_indices) == 1:": _LAST_OOM,
+    "if len(sorted_indices) <= 1 and not self.check_decode_mem(": _LAST_OOM,
+    "if req.beam_group is not None:": _BEAM,
+    "if last_req.beam_group is not None:": _BEAM,
+    "if not any(reqs[i].beam_group is not None for i in sorted_indices):": _BEAM,
+    "free_member_rows": _BEAM,
+    "if self.release_req(idx, len(sorted_indices)):": _NO_BACKUP,
+    'if get_disagg().disaggregation_decode_retraction_backup == "host_pool":': _DISAGG,
 }
 
 # What 0.5.16-0.5.18 write differently (0.5.16's files; the 0.5.23 text above holds where
@@ -284,6 +303,19 @@ _FROM_0_5_7: Final[Mapping[str, str]] = {
     "if isinstance(tree_cache, (SWAChunkCache, ChunkCache)):": _PREFIX_SHARING,
     # speculative/eagle_info_v2.py (0.5.7 :83)
     "if isinstance(batch.tree_cache, SWAChunkCache):": _SWA,
+    # managers/schedule_batch.py: `retract_decode` sorts only without speculation (0.5.6
+    # :1599, to 0.5.15).
+    "if not server_args.speculative_algorithm:": _NOT_SPECULATIVE,
+}
+# What only 0.5.6 writes (0.5.6's files): `retract_decode` checks what it cannot reach, a first
+# pass that retracted nothing (managers/schedule_batch.py:1638) and the pool of an SWA model
+# (:1615).
+_FROM_0_5_6: Final[Mapping[str, str]] = {
+    "if len(retracted_reqs) == 0:": (
+        "a retraction loop that retracted nothing, which its first pass never is: it always "
+        "retracts one (0.5.6 managers/schedule_batch.py:1630-1636)"
+    ),
+    "if self.is_hybrid_swa:": _SWA,
 }
 _FROM_0_5_9: Final[Mapping[str, str]] = {
     # managers/schedule_batch.py
@@ -331,6 +363,7 @@ _FROM_0_5_22: Final[Mapping[str, str]] = {
 # function is there).
 WRITTEN_FROM: Final[Mapping[str, Mapping[str, str]]] = {
     "0.5.23": _FROM_0_5_23,
+    "0.5.6": _FROM_0_5_6,
     "0.5.7": _FROM_0_5_7,
     "0.5.9": _FROM_0_5_9,
     "0.5.11": _FROM_0_5_11,
@@ -354,7 +387,13 @@ OUT_OF_SCOPE: Final[Mapping[str, str]] = {
 _ALGORITHM_LINES: Final[Mapping[str, tuple[str, ...]]] = {"uno": ("if spec_algo.is_uno():",)}
 
 
-_RETRACTION_CHOOSER: Final = "ScheduleBatch._get_decode_retraction_order"
+# The code only memory-pressure retraction runs: its loop, the chooser it orders the batch by
+# (0.5.16+) and the beam-group order it asks (0.5.19+).
+_RETRACTION: Final = (
+    "ScheduleBatch.retract_decode",
+    "ScheduleBatch._get_decode_retraction_order",
+    "beam_retraction_order",
+)
 # The paged side of the launch and the release: a page's last slot, the paged allocator's entry,
 # and the branches that round to pages or leave the page-size-1 path.
 _PAGED: Final = (
@@ -373,8 +412,8 @@ _UNPAGED_RUN: Final = (
 )
 _NO_PRESSURE: Final = (
     "memory-pressure retraction (a decode batch the pool cannot hold), which no scenario of "
-    "this search reached; tests/quality/test_release_allocation.py drives the chooser on a "
-    "pressure scenario"
+    "this search reached; tests/quality/test_release_allocation.py drives it on a pressure "
+    "scenario"
 )
 
 
@@ -389,15 +428,15 @@ def out_of_scope(
     (`faked`: qualname and the class), per algorithm none of whose scenarios ran the
     release's code (`not_run`: algorithm -> the qualnames of its own launch code, and whether
     scenarios of it ran kvcheck's model instead) that code and the lines routing to it, the
-    retraction chooser where kvcheck did not call it (`chose_retractions` false: no scenario
-    reached memory-pressure retraction; 0.5.16's is called too, told not to sort), and the
+    retraction loop and its chooser where kvcheck did not run them (`chose_retractions` false:
+    no scenario reached memory-pressure retraction), and the
     paged code where no scenario ran the release's code at a page size above 1 (`paged`
     false)."""
     reasons = dict(OUT_OF_SCOPE)
     if not paged:
         reasons |= dict.fromkeys(_PAGED, _UNPAGED_RUN)
     if not chose_retractions:
-        reasons[_RETRACTION_CHOOSER] = _NO_PRESSURE
+        reasons |= dict.fromkeys(_RETRACTION, _NO_PRESSURE)
     for qualname, owner in faked:
         name = qualname.rpartition(".")[2]
         reasons[qualname] = (

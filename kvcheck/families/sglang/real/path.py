@@ -17,8 +17,11 @@ flat layout of 0.5.6-0.5.14 (`ReleaseFunctions._load_flat`):
 - the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2` (0.5.11+),
   `new_tokens_required_next_decode` (0.5.9-0.5.10) or `check_decode_mem` (0.5.6-0.5.8), each
   judged under its own rule's `decode_estimate`;
-- the retraction chooser (0.5.17+): its `ScheduleBatch._get_decode_retraction_order`, which
-  orders the decode batch for memory-pressure retraction (`retraction_order`);
+- memory-pressure retraction: its `ScheduleBatch.retract_decode` (every release), the loop that
+  orders the decode batch (0.5.16+ through its `_get_decode_retraction_order`), retracts with
+  its `release_req` until its memory check passes, and aborts what cannot fit; the check is
+  the release's estimate against the pool and `filter_batch` keeps the rows it is told to
+  (`retract_for_memory`);
 - admission (0.5.19+): its `alloc_for_extend(batch)` (mem_cache/allocation.py), batch-level,
   which takes the rows and token indices, writes them with `write_cache_indices` and assigns C
   and Al itself (`owns_admission_lengths`); the extend batch it reads (prefix, extend and
@@ -157,6 +160,7 @@ class ReleaseFunctions:
         self.fields_on_req = self.tree.has(_BATCH, "Req.pop_overallocated_kv_cache")
         if self.flat:
             self._load_flat()
+            self._load_retraction_loop()
             return
         for module, name in ((_EAGLE, "eagle_prepare_for_decode"), (_COMMON, "release_kv_cache")):
             if not self.tree.has(module, name):
@@ -266,6 +270,20 @@ class ReleaseFunctions:
                 self.tree.members(_CHUNK_CACHE, "ChunkCache", ["cache_finished_req"]),
             )
         self._load_draft_inputs()
+        self._load_retraction_loop()
+
+    def _load_retraction_loop(self) -> None:
+        """`ScheduleBatch.retract_decode`, with the siblings it reaches (`release_req`, the
+        chooser) but its memory check and `filter_batch`, which `_RetractionBatch` stands in
+        for: the check is the estimate the path already drives against the pool, and
+        `filter_batch` is the batch's tensor bookkeeping, no KV accounting."""
+        self.retraction_loop = self.tree.members(
+            _BATCH, "ScheduleBatch", ["retract_decode"], faked=_RETRACTION_FAKED
+        )
+        # 0.5.7-0.5.8's loop takes the scheduler's multiplier (schedule_batch.py:1754).
+        self.loop_parameters = tuple(
+            inspect.signature(self.retraction_loop.retract_decode).parameters  # type: ignore[attr-defined]
+        )
 
     def _load_draft_inputs(self) -> None:
         """The draft inputs whose own `prepare_for_decode` SGLang's dispatcher calls instead of
@@ -486,6 +504,13 @@ class ReleaseAllocation:
         self.owns_admission_lengths = functions.alloc_for_extend is not None
         self._kv_class = type("ReqKvInfo", (kv_view, functions.kv_members), {})
         self._batch_class = type("ScheduleBatch", (_BatchView, functions.batch_members), {})
+        self._retraction_class = type(
+            "ScheduleBatch", (_RetractionBatch, functions.retraction_loop), {}
+        )
+        # Inside the release's `retract_decode`: the release its `release_req` is about to run
+        # for the request the engine retracts next, and what it returned (`retract`).
+        self._pending_release: Callable[[], Any] | None = None
+        self._release_returned: Any = None
 
     # -- what the engine calls ------------------------------------------------------------------
 
@@ -585,37 +610,57 @@ class ReleaseAllocation:
         return int(tokens or 0) // page
 
     def retraction_order(self, reqs: list[FakeReq]) -> list[FakeReq] | None:
-        """The decode batch `reqs` as the release's `_get_decode_retraction_order` orders it
-        (most preferred to keep first; memory-pressure retraction pops from the back), or None
-        where the release has no chooser (`ReleaseFunctions.chooses_retractions`). 0.5.16's is
-        told not to sort, as its `retract_decode` tells it with speculative decoding
-        (schedule_batch.py:2603-2609). An order that is not a permutation of the batch is a
-        `pool` fault of the release's code; the engine then keeps its own."""
-        if not self.functions.chooses_retractions:
-            return None
+        """None: the release's own loop orders and retracts (`retract_for_memory`)."""
+        return None
+
+    def retract_for_memory(
+        self,
+        reqs: list[FakeReq],
+        fits: Callable[[list[FakeReq]], bool],
+        retract: Callable[[FakeReq], None],
+    ) -> list[FakeReq] | None:
+        """The release's own `retract_decode` over the decode batch `reqs`: its memory check
+        asks `fits`, and each request its `release_req` releases is the engine's to retract
+        (`retract`, which comes back to `retract` here to run that release as the loop made
+        it). What it aborted for want of memory, which kvcheck does not model ([] where it
+        raised: a `pool` fault). A batch it leaves holding a request it released, or missing
+        one it neither released nor kept (SGLang's `filter_batch` drops it, unfinished, with
+        its KV), is a `pool` fault too."""
+        functions = self.functions
         if self.on_retraction_order is not None:
             self.on_retraction_order()
-        views = [self.view(req) for req in reqs]
-        order_of = self.functions.batch_members._get_decode_retraction_order  # type: ignore[attr-defined]
-        parameters = inspect.signature(order_of).parameters
-        extra = [self.settings.server_args()] if "server_args" in parameters else []
-        told = {"allow_policy_sort": False} if self.functions.chooser_told_not_to_sort else {}
-        indices = self._call(order_of, views, *extra, **told)
-        if indices is None:  # it raised: a fault already recorded
-            return None
-        try:
-            order = [int(index) for index in indices]
-        except (TypeError, ValueError):
-            order = []
-        if sorted(order) != list(range(len(reqs))):
+        batch = self._retraction_class()
+        batch._set(
+            reqs=[self.view(req) for req in reqs],
+            token_to_kv_pool_allocator=self.allocator,
+            tree_cache=self.tree_cache,
+            req_to_token_pool=self.rows,
+            _fits=fits,
+            _retract=retract,
+            _path=self,
+            _released=[],
+        )
+        given = {
+            "server_args": self.settings.server_args(),
+            "buf_multiplier": self.settings.draft_tokens + self.settings.steps,
+        }
+        arguments = [given[name] for name in functions.loop_parameters if name in given]
+        returned = self._call(batch.retract_decode, *arguments)
+        if returned is None:
+            return []
+        kept = {view.rid for view in batch.reqs}
+        released = set(batch._released)
+        dropped = [req.rid for req in reqs if req.rid not in kept | released]
+        both = sorted(kept & released)
+        wrong = [
+            *([f"without {', '.join(dropped)}, neither retracted nor aborted"] if dropped else []),
+            *([f"with {', '.join(both)}, which it released"] if both else []),
+        ]
+        if wrong:
             self.pool.fault(
-                "pool",
-                None,
-                f"SGLang's _get_decode_retraction_order returned {indices!r} for a batch of "
-                f"{len(reqs)}, not an order of its rows",
+                "pool", None, f"SGLang's retract_decode left the decode batch {' and '.join(wrong)}"
             )
-            return None
-        return [reqs[index] for index in order]
+        return [view._req for view in returned[2]]
 
     def admission_pages(self, req: FakeReq, stride: int) -> int:
         """kvcheck's own, by the config's rule (SGLang's `PrefillAdder` is not driven)."""
@@ -635,8 +680,13 @@ class ReleaseAllocation:
         """Retraction: the release's `release_req` (its `release_kv_cache` without caching,
         then the request's own `reset_for_retract`, which zeroes C and counts the
         retraction), or `release_kv_cache` alone where the release has no `release_req`
-        (the engine then resets the request)."""
+        (the engine then resets the request). Inside the release's `retract_decode`, its own
+        `ScheduleBatch.release_req` call, as it made it (`retract_for_memory`)."""
         self.pool.reading.discard(req.rid)
+        pending, self._pending_release = self._pending_release, None
+        if pending is not None:
+            self._release_returned = self._retracting(req, pending)
+            return
         release_req = self.functions.release_req
         if self.functions.flat:
             batch = self._batch([req], self.settings.draft_tokens)
@@ -661,9 +711,9 @@ class ReleaseAllocation:
 
     def _retracting(
         self, retracted: FakeReq, call: Callable[..., Any], /, *args: Any, **kwargs: Any
-    ) -> None:
+    ) -> Any:
         """`call` as the retraction of `retracted`: its frees on its behalf, and what its reset
-        writes that kvcheck does not model kept aside (`_Resettable`)."""
+        writes that kvcheck does not model kept aside (`_Resettable`); what it returned."""
         view = self.view(retracted)
         records = (
             [view]
@@ -674,7 +724,7 @@ class ReleaseAllocation:
         for record in records:
             record._retracting = True
         try:
-            self._call(call, *args, **kwargs)
+            return self._call(call, *args, **kwargs)
         finally:
             self.allocator._acting = None
             for record in records:
@@ -805,11 +855,21 @@ class _ReqView(_Resettable):
             "lock",
             "skip_radix_cache_insert",
             "reasoning_tokens",
+            # Set by `retract_decode` on what it aborts for want of memory.
+            "to_finish",
             "prefix_indices",
         }
     )
-    # Greedy sampling: what DFLASH's and UNO's launches read to size their tree.
-    sampling_params = Bag("req.sampling_params", top_k=1)
+    # Greedy sampling: what DFLASH's and UNO's launches read to size their tree; the length
+    # cap, which `retract_decode`'s new token ratio sums.
+    sampling_params = property(
+        lambda self: Bag(
+            "req.sampling_params", top_k=1, max_new_tokens=self._req.sampling_params.max_new_tokens
+        )
+    )
+    # No beam search (0.5.19+'s `retract_decode` aborts a beam group instead of retracting it).
+    beam_group = None
+    to_finish = None
 
     def __init__(self, req: FakeReq, kv: _KvView) -> None:
         self._req = req
@@ -888,6 +948,8 @@ class _RowOnReq(_Resettable):
     output_ids = _ReqView.output_ids
     finished_len = _ReqView.finished_len
     finished = _ReqView.finished
+    beam_group = _ReqView.beam_group
+    to_finish = None
 
     def _row_index(self) -> int | None:
         return self.req_pool_idx
@@ -910,6 +972,8 @@ class _ReqFieldsView(_RowOnReq):
             "lock",
             "skip_radix_cache_insert",
             "reasoning_tokens",
+            # Set by `retract_decode` on what it aborts for want of memory.
+            "to_finish",
         }
     )
     sampling_params = _ReqView.sampling_params
@@ -954,6 +1018,8 @@ class _FlatReqView(_RowOnReq):
             "kv_overallocated_freed",
             "decode_batch_idx",
             "reasoning_tokens",
+            # Set by `retract_decode` on what it aborts for want of memory.
+            "to_finish",
             "prefix_indices",
         }
     )
@@ -1051,6 +1117,48 @@ class _BatchView(Strict):
         kept here so the estimate it was asked can be read back: `_asked_tokens`)."""
         self._asked_tokens = int(num_tokens)
         return bool(self.token_to_kv_pool_allocator.available_size() >= num_tokens)
+
+
+# The `ScheduleBatch` members the retraction loop reaches that `_RetractionBatch` defines.
+_RETRACTION_FAKED: Final = ("check_decode_mem", "filter_batch")
+
+
+class _RetractionBatch(_BatchView):
+    """The decode batch the release's `retract_decode` runs on (`retract_for_memory`)."""
+
+    reqs: list[Any]
+    _fits: Callable[[list[FakeReq]], bool]
+    _retract: Callable[[FakeReq], None]
+    _path: ReleaseAllocation
+    _released: list[str]  # the requests its `release_req` released, in order
+
+    def check_decode_mem(
+        self, *args: Any, selected_indices: list[int] | None = None, **kwargs: Any
+    ) -> bool:
+        """Whether the rows `selected_indices` (all: None) fit: the release's estimate, as the
+        engine asks it for the retraction loop (with 0.5.7-0.5.8's `buf_multiplier`, which the
+        path gives the estimate itself), against the pool."""
+        views = self.reqs if selected_indices is None else [self.reqs[i] for i in selected_indices]
+        return self._fits([view._req for view in views])
+
+    def filter_batch(
+        self, *args: Any, keep_indices: list[int] | None = None, **kwargs: Any
+    ) -> None:
+        """Keep the rows `keep_indices` (the rest were retracted or aborted)."""
+        if keep_indices is not None:
+            self.reqs = [self.reqs[i] for i in keep_indices]
+
+    def release_req(self, idx: int, *args: Any, **kwargs: Any) -> Any:
+        """The release's own `release_req` of row `idx`, as the engine's retraction of it."""
+        path = self._path
+        path._pending_release = functools.partial(super().release_req, idx, *args, **kwargs)  # type: ignore[misc]
+        path._release_returned = None
+        self._released.append(self.reqs[idx].rid)
+        try:
+            self._retract(self.reqs[idx]._req)
+        finally:
+            path._pending_release = None
+        return path._release_returned
 
 
 class _DflashInput(Strict):

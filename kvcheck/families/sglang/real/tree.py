@@ -25,6 +25,8 @@ ALLOCATION_TREES: Final = (
     "srt/mem_cache/",
     "srt/speculative/",
     "srt/managers/",
+    # `retract_decode`'s beam-group helpers (0.5.19+ beam_search/batch_tail.py).
+    "srt/beam_search/",
     "srt/runtime_context.py",
     "srt/environ.py",
     "srt/utils/",
@@ -49,6 +51,11 @@ def allocation_tree(version: str, *, cache: Path | None = None) -> Path:
             f"cannot unpack SGLang {version}'s allocation code into {root}: {exc}"
         ) from None
     return root
+
+
+# Beside the marker: the `ALLOCATION_TREES` a tree was unpacked with, so that a tree unpacked
+# before the list grew is unpacked again rather than missing a folder.
+_TREES_FILE: Final = ".kvcheck-allocation-trees"
 
 
 def _wanted(name: str) -> bool:
@@ -81,6 +88,7 @@ def _unpack(wheel: Path, root: Path) -> None:
                 init = root / parent / "__init__.py"
                 if parent != Path(".") and not init.exists():
                     init.write_text("")
+    (root / _TREES_FILE).write_text("\n".join(ALLOCATION_TREES))
     temporary = root / f"{sglang_release.MARKER}.{os.getpid()}.tmp"
     temporary.write_text("".join(sorted(lines)))
     temporary.replace(marker)
@@ -93,6 +101,9 @@ def _intact(root: Path) -> bool:
     # rather than every rule of its generation; a tree unpacked before they were kept lacks
     # `version.py` (every release has one) and is unpacked again.
     if not marker.is_file() or not (root / "sglang" / "version.py").is_file():
+        return False
+    trees = root / _TREES_FILE
+    if not trees.is_file() or trees.read_text().split("\n") != list(ALLOCATION_TREES):
         return False
     for line in marker.read_text(encoding="utf-8", errors="replace").splitlines():
         digest, _, name = line.partition("  ")
