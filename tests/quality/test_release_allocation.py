@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,8 +14,9 @@ from kvcheck.cli.main import main
 from kvcheck.core.run import run_scenario
 from kvcheck.core.scenario import Scenario
 from kvcheck.errors import KvcheckUsageError
+from kvcheck.families.sglang.allocation_rules import rule_of_release
 from kvcheck.families.sglang.fakes import FakeReq, FinishLength
-from kvcheck.families.sglang.real.path import release_allocation_factory
+from kvcheck.families.sglang.real.path import ReleaseAllocation, release_allocation_factory
 from kvcheck.families.sglang.scenario import Admit, AllocationRule, Config, Convention, Step
 from kvcheck.families.sglang.target import release_path_rules
 from kvcheck.targets.loading import load_target
@@ -590,3 +592,30 @@ def test_the_fake_tree_cache_is_a_chunk_cache_to_the_release(version: str) -> No
             path.tree_cache, 10**9
         )
         assert evicted == []
+
+
+@pytest.mark.parametrize(
+    ("version", "takes", "refuses"),
+    [
+        ("0.5.7", {"selected_indices": [0], "buf_multiplier": 2}, {"keep_indices": [0]}),
+        ("0.5.23", {"selected_indices": [0]}, {"buf_multiplier": 2}),
+    ],
+)
+def test_the_loop_s_faked_members_take_what_the_release_s_own_take(
+    version: str, takes: dict[str, Any], refuses: dict[str, Any]
+) -> None:
+    # `check_decode_mem` and `filter_batch` are faked in the retraction loop; a fake taking
+    # less than the release's method once made 0.5.7's `buf_multiplier` a TypeError blamed on
+    # the release, and one taking more would hide a call the release refuses.
+    code = release_allocation_factory(_tree(version))
+    path = code(Config(allocation=rule_of_release(version), stride=3))
+    assert isinstance(path, ReleaseAllocation)
+    batch = path._retraction_class()
+    batch._set(
+        reqs=[path.view(FakeReq("a", 5, 10))], _fits=lambda rows: True, _path=path, _released=[]
+    )
+    assert batch.check_decode_mem(**takes) is True
+    with pytest.raises(TypeError):
+        batch.check_decode_mem(**refuses)
+    batch.filter_batch(keep_indices=[])
+    assert batch.reqs == []

@@ -280,6 +280,13 @@ class ReleaseFunctions:
         self.retraction_loop = self.tree.members(
             _BATCH, "ScheduleBatch", ["retract_decode"], faked=_RETRACTION_FAKED
         )
+        # The release's own signatures of the members faked there: a call its loop makes that
+        # the release's method would refuse is refused alike (the release's `TypeError`), and
+        # one it would take is never kvcheck's `TypeError` blamed on the release.
+        file = self.tree.file_of(_BATCH)
+        self.faked_signatures = {
+            name: _member_signature(file, "ScheduleBatch", name) for name in _RETRACTION_FAKED
+        }
         # 0.5.7-0.5.8's loop takes the scheduler's multiplier (schedule_batch.py:1754).
         self.loop_parameters = tuple(
             inspect.signature(self.retraction_loop.retract_decode).parameters  # type: ignore[attr-defined]
@@ -424,6 +431,41 @@ def _member_definition(file: Path, class_name: str, member: str) -> Any:
                 if isinstance(definition, ast.FunctionDef) and definition.name == member:
                     return definition
     return None
+
+
+def _member_signature(file: Path, class_name: str, member: str) -> inspect.Signature:
+    """The signature `class_name.member` in `file` declares (defaults evaluated as written; a
+    default that names something is taken as None); `TargetLoadError` where it has none."""
+    import ast
+
+    definition = _member_definition(file, class_name, member)
+    if definition is None:
+        raise TargetLoadError(f"{file} defines no {class_name}.{member}, which kvcheck drives")
+    arguments = copy.deepcopy(definition.args)
+
+    def plain(default: ast.expr | None) -> ast.expr | None:
+        return (
+            default if default is None or isinstance(default, ast.Constant) else ast.Constant(None)
+        )
+
+    arguments.defaults = [ast.Constant(None) if d is None else plain(d) for d in arguments.defaults]
+    arguments.kw_defaults = [plain(d) for d in arguments.kw_defaults]
+    for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
+        argument.annotation = None
+    for argument in (arguments.vararg, arguments.kwarg):
+        if argument is not None:
+            argument.annotation = None
+    stub = ast.Module(
+        body=[
+            ast.FunctionDef(
+                name=member, args=arguments, body=[ast.Pass()], decorator_list=[], returns=None
+            )
+        ],
+        type_ignores=[],
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.fix_missing_locations(stub), str(file), "exec"), namespace)
+    return inspect.signature(namespace[member])
 
 
 def _member_takes(file: Path, class_name: str, member: str, parameter: str) -> bool:
@@ -1132,21 +1174,29 @@ class _RetractionBatch(_BatchView):
     _path: ReleaseAllocation
     _released: list[str]  # the requests its `release_req` released, in order
 
-    def check_decode_mem(
-        self, *args: Any, selected_indices: list[int] | None = None, **kwargs: Any
-    ) -> bool:
+    def check_decode_mem(self, *args: Any, **kwargs: Any) -> bool:
         """Whether the rows `selected_indices` (all: None) fit: the release's estimate, as the
         engine asks it for the retraction loop (with 0.5.7-0.5.8's `buf_multiplier`, which the
-        path gives the estimate itself), against the pool."""
-        views = self.reqs if selected_indices is None else [self.reqs[i] for i in selected_indices]
+        path gives the estimate itself), against the pool. Taking what the release's own
+        method takes (`_bound`)."""
+        selected = self._bound("check_decode_mem", args, kwargs).get("selected_indices")
+        views = self.reqs if selected is None else [self.reqs[i] for i in selected]
         return self._fits([view._req for view in views])
 
-    def filter_batch(
-        self, *args: Any, keep_indices: list[int] | None = None, **kwargs: Any
-    ) -> None:
-        """Keep the rows `keep_indices` (the rest were retracted or aborted)."""
-        if keep_indices is not None:
-            self.reqs = [self.reqs[i] for i in keep_indices]
+    def filter_batch(self, *args: Any, **kwargs: Any) -> None:
+        """Keep the rows `keep_indices` (the rest were retracted or aborted), taking what the
+        release's own method takes (`_bound`)."""
+        keep = self._bound("filter_batch", args, kwargs).get("keep_indices")
+        if keep is not None:
+            self.reqs = [self.reqs[i] for i in keep]
+
+    def _bound(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The arguments of a call of the faked member `name`, bound to the release's own
+        signature of it: the release's `TypeError` for a call that method refuses."""
+        signature = self._path.functions.faked_signatures[name]
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
 
     def release_req(self, idx: int, *args: Any, **kwargs: Any) -> Any:
         """The release's own `release_req` of row `idx`, as the engine's retraction of it."""
