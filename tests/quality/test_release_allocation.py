@@ -178,7 +178,7 @@ def test_the_coverage_names_the_retraction_loop_until_a_scenario_runs_it() -> No
         retracted.append(req.rid)
         path.retract(req)
 
-    assert path.retract_for_memory(reqs, lambda rows: len(rows) < 2, retract) == []
+    assert path.retract_for_memory(reqs, retract) == []
     assert retracted == ["a"]  # the longer prompt goes first (0.5.17+)
     side = measured.side_code()
     assert side is not None and not {chooser, loop} & set(side.out_of_scope)
@@ -597,25 +597,21 @@ def test_the_fake_tree_cache_is_a_chunk_cache_to_the_release(version: str) -> No
 @pytest.mark.parametrize(
     ("version", "takes", "refuses"),
     [
-        ("0.5.7", {"selected_indices": [0], "buf_multiplier": 2}, {"keep_indices": [0]}),
-        ("0.5.23", {"selected_indices": [0]}, {"buf_multiplier": 2}),
+        ("0.5.7", {"chunked_req_to_exclude": None}, {"reqs_to_exclude": None}),
+        ("0.5.23", {"reqs_to_exclude": None}, {"chunked_req_to_exclude": None}),
     ],
 )
-def test_the_loop_s_faked_members_take_what_the_release_s_own_take(
+def test_the_loop_s_faked_filter_takes_what_the_release_s_own_takes(
     version: str, takes: dict[str, Any], refuses: dict[str, Any]
 ) -> None:
-    # `check_decode_mem` and `filter_batch` are faked in the retraction loop; a fake taking
-    # less than the release's method once made 0.5.7's `buf_multiplier` a TypeError blamed on
-    # the release, and one taking more would hide a call the release refuses.
+    # `filter_batch` is faked in the retraction loop; a fake taking less than the release's
+    # method would blame kvcheck's `TypeError` on the release (as a fake `check_decode_mem`
+    # once did with 0.5.7's `buf_multiplier`), one taking more would hide a call it refuses.
     code = release_allocation_factory(_tree(version))
     path = code(Config(allocation=rule_of_release(version), stride=3))
     assert isinstance(path, ReleaseAllocation)
-    batch = path._retraction_class()
-    batch._set(
-        reqs=[path.view(FakeReq("a", 5, 10))], _fits=lambda rows: True, _path=path, _released=[]
-    )
-    assert batch.check_decode_mem(**takes) is True
+    batch = path._loop_batch([FakeReq("a", 5, 10), FakeReq("b", 5, 10)])
+    batch.filter_batch(keep_indices=[1], **takes)
+    assert [view.rid for view in batch.reqs] == ["b"]
     with pytest.raises(TypeError):
-        batch.check_decode_mem(**refuses)
-    batch.filter_batch(keep_indices=[])
-    assert batch.reqs == []
+        batch.filter_batch(keep_indices=[0], **refuses)

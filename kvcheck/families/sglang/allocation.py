@@ -66,16 +66,18 @@ class AllocationPath(Protocol):
         """The decode batch `reqs` in the order SGLang keeps them under memory pressure (most
         preferred first; retraction pops from the back), or None to leave it to the engine."""
 
+    def decode_fits(self, reqs: list[Any], stride: int) -> bool | None:
+        """SGLang's decode memory check before a launch of `reqs` at `stride`
+        (`check_decode_mem`), where the path brings its own; None: the engine compares the
+        estimate with the pool itself."""
+
     def retract_for_memory(
-        self,
-        reqs: list[Any],
-        fits: Callable[[list[Any]], bool],
-        retract: Callable[[Any], None],
+        self, reqs: list[Any], retract: Callable[[Any], None]
     ) -> list[Any] | None:
         """SGLang's memory-pressure retraction loop (`retract_decode`) over the decode batch
-        `reqs`, where the path brings its own: it asks `fits` whether rows fit and has the
-        engine `retract` each request it gives up; what it aborted for want of memory. None:
-        the engine runs its loop (`retraction_order`)."""
+        `reqs`, where the path brings its own: it has the engine `retract` each request it
+        gives up; what it aborted for want of memory. None: the engine runs its loop
+        (`retraction_order`)."""
 
 
 def decode_reserve(config: Config, stride: int) -> int:
@@ -191,11 +193,12 @@ class RuleAllocation:
         """See `AllocationPath.retraction_order`: the engine's own."""
         return None
 
+    def decode_fits(self, reqs: list[Any], stride: int) -> bool | None:
+        """See `AllocationPath.decode_fits`: the engine's comparison."""
+        return None
+
     def retract_for_memory(
-        self,
-        reqs: list[Any],
-        fits: Callable[[list[Any]], bool],
-        retract: Callable[[Any], None],
+        self, reqs: list[Any], retract: Callable[[Any], None]
     ) -> list[Any] | None:
         """See `AllocationPath.retract_for_memory`: the engine's loop."""
         return None

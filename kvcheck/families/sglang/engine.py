@@ -543,10 +543,13 @@ class Engine:
             free = path.pool.available_size() // path.pool.page_size
             return path.estimate_decode(reqs, stride, asked_by=asked_by) <= free
 
-        if fits(self.running, "check"):
+        # The release's own check where the path brings it (its estimate, eviction and
+        # comparison), else the estimate against the pool.
+        released = path.decode_fits(self.running, stride)
+        if fits(self.running, "check") if released is None else released:
             return
         faults = len(path.pool.faults)
-        aborted = path.retract_for_memory(self.running, fits, self._retract_under_pressure)
+        aborted = path.retract_for_memory(self.running, self._retract_under_pressure)
         if aborted is not None:  # the release's own loop ran
             # What cannot fit even alone is aborted (0.5.10+) or left to fail (before); an
             # abort with a fault is the fault's doing, which is judged.

@@ -232,6 +232,11 @@ _FROM_0_5_23: Final[Mapping[str, str]] = {
     "if last_req.beam_group is not None:": _BEAM,
     "if not any(reqs[i].beam_group is not None for i in sorted_indices):": _BEAM,
     "free_member_rows": _BEAM,
+    # mem_cache/allocator/base.py: `evict_to_free_tokens`, which the decode memory check's
+    # `check_decode_capacity` asks first (0.5.23 :164).
+    "if tree_cache is None or not tree_cache.supports_prefix_sharing():": _PREFIX_SHARING,
+    # Beam rows' decode slots, which only the estimate without speculation adds.
+    "num_beam_member_rows": _NOT_SPECULATIVE,
     "if self.release_req(idx, len(sorted_indices)):": _NO_BACKUP,
     'if get_disagg().disaggregation_decode_retraction_backup == "host_pool":': _DISAGG,
 }
@@ -255,6 +260,7 @@ _FROM_0_5_16: Final[Mapping[str, str]] = {
     # managers/schedule_batch.py
     "if get_server_args().strip_thinking_cache and self.reasoning_tokens > 0:": _THINKING,
     'if server_args.disaggregation_mode == "decode" and offload_kv:': _DISAGG,
+    'if server_args.retraction_policy == "priority":': _PRIORITY_RETRACTION,
     # `retract_decode` lets the chooser sort only without speculation (:2603-2609).
     "if not allow_policy_sort:": _NOT_SPECULATIVE,
     # speculative/eagle_utils.py
@@ -286,6 +292,12 @@ _FROM_0_5_15: Final[Mapping[str, str]] = {
 
 # What 0.5.9-0.5.12 write differently, each by the release whose files it was read from.
 _FROM_0_5_12: Final[Mapping[str, str]] = {
+    # managers/schedule_batch.py: `new_tokens_required_next_decode` past the v2 worker
+    # (0.5.7-0.5.13), whose estimate is `_new_tokens_required_next_decode_spec_v2`.
+    "if self.is_spec_v2:": (
+        "the v1 speculative worker (no overlap scheduling), which kvcheck's runs never are: "
+        "they run the v2 worker's spec path"
+    ),
     # managers/schedule_batch.py
     "if self.hisparse_coordinator is not None and not req.finished():": _HISPARSE,
     # managers/utils.py
@@ -351,6 +363,8 @@ _FROM_0_5_20: Final[Mapping[str, str]] = {
     "_evict_until_allocatable": _CHUNK_EVICTION,
 }
 _FROM_0_5_21: Final[Mapping[str, str]] = {
+    # mem_cache/allocator/base.py: `evict_to_free_tokens` (0.5.21 :144).
+    "if tree_cache is None or tree_cache.is_chunk_cache():": _PREFIX_SHARING,
     # mem_cache/common.py
     "if tree_cache is not None and not tree_cache.is_chunk_cache():": _PREFIX_SHARING,
     "dsv41_dspark_needs_rebootstrap": _DISAGG,  # asked by backup_kv_cache only (:235)
@@ -388,7 +402,8 @@ _ALGORITHM_LINES: Final[Mapping[str, tuple[str, ...]]] = {"uno": ("if spec_algo.
 
 
 # The code only memory-pressure retraction runs: its loop, the chooser it orders the batch by
-# (0.5.16+) and the beam-group order it asks (0.5.19+).
+# (0.5.16+) and the beam-group order it asks (0.5.19+). The decode memory check
+# (`check_decode_mem`) is not here: it runs before every decode launch with a bounded pool.
 _RETRACTION: Final = (
     "ScheduleBatch.retract_decode",
     "ScheduleBatch._get_decode_retraction_order",

@@ -17,11 +17,13 @@ flat layout of 0.5.6-0.5.14 (`ReleaseFunctions._load_flat`):
 - the memory estimate: its `ScheduleBatch._new_tokens_required_next_decode_spec_v2` (0.5.11+),
   `new_tokens_required_next_decode` (0.5.9-0.5.10) or `check_decode_mem` (0.5.6-0.5.8), each
   judged under its own rule's `decode_estimate`;
+- the decode memory check before a launch: its `ScheduleBatch.check_decode_mem` (estimate,
+  eviction and comparison with the pool; 0.5.19+ the allocator's `check_decode_capacity`:
+  `decode_fits`);
 - memory-pressure retraction: its `ScheduleBatch.retract_decode` (every release), the loop that
   orders the decode batch (0.5.16+ through its `_get_decode_retraction_order`), retracts with
-  its `release_req` until its memory check passes, and aborts what cannot fit; the check is
-  the release's estimate against the pool and `filter_batch` keeps the rows it is told to
-  (`retract_for_memory`);
+  its `release_req` until its memory check passes, and aborts what cannot fit; `filter_batch`
+  keeps the rows it is told to (`retract_for_memory`);
 - admission (0.5.19+): its `alloc_for_extend(batch)` (mem_cache/allocation.py), batch-level,
   which takes the rows and token indices, writes them with `write_cache_indices` and assigns C
   and Al itself (`owns_admission_lengths`); the extend batch it reads (prefix, extend and
@@ -245,6 +247,7 @@ class ReleaseFunctions:
                     "evict_to_free_tokens",
                     "free_group_begin",
                     "free_group_end",
+                    "check_decode_capacity",
                 ],
             )
             # The chunk cache's own `cache_finished_req` where release still calls it
@@ -274,9 +277,9 @@ class ReleaseFunctions:
 
     def _load_retraction_loop(self) -> None:
         """`ScheduleBatch.retract_decode`, with the siblings it reaches (`release_req`, the
-        chooser) but its memory check and `filter_batch`, which `_RetractionBatch` stands in
-        for: the check is the estimate the path already drives against the pool, and
-        `filter_batch` is the batch's tensor bookkeeping, no KV accounting."""
+        chooser, its memory check `check_decode_mem` and what that reaches) but `filter_batch`,
+        the batch's tensor bookkeeping, no KV accounting, which `_RetractionBatch` stands in
+        for."""
         self.retraction_loop = self.tree.members(
             _BATCH, "ScheduleBatch", ["retract_decode"], faked=_RETRACTION_FAKED
         )
@@ -287,7 +290,11 @@ class ReleaseFunctions:
         self.faked_signatures = {
             name: _member_signature(file, "ScheduleBatch", name) for name in _RETRACTION_FAKED
         }
-        # 0.5.7-0.5.8's loop takes the scheduler's multiplier (schedule_batch.py:1754).
+        # 0.5.6-0.5.8's check takes the scheduler's multiplier (0.5.6 schedule_batch.py:1548),
+        # and 0.5.7-0.5.8's loop hands it on (:1754).
+        self.check_parameters = tuple(
+            inspect.signature(self.retraction_loop.check_decode_mem).parameters  # type: ignore[attr-defined]
+        )
         self.loop_parameters = tuple(
             inspect.signature(self.retraction_loop.retract_decode).parameters  # type: ignore[attr-defined]
         )
@@ -655,14 +662,37 @@ class ReleaseAllocation:
         """None: the release's own loop orders and retracts (`retract_for_memory`)."""
         return None
 
+    def decode_fits(self, reqs: list[FakeReq], stride: int) -> bool | None:
+        """The release's own `check_decode_mem` on the decode batch `reqs` (with the
+        scheduler's multiplier where it takes one, 0.5.6-0.5.8): its estimate, its eviction
+        and its comparison with the pool (0.5.19+ the allocator's `check_decode_capacity`).
+        None where it raised (a `pool` fault): the engine then compares for itself."""
+        self.settings.draft_tokens = stride
+        batch = self._loop_batch(reqs)
+        multiplier = {"buf_multiplier": stride + self.settings.steps}
+        given = {k: v for k, v in multiplier.items() if k in self.functions.check_parameters}
+        fits = self._call(batch.check_decode_mem, **given)
+        return None if fits is None else bool(fits)
+
+    def _loop_batch(self, reqs: list[FakeReq], **hooks: Any) -> Any:
+        """The batch the release's memory check and retraction loop run on (`_RetractionBatch`)."""
+        batch = self._retraction_class()
+        batch._set(
+            reqs=[self.view(req) for req in reqs],
+            token_to_kv_pool_allocator=self.allocator,
+            tree_cache=self.tree_cache,
+            req_to_token_pool=self.rows,
+            _path=self,
+            _released=[],
+            **hooks,
+        )
+        return batch
+
     def retract_for_memory(
-        self,
-        reqs: list[FakeReq],
-        fits: Callable[[list[FakeReq]], bool],
-        retract: Callable[[FakeReq], None],
+        self, reqs: list[FakeReq], retract: Callable[[FakeReq], None]
     ) -> list[FakeReq] | None:
-        """The release's own `retract_decode` over the decode batch `reqs`: its memory check
-        asks `fits`, and each request its `release_req` releases is the engine's to retract
+        """The release's own `retract_decode` over the decode batch `reqs`, with its own memory
+        check (`decode_fits`); each request its `release_req` releases is the engine's to retract
         (`retract`, which comes back to `retract` here to run that release as the loop made
         it). What it aborted for want of memory, which kvcheck does not model ([] where it
         raised: a `pool` fault). A batch it leaves holding a request it released, or missing
@@ -671,17 +701,7 @@ class ReleaseAllocation:
         functions = self.functions
         if self.on_retraction_order is not None:
             self.on_retraction_order()
-        batch = self._retraction_class()
-        batch._set(
-            reqs=[self.view(req) for req in reqs],
-            token_to_kv_pool_allocator=self.allocator,
-            tree_cache=self.tree_cache,
-            req_to_token_pool=self.rows,
-            _fits=fits,
-            _retract=retract,
-            _path=self,
-            _released=[],
-        )
+        batch = self._loop_batch(reqs, _retract=retract)
         given = {
             "server_args": self.settings.server_args(),
             "buf_multiplier": self.settings.draft_tokens + self.settings.steps,
@@ -1162,26 +1182,16 @@ class _BatchView(Strict):
 
 
 # The `ScheduleBatch` members the retraction loop reaches that `_RetractionBatch` defines.
-_RETRACTION_FAKED: Final = ("check_decode_mem", "filter_batch")
+_RETRACTION_FAKED: Final = ("filter_batch",)
 
 
 class _RetractionBatch(_BatchView):
     """The decode batch the release's `retract_decode` runs on (`retract_for_memory`)."""
 
     reqs: list[Any]
-    _fits: Callable[[list[FakeReq]], bool]
     _retract: Callable[[FakeReq], None]
     _path: ReleaseAllocation
     _released: list[str]  # the requests its `release_req` released, in order
-
-    def check_decode_mem(self, *args: Any, **kwargs: Any) -> bool:
-        """Whether the rows `selected_indices` (all: None) fit: the release's estimate, as the
-        engine asks it for the retraction loop (with 0.5.7-0.5.8's `buf_multiplier`, which the
-        path gives the estimate itself), against the pool. Taking what the release's own
-        method takes (`_bound`)."""
-        selected = self._bound("check_decode_mem", args, kwargs).get("selected_indices")
-        views = self.reqs if selected is None else [self.reqs[i] for i in selected]
-        return self._fits([view._req for view in views])
 
     def filter_batch(self, *args: Any, **kwargs: Any) -> None:
         """Keep the rows `keep_indices` (the rest were retracted or aborted), taking what the
