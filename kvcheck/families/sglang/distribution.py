@@ -106,14 +106,16 @@ STRIDE_SWITCH_WITNESS: Final = (
     Step(),
 )
 
-# Memory pressure: three requests whose prompts (90 tokens) and full-acceptance decodes outgrow a
+# Memory pressure: three requests whose prompts (92 tokens) and full-acceptance decodes outgrow a
 # pool of 128 tokens within eight steps at stride 3, so the decode memory check retracts one of
 # them under every rule that allocates (0.5.17+ sort the batch and take r0, the longest prompt;
 # older rules take r2, the back of the batch). Draws reach it rarely: `check sglang==0.5.23` at
 # seeds 1 and 2 met 638 decode memory checks and no retraction in 600 scenarios, since most
 # batches hold one or two short prompts. So a search whose draws found nothing tries it last.
+# r0's 42 (not 40) makes one check meet a pool exactly as full as the launch needs, where a
+# check off by one slot retracts what fits (0.5.23's `check_decode_capacity` with `>`).
 MEMORY_PRESSURE_WITNESS: Final = (
-    Admit("r0", prompt_len=40, max_new_tokens=24),
+    Admit("r0", prompt_len=42, max_new_tokens=24),
     Admit("r1", prompt_len=20, max_new_tokens=24),
     Admit("r2", prompt_len=30, max_new_tokens=24),
     Step(),

@@ -57,6 +57,7 @@ SIZING: Final = "srt/mem_cache/allocation_sizing.py"
 ALLOCATION: Final = "srt/mem_cache/allocation.py"
 COMMON: Final = "srt/mem_cache/common.py"
 BATCH: Final = "srt/managers/schedule_batch.py"
+CAPACITY: Final = "srt/mem_cache/allocator/base.py"
 EAGLE: Final = "srt/speculative/eagle_utils.py"
 
 
@@ -388,6 +389,19 @@ def _corpus() -> tuple[TreeEntry, ...]:
                 "            idx = sorted_indices.pop()", "            idx = sorted_indices.pop(0)"
             ),
             "the retraction loop gives up the request its order most prefers to keep",
+        ),
+        mutant(
+            v23,
+            "decode-capacity-strict",
+            "the estimate",
+            "kv-pool-conserved",
+            Patch(
+                CAPACITY,
+                "BaseTokenToKVPoolAllocator.check_decode_capacity",
+                "self.available_size() >= num_tokens",
+                "self.available_size() > num_tokens",
+            ),
+            "the decode capacity check wants one free slot more than the launch takes",
         ),
         rewrite(
             v23,

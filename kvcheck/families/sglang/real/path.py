@@ -292,9 +292,8 @@ class ReleaseFunctions:
         }
         # 0.5.6-0.5.8's check takes the scheduler's multiplier (0.5.6 schedule_batch.py:1548),
         # and 0.5.7-0.5.8's loop hands it on (:1754).
-        self.check_parameters = tuple(
-            inspect.signature(self.retraction_loop.check_decode_mem).parameters  # type: ignore[attr-defined]
-        )
+        self.check_signature = _member_signature(file, "ScheduleBatch", "check_decode_mem")
+        self.check_parameters = tuple(self.check_signature.parameters)
         self.loop_parameters = tuple(
             inspect.signature(self.retraction_loop.retract_decode).parameters  # type: ignore[attr-defined]
         )
@@ -560,6 +559,8 @@ class ReleaseAllocation:
         # for the request the engine retracts next, and what it returned (`retract`).
         self._pending_release: Callable[[], Any] | None = None
         self._release_returned: Any = None
+        # The tokens the last `estimate_decode` found (its pages are these over the page size).
+        self._estimated_tokens = 0
 
     # -- what the engine calls ------------------------------------------------------------------
 
@@ -656,7 +657,8 @@ class ReleaseAllocation:
             tokens = batch._asked_tokens
         else:
             tokens = self._call(batch._new_tokens_required_next_decode_spec_v2, batch.reqs, page)
-        return int(tokens or 0) // page
+        self._estimated_tokens = int(tokens or 0)
+        return self._estimated_tokens // page
 
     def retraction_order(self, reqs: list[FakeReq]) -> list[FakeReq] | None:
         """None: the release's own loop orders and retracts (`retract_for_memory`)."""
@@ -668,7 +670,7 @@ class ReleaseAllocation:
         and its comparison with the pool (0.5.19+ the allocator's `check_decode_capacity`).
         None where it raised (a `pool` fault): the engine then compares for itself."""
         self.settings.draft_tokens = stride
-        batch = self._loop_batch(reqs)
+        batch = self._loop_batch(reqs, _asked_by="check")
         multiplier = {"buf_multiplier": stride + self.settings.steps}
         given = {k: v for k, v in multiplier.items() if k in self.functions.check_parameters}
         fits = self._call(batch.check_decode_mem, **given)
@@ -701,7 +703,7 @@ class ReleaseAllocation:
         functions = self.functions
         if self.on_retraction_order is not None:
             self.on_retraction_order()
-        batch = self._loop_batch(reqs, _retract=retract)
+        batch = self._loop_batch(reqs, _retract=retract, _asked_by="retraction")
         given = {
             "server_args": self.settings.server_args(),
             "buf_multiplier": self.settings.draft_tokens + self.settings.steps,
@@ -1192,6 +1194,32 @@ class _RetractionBatch(_BatchView):
     _retract: Callable[[FakeReq], None]
     _path: ReleaseAllocation
     _released: list[str]  # the requests its `release_req` released, in order
+    _asked_by: EstimateAsker
+
+    def check_decode_mem(self, *args: Any, **kwargs: Any) -> Any:
+        """The release's own memory check, held to what it checks: its own estimate of the
+        rows it selected against the free pool (with a chunk cache nothing is evictable). An
+        answer the comparison does not give is a `pool` fault at this call: a check that
+        refuses what fits retracts, or aborts, a request the pool holds; one that lets
+        through what does not fit runs the launch out of memory."""
+        said = super().check_decode_mem(*args, **kwargs)  # type: ignore[misc]
+        path = self._path
+        signature = path.functions.check_signature
+        selected = signature.bind(self, *args, **kwargs).arguments.get("selected_indices")
+        views = self.reqs if selected is None else [self.reqs[i] for i in selected]
+        rows = [view._req for view in views]
+        path.estimate_decode(rows, path.settings.draft_tokens, asked_by=self._asked_by)
+        tokens, free = path._estimated_tokens, path.allocator.available_size()
+        if bool(said) != (free >= tokens):
+            names = ", ".join(req.rid for req in rows) or "no rows"
+            verdict = "fit" if said else "do not fit"
+            path.pool.fault(
+                "pool",
+                None,
+                f"SGLang's check_decode_mem said {names} {verdict}, but its own estimate for "
+                f"them is {tokens} tokens and {free} are free",
+            )
+        return said
 
     def filter_batch(self, *args: Any, **kwargs: Any) -> None:
         """Keep the rows `keep_indices` (the rest were retracted or aborted), taking what the
