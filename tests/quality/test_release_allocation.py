@@ -576,6 +576,26 @@ def test_a_tree_whose_allocation_file_does_not_parse_gets_no_verdict(
     assert main([*argv, "--allocation-path", "model"]) == 0
 
 
+def test_a_call_a_fake_refuses_is_kvcheck_s_limit_not_a_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The fake `req_to_token_pool.free` is kvcheck's reading of SGLang's: a call it refuses
+    # was a `kv-pool-conserved` FAIL blamed on the tree ("SGLang's release_req raised
+    # TypeError"). test_allocation_fake_signatures.py holds every release's calls to the fakes.
+    root = tmp_path / "tree"
+    shutil.copytree(_tree("0.5.23"), root)
+    common = root / "sglang" / "srt" / "mem_cache" / "common.py"
+    line = "    tree_cache.req_to_token_pool.free(req)\n"
+    assert line in common.read_text()
+    common.write_text(common.read_text().replace(line, line.replace("req)", "req, True)"), 1))
+    argv = ["check", str(root / "sglang"), "--max-examples", "30", "--no-save", "--seed", "0"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "kvcheck's model of `req_to_token_pool.free(req_or_row)` does not accept" in error
+    assert "not a verdict on the target" in error
+    assert "Traceback" not in error
+
+
 @pytest.mark.parametrize("version", ["0.5.6", "0.5.7", "0.5.16"])
 def test_the_fake_tree_cache_is_a_chunk_cache_to_the_release(version: str) -> None:
     # SGLang's cache with prefix sharing off is its ChunkCache: 0.5.6-0.5.7's

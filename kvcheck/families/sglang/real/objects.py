@@ -28,11 +28,12 @@ request's `owned_kv_len`) is mixed in by the path, never rewritten here.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Final
 
 from kvcheck.families.sglang.allocation_rules import draft_steps
-from kvcheck.families.sglang.fakes import UnmodeledAttributeError
+from kvcheck.families.sglang.fakes import UnmodeledAttributeError, sglang_method
 from kvcheck.families.sglang.pool import KvPool
 from kvcheck.families.sglang.real.kernels import RowWrite
 
@@ -55,6 +56,16 @@ class Strict:
 
     _owner: ClassVar[str] = "object"
     _fields: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A call the fake's signature refuses is kvcheck's reading of SGLang's method failing,
+        # not the release's `TypeError` (`FakeCallError`, exit 2). Only kvcheck's own methods
+        # are wrapped: a class the path builds with the release's members mixed in defines
+        # none of its own, and the release's members run unwrapped.
+        super().__init_subclass__(**kwargs)
+        for name, value in list(vars(cls).items()):
+            if not name.startswith("_") and inspect.isfunction(value):
+                setattr(cls, name, sglang_method(value))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in PROBED_ABSENT:
