@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from kvcheck.cli.options import (
     EXIT_OK,
@@ -17,11 +17,11 @@ from kvcheck.cli.options import (
     note,
 )
 from kvcheck.cli.replay import replay_requests
-from kvcheck.counterexamples.fileformat import load
+from kvcheck.counterexamples.fileformat import Counterexample, load
 from kvcheck.counterexamples.regress import function_name, regression_test
 from kvcheck.counterexamples.replay import judged_scenario, judging_of, replay_choices
 from kvcheck.errors import KvcheckUsageError
-from kvcheck.files import write_text
+from kvcheck.files import check_destination, write_text
 from kvcheck.reporting.render import printable
 from kvcheck.targets.loading import absolute_spec, load_target
 
@@ -64,6 +64,11 @@ def run(args: argparse.Namespace) -> int:
     target = args.target or counterexample.target
     if target is None:
         raise KvcheckUsageError(f"{args.file} names no target; give one with --target")
+    out = None if not args.out else _destination(args.out, counterexample)
+    if out is not None:
+        # Refused before the target loads (seconds for a release), as far as it can be told
+        # without it; the target's own files are checked once it has loaded.
+        check_destination(out, inputs=(args.file,), force=args.force, what=_WHAT)
     # a target that no longer exists is an error now, not in the test
     loaded = load_target(
         target, allow_unavailable=counterexample.allow_unavailable_imports, deadline=args.deadline
@@ -91,13 +96,22 @@ def run(args: argparse.Namespace) -> int:
         deadline=args.deadline,
         chosen=pinned,
     )
-    if not args.out:
+    if out is None:
         sys.stdout.write(text)
         return EXIT_OK
-    out = Path(args.out)
-    if out.is_dir() or args.out.endswith(("/", "\\")):
-        out = out / f"test_kvcheck_{function_name(counterexample)}.py"
     inputs = input_files(loaded, args.file)
-    write_text(out, text, inputs=inputs, force=args.force, what="regression test")
+    write_text(out, text, inputs=inputs, force=args.force, what=_WHAT)
     print(f"wrote {out}")
     return EXIT_OK
+
+
+_WHAT: Final = "regression test"
+
+
+def _destination(out: str, counterexample: Counterexample) -> Path:
+    """Where `--out` writes: the path, or `test_kvcheck_<name>.py` in it when it is a directory
+    (or ends in a separator)."""
+    path = Path(out)
+    if path.is_dir() or out.endswith(("/", "\\")):
+        return path / f"test_kvcheck_{function_name(counterexample)}.py"
+    return path

@@ -41,6 +41,17 @@ def test_regress_never_writes_the_test_over_its_counterexample(
     json.loads(path.read_text())  # still the counterexample
 
 
+def test_regress_refuses_its_destination_before_loading_the_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Loading a release takes seconds; what can be refused without it is refused first.
+    path = counterexample_file(tmp_path)
+    missing = str(tmp_path / "gone.py")
+    code, _, err = run_cli(capsys, "regress", str(path), "--target", missing, "--out", str(path))
+    assert code == 2
+    assert "it is an input of this command" in err and missing not in err
+
+
 @pytest.mark.parametrize("force", [[], ["--force"]])
 def test_replay_never_writes_the_page_over_its_counterexample(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], force: list[str]
