@@ -25,6 +25,8 @@ from kvcheck.files import check_destination, write_text
 from kvcheck.reporting.render import printable
 from kvcheck.targets.loading import absolute_spec, load_target
 
+_WHAT: Final = "regression test"
+
 
 def add_parser(commands: Any) -> None:
     """Register `regress` on the front door's subparsers."""
@@ -103,9 +105,6 @@ def run(args: argparse.Namespace) -> int:
     write_text(out, text, inputs=inputs, force=args.force, what=_WHAT)
     print(f"wrote {out}")
     return EXIT_OK
-
-
-_WHAT: Final = "regression test"
 
 
 def _destination(out: str, counterexample: Counterexample) -> Path:

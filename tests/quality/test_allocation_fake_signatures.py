@@ -24,6 +24,7 @@ from kvcheck.core.target import CodeSpan
 from kvcheck.families.sglang.real import objects
 from kvcheck.families.sglang.real import path as release_path
 from kvcheck.families.sglang.scenario import Config
+from tests.quality.test_fake_signatures import literal_arguments, refusal
 from tests.quality.test_real_releases import _releases
 from tests.quality.test_release_allocation import _tree
 
@@ -120,17 +121,12 @@ def _call_sites(version: str) -> tuple[list[str], int]:
             member = _kvchecks_member(fake, node.func.attr)
             if member is None:
                 continue
-            if any(isinstance(a, ast.Starred) for a in node.args) or any(
-                k.arg is None for k in node.keywords
-            ):
+            if not literal_arguments(node):
                 continue
-            try:
-                inspect.signature(member).bind(
-                    object(), *node.args, **{k.arg: k.value for k in node.keywords if k.arg}
-                )
-            except TypeError as exc:
+            refused = refusal(node, member)
+            if refused is not None:
                 where = f"{version} {Path(span.file).name}:{node.lineno} {receiver}"
-                misfits.append(f"{where}.{node.func.attr}: {exc}")
+                misfits.append(f"{where}.{node.func.attr}: {refused}")
             checked += 1
     return misfits, checked
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +62,26 @@ def _functions(tree: ast.Module, location: sglang_release.ResolverLocation) -> d
     return reached
 
 
+def literal_arguments(call: ast.Call) -> bool:
+    """Whether `call` spells out its arguments (no `*args`, no `**kwargs`), so that binding it
+    to a signature tells whether the signature takes it."""
+    return not any(isinstance(a, ast.Starred) for a in call.args) and all(
+        k.arg is not None for k in call.keywords
+    )
+
+
+def refusal(call: ast.Call, method: Any) -> str | None:
+    """Why the method (a fake's, taking `self` first) refuses the arguments of `call`; None
+    when it takes them."""
+    try:
+        inspect.signature(method).bind(
+            object(), *call.args, **{k.arg: k.value for k in call.keywords if k.arg}
+        )
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
 def _call_sites(version: str) -> tuple[list[str], list[str], int]:
     """(calls that do not fit, calls of unmodelled methods, calls checked) for a release."""
     package = sglang_release.release_package(version)
@@ -84,16 +105,11 @@ def _call_sites(version: str) -> tuple[list[str], list[str], int]:
                 if f"{receiver}.{name}" not in NOT_MODELLED:
                     missing.append(where)
                 continue
-            if any(isinstance(a, ast.Starred) for a in node.args) or any(
-                k.arg is None for k in node.keywords
-            ):
+            if not literal_arguments(node):
                 continue
-            try:
-                inspect.signature(method).bind(
-                    object(), *node.args, **{k.arg: k.value for k in node.keywords if k.arg}
-                )
-            except TypeError as exc:
-                misfits.append(f"{where}: {exc}")
+            refused = refusal(node, method)
+            if refused is not None:
+                misfits.append(f"{where}: {refused}")
             checked += 1
     return misfits, missing, checked
 
